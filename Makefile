@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# This project's machines have no GPU: install TensorFlow's CPU wheel here. Users with
+# their own TensorFlow build are not pinned to it (see pyproject.toml).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "tensorflow-cpu==2.21.*" "keras>=3.15"
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+.PHONY: install demo test lint
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/gradient-doctor run --report out/story1_report.json examples/story1_gnn_softmax_overflow.py; \
+	status=$$?; echo "gradient-doctor exit status: $$status (1 = problem diagnosed)"; \
+	test $$status -eq 1
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check src tests examples benchmarks
+	$(VENV)/bin/ruff check src tests examples benchmarks
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q

@@ -1,0 +1,37 @@
+"""gradient-doctor: find out why training goes NaN, and prove the fix.
+
+Public API (everything else is internal):
+- `Doctor`: the Keras callback for `model.fit`.
+- `watch`: the wrapper for custom `tf.GradientTape` training steps.
+- `Report`, `Finding`: the results.
+- `DoctorError`, `TrainingStopped`, `UsageError`: the exceptions.
+"""
+
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.report import Report
+from gradient_doctor.errors import DoctorError, TrainingStopped, UsageError
+
+__all__ = [
+    "Doctor",
+    "DoctorError",
+    "Finding",
+    "Report",
+    "TrainingStopped",
+    "UsageError",
+    "watch",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # TensorFlow is imported only when a TensorFlow-facing name is used.
+    if name == "Doctor":
+        from gradient_doctor.tf_adapter.callback import Doctor
+
+        return Doctor
+    if name == "watch":
+        from gradient_doctor.tf_adapter.watch_api import watch
+
+        return watch
+    raise AttributeError(f"module 'gradient_doctor' has no attribute {name!r}")

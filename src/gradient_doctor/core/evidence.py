@@ -1,0 +1,69 @@
+"""What the localizer hands the knowledge base: the origin plus the context around it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gradient_doctor.core.findings import Origin, TensorStats
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """Non-finite values found in one tensor of the input batch or its labels."""
+
+    tensor: str
+    shape: tuple[int | None, ...]
+    nan: int
+    inf: int
+    rows: tuple[int, ...]
+    columns: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StepHistory:
+    """Recent per-step statistics, oldest first; None where a value was not finite."""
+
+    steps: tuple[int, ...] = ()
+    losses: tuple[float | None, ...] = ()
+    grad_norms: tuple[float | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """Settings of the user's training that change which remedies can help."""
+
+    learning_rate: float | None = None
+    clipping: str | None = None
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything known about one failing step, framework-neutral.
+
+    Attributes:
+        step: 0-based optimizer step at which the first non-finite value appeared.
+        phase: "forward", "backward", or None when no op could be named.
+        origin: the first op that produced a non-finite value from finite inputs.
+        forward_outputs: for a backward origin, the outputs of the forward op
+            whose gradient it is (their values often explain the singularity).
+        masked_by_select: for a backward origin, True when the forward op's own
+            non-finite output was hidden by a `tf.where`/select in the forward
+            pass (the `tf.where` trap).
+        bad_inputs: non-finite values found in the batch itself.
+        history: recent per-step loss and gradient norms.
+        setup: optimizer settings (learning rate, clipping).
+        reproduced: False when the replay of the step stayed finite.
+        loss_only: True when the loss was non-finite but every gradient finite.
+    """
+
+    step: int | None
+    phase: str | None
+    origin: Origin | None
+    forward_outputs: tuple[TensorStats, ...] = ()
+    masked_by_select: bool = False
+    bad_inputs: tuple[BadInput, ...] = ()
+    history: StepHistory = field(default_factory=StepHistory)
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
+    reproduced: bool = True
+    loss_only: bool = False

@@ -1,0 +1,169 @@
+"""The results of a diagnosis: frozen dataclasses that the JSON report serialises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PHASES = ("forward", "backward")
+
+CATEGORIES = (
+    "forward_overflow",
+    "forward_domain",
+    "backward_singularity",
+    "exploding_gradients",
+    "vanishing_gradients",
+    "disconnected_gradients",
+    "bad_input",
+    "loss_spike",
+    "dead_units",
+    "saturation",
+)
+
+FIX_FAMILIES = (
+    "stable_softmax",
+    "stable_logsumexp",
+    "from_logits",
+    "safe_norm",
+    "safe_sqrt",
+    "safe_log",
+    "safe_div",
+    "safe_where",
+    "clip_input_domain",
+    "normalize_input",
+    "constrain_weights",
+    "lower_learning_rate",
+    "gradient_clipping",
+    "better_init",
+    "batch_normalization",
+    "float32_island",
+    "loss_scaling",
+    "gumbel_softmax",
+    "straight_through",
+    "reinforce",
+    "soft_embedding",
+    "compute_inside_tape",
+    "stay_in_tensorflow",
+    "remove_cast",
+    "clean_input",
+    "skip_nonfinite_batch",
+    "activation_change",
+    "custom_gradient",
+    "exclude_unused_variables",
+    # Added for remedies users try that a diagnosis must be able to rule out.
+    "larger_batch",
+    "regularization",
+)
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Summary of one tensor's values: enough to explain, small enough to print.
+
+    `min`/`max` are taken over the finite values only (None when there are none).
+    """
+
+    dtype: str
+    shape: tuple[int | None, ...]
+    min: float | None
+    max: float | None
+    nan: int
+    inf: int
+    zeros: int
+    size: int = 0
+    pos_inf: int = 0
+    neg_inf: int = 0
+    min_abs: float | None = None
+
+    @property
+    def finite(self) -> bool:
+        """True when the tensor holds no NaN and no infinity."""
+        return self.nan == 0 and self.inf == 0
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """A line of the user's own code (never TensorFlow's, Keras's or the doctor's)."""
+
+    file: str
+    line: int
+    code: str
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The first op that produced a non-finite value from finite inputs.
+
+    For a backward op, `op` is the gradient op's type and `gradient_of` the forward
+    op type whose gradient it computes; `source` is the user's line that created
+    that forward op.
+    """
+
+    op: str
+    op_name: str
+    layer: str | None
+    source: SourceLine | None
+    gradient_of: str | None
+    inputs: tuple[TensorStats, ...]
+    outputs: tuple[TensorStats, ...]
+    input_values: tuple[tuple[float, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A remedy the doctor proposes, with code that fits the user's line."""
+
+    family: str
+    title: str
+    code: str
+    verified: bool | None = None
+    evidence: str | None = None
+
+
+@dataclass(frozen=True)
+class NotFix:
+    """A common remedy that will not help here, and why."""
+
+    remedy: str
+    why: str
+
+
+@dataclass(frozen=True)
+class BreakPoint:
+    """The op where a gradient path from the loss to some variables breaks."""
+
+    op: str
+    source: SourceLine | None
+
+
+@dataclass(frozen=True)
+class Disconnected:
+    """Variables the user asked to train that received no gradient."""
+
+    variables: tuple[str, ...]
+    all: bool
+    break_point: BreakPoint | None
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How far a risky op's input is from the value where it leaves the finite range."""
+
+    limit: float
+    value: float
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed problem (or, in the report's `warnings`, one early warning)."""
+
+    category: str
+    step: int | None
+    phase: str | None
+    origin: Origin | None
+    explanation: str
+    not_fixes: tuple[NotFix, ...] = ()
+    fixes: tuple[Fix, ...] = ()
+    disconnected: Disconnected | None = None
+    forecast_step: int | None = None
+    headroom: Headroom | None = None
+    notes: tuple[str, ...] = field(default=())

@@ -1,0 +1,95 @@
+"""Rewrite a line that calls exp so that its input stays below the overflow limit."""
+
+from __future__ import annotations
+
+import math
+
+from gradient_doctor.core.dtype_limits import DtypeLimits
+from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.knowledge.source_rewrite import (
+    assigned_name,
+    find_call,
+    is_identifier,
+    replace_span,
+)
+from gradient_doctor.core.knowledge.spelling import spell
+from gradient_doctor.core.knowledge.wording import format_number
+
+_SHIFT_TITLE = "Subtract the maximum before exp (a softmax's result is unchanged)"
+
+
+def looks_like_softmax(code: str) -> bool:
+    """True when the line normalises an exp by its sum, or says softmax."""
+    lowered = code.lower()
+    return "softmax" in lowered or ("exp(" in lowered and "sum(" in lowered and "/" in code)
+
+
+def stable_softmax(code: str) -> Fix:
+    """Shift the exp's input by its maximum; offer the library softmax for a softmax line.
+
+    Args:
+        code: str, the user's line, e.g. "w = tf.exp(scores)" ("" when unknown).
+
+    Returns:
+        A `stable_softmax` fix; a generic one when the line has no parsable exp call.
+    """
+    call = find_call(code, ("exp",))
+    if call is None or not call.args:
+        return Fix(
+            "stable_softmax",
+            _SHIFT_TITLE,
+            "x = x - tf.reduce_max(x, axis=-1, keepdims=True)  # just before exp(x)\n"
+            "# or, for a softmax, let the library do it:\n"
+            "probs = tf.nn.softmax(x, axis=-1)",
+        )
+    arg = call.args[0]
+    shift = f"{spell(call, 'max')}({arg}, axis=-1, keepdims=True)"
+    if is_identifier(arg):
+        lines = [f"{arg} = {arg} - {shift}", code]
+    else:
+        shifted = call.with_argument(0, "shifted")
+        lines = [f"shifted = ({arg}) - {shift}", code.replace(call.text, shifted)]
+    if looks_like_softmax(code):
+        target = assigned_name(code) or "probs"
+        lines += ["# or let the library do it:", f"{target} = {spell(call, 'softmax')}({arg}, axis=-1)"]
+    return Fix("stable_softmax", _SHIFT_TITLE, "\n".join(lines))
+
+
+def stable_logsumexp(code: str) -> Fix | None:
+    """Replace log(sum(exp(x))) on the line by logsumexp(x); None when absent."""
+    log = find_call(code, ("log",))
+    inner = find_call(log.args[0], ("reduce_sum", "sum")) if log and log.args else None
+    exp = find_call(inner.args[0], ("exp",)) if inner and inner.args else None
+    if exp is None or not exp.args:
+        return None
+    keywords = "".join(f", {key}={value}" for key, value in inner.kwargs)
+    axis = f", {inner.args[1]}" if len(inner.args) > 1 else ""
+    logsumexp = f"{spell(exp, 'logsumexp')}({exp.args[0]}{axis}{keywords})"
+    return Fix(
+        "stable_logsumexp",
+        "Compute log(sum(exp(x))) as logsumexp(x), which never overflows",
+        replace_span(code, log.start, log.end, logsumexp),
+    )
+
+
+def clip_exp_input(code: str, names: tuple[str, ...], limits: DtypeLimits) -> Fix | None:
+    """Keep the input of exp, expm1, cosh or sinh below the overflow limit.
+
+    Not offered for a softmax line (the shift is exact there) or a line without such
+    a call (clipping blindly elsewhere would hide the cause).
+    """
+    call = find_call(code, names)
+    if call is None or not call.args or looks_like_softmax(code):
+        return None
+    bound = format_number(float(math.floor(0.9 * limits.exp_limit)))
+    arg = call.args[0]
+    if call.name in ("exp", "expm1"):
+        guarded = f"{spell(call, 'minimum')}({arg}, {bound}.0)"
+    else:
+        guarded = f"{spell(call, 'clip')}({arg}, -{bound}.0, {bound}.0)"
+    return Fix(
+        "clip_input_domain",
+        f"Keep the input of {call.name} below {bound} (its gradient is 0 beyond)",
+        replace_span(code, call.start, call.end, call.with_argument(0, guarded)),
+    )
+

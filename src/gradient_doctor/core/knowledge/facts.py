@@ -1,0 +1,43 @@
+"""Read the few facts rules need from an `Evidence`: the line, the dtype, the extremes."""
+
+from __future__ import annotations
+
+from gradient_doctor.core.dtype_limits import DtypeLimits, dtype_limits
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Origin, TensorStats
+
+
+def source_code(evidence: Evidence) -> str:
+    """The user's line that created the origin op, or "" when none is known."""
+    origin = evidence.origin
+    return origin.source.code.strip() if origin and origin.source else ""
+
+
+def origin_dtype(origin: Origin) -> str:
+    """The dtype the op computed in: its first output's, else its first input's."""
+    for stats in origin.outputs + origin.inputs:
+        return stats.dtype
+    return "float32"
+
+
+def limits_of(origin: Origin) -> DtypeLimits:
+    """The numeric limits of the op's dtype."""
+    return dtype_limits(origin_dtype(origin))
+
+
+def input_at(origin: Origin, index: int) -> TensorStats | None:
+    """The op's input number `index`, or None when it has fewer inputs."""
+    return origin.inputs[index] if index < len(origin.inputs) else None
+
+
+def largest_magnitude(stats: TensorStats | None) -> float | None:
+    """The largest |value| among a tensor's finite values, or None when unknown."""
+    if stats is None:
+        return None
+    ends = [abs(end) for end in (stats.min, stats.max) if end is not None]
+    return max(ends) if ends else None
+
+
+def outputs_inf(origin: Origin) -> bool:
+    """True when some output of the op holds an infinity."""
+    return any(stats.inf for stats in origin.outputs)

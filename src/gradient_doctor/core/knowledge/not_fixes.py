@@ -1,0 +1,56 @@
+"""The remedies users try first that cannot help, with the reason, for each kind of cause."""
+
+from __future__ import annotations
+
+from gradient_doctor.core.findings import NotFix
+
+
+def forward_not_fixes(problem: str) -> tuple[NotFix, ...]:
+    """Remedies that cannot remove a problem born in the forward pass.
+
+    Args:
+        problem: str, what happens in the forward pass, e.g. "the overflow in Exp".
+
+    Returns:
+        gradient_clipping, lower_learning_rate and larger_batch, each with its reason.
+    """
+    return (
+        NotFix(
+            "gradient_clipping",
+            f"Clipping acts on gradients; {problem} happens in the forward pass before any "
+            "gradient exists.",
+        ),
+        NotFix(
+            "lower_learning_rate",
+            f"A smaller learning rate only slows the drift of the weights that lead to "
+            f"{problem}: it delays it, it does not remove it.",
+        ),
+        NotFix(
+            "larger_batch",
+            f"A larger batch averages the gradients but computes the forward pass the same "
+            f"way: it may delay {problem}, not remove it.",
+        ),
+    )
+
+
+def nan_gradient_not_fixes(cause: str) -> tuple[NotFix, ...]:
+    """Remedies that act on gradients after they are computed, so cannot undo a NaN.
+
+    Args:
+        cause: str, where the NaN comes from, e.g. "the data".
+
+    Returns:
+        gradient_clipping and lower_learning_rate, each with its reason.
+    """
+    return (
+        NotFix(
+            "gradient_clipping",
+            f"The NaN comes from {cause}. Clipping a NaN gives NaN, and "
+            "tf.clip_by_global_norm of a NaN norm turns every gradient NaN.",
+        ),
+        NotFix(
+            "lower_learning_rate",
+            f"The NaN comes from {cause}; the learning rate scales the gradient after it is "
+            "computed, and a NaN times a smaller rate is still NaN.",
+        ),
+    )

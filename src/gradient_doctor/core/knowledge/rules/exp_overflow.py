@@ -1,0 +1,90 @@
+"""Exp-like ops (Exp, Expm1, Cosh, Sinh, Pow) whose result overflowed the dtype's range."""
+
+from __future__ import annotations
+
+import math
+
+from gradient_doctor.core.dtype_limits import HALF_PRECISION
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Fix, Origin
+from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.facts import (
+    input_at,
+    largest_magnitude,
+    limits_of,
+    origin_dtype,
+    outputs_inf,
+    source_code,
+)
+from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.exp_rewrite import (
+    clip_exp_input,
+    stable_logsumexp,
+    stable_softmax,
+)
+from gradient_doctor.core.knowledge.wording import at_step, format_number, op_place
+
+# The function names that create each op in user code, for rewriting the line.
+CALL_NAMES = {
+    "Exp": ("exp",),
+    "Expm1": ("expm1",),
+    "Cosh": ("cosh",),
+    "Sinh": ("sinh",),
+    "Pow": ("pow", "power"),
+}
+OPS = frozenset(CALL_NAMES)
+_EXP_LIKE = frozenset({"Exp", "Expm1"})
+
+
+def diagnose(evidence: Evidence) -> Diagnosis | None:
+    """Explain a forward overflow of an exp-like op; decline anything else."""
+    origin = evidence.origin
+    if origin is None or evidence.phase != "forward" or not outputs_inf(origin):
+        return None
+    code = source_code(evidence)
+    return Diagnosis(
+        category="forward_overflow",
+        explanation=explain(origin, evidence.step),
+        not_fixes=forward_not_fixes(f"the overflow in {origin.op}"),
+        fixes=_fixes(origin, code),
+    )
+
+
+def explain(origin: Origin, step: int | None) -> str:
+    """Say how far the input went and where the dtype's limit is."""
+    limits = limits_of(origin)
+    dtype = origin_dtype(origin)
+    where = f"{op_place(origin)}{at_step(step)}"
+    base = input_at(origin, 0)
+    if origin.op == "Pow":
+        exponent = input_at(origin, 1)
+        power = f" with exponent up to {format_number(exponent.max)}" if exponent else ""
+        return (
+            f"The base of {where} reached {format_number(largest_magnitude(base))}{power}; "
+            f"{dtype} values overflow above {format_number(limits.max)}."
+        )
+    if origin.op in _EXP_LIKE:
+        reached, limit = (base.max if base else None), limits.exp_limit
+        subject = "The input to"
+    else:
+        reached, limit = largest_magnitude(base), limits.exp_limit + math.log(2.0)
+        subject = "The magnitude of the input to"
+    name = origin.op.lower()
+    return (
+        f"{subject} {where} reached {format_number(reached)}; "
+        f"{dtype} {name} overflows above {format_number(limit)}."
+    )
+
+
+def _fixes(origin: Origin, code: str) -> tuple[Fix, ...]:
+    """Most specific first: a rewrite of the user's line, then the upstream causes."""
+    names = CALL_NAMES[origin.op]
+    fixes: list[Fix | None] = []
+    if origin_dtype(origin) in HALF_PRECISION:
+        fixes.append(remedies.float32_island(code, names))
+    if origin.op in _EXP_LIKE:
+        fixes += [stable_logsumexp(code), stable_softmax(code)]
+    fixes += [remedies.constrain_weights(origin), remedies.normalize_input()]
+    fixes.append(clip_exp_input(code, names, limits_of(origin)))
+    return tuple(fix for fix in fixes if fix is not None)

@@ -1,0 +1,76 @@
+"""How each array namespace (TensorFlow, keras.ops, numpy) spells the helpers fixes use."""
+
+from __future__ import annotations
+
+from string import Formatter
+
+from gradient_doctor.core.knowledge.source_rewrite import Call
+
+# "{p}" stands for the user's own prefix, e.g. "keras.ops." or "ops.".
+_SPELLINGS = {
+    "tf": {
+        "max": "tf.reduce_max",
+        "sum": "tf.reduce_sum",
+        "softmax": "tf.nn.softmax",
+        "logsumexp": "tf.reduce_logsumexp",
+        "clip": "tf.clip_by_value",
+        "divide_no_nan": "tf.math.divide_no_nan",
+        "log": "tf.math.log",
+    },
+    "keras": {
+        name: "{p}" + name
+        for name in ("max", "sum", "softmax", "logsumexp", "clip", "divide_no_nan", "log")
+    },
+    "np": {
+        "max": "np.max",
+        "sum": "np.sum",
+        "softmax": "scipy.special.softmax",
+        "logsumexp": "scipy.special.logsumexp",
+        "clip": "np.clip",
+        "log": "np.log",
+    },
+}
+
+
+def spell(call: Call | None, helper: str) -> str:
+    """Spell a helper ("max", "sum", "clip", "sqrt", ...) the way the user's code does.
+
+    Code that calls `keras.ops.*` gets `keras.ops.*` helpers and numpy code numpy's;
+    anything else (`tf.*`, `tf.math.*`, `K.*`, unparsed lines) gets TensorFlow's.
+    Helpers named alike everywhere ("sqrt", "maximum", "where", "ones_like") take the
+    namespace's prefix.
+
+    Args:
+        call: the user's call the fix rewrites, or None when the line did not parse.
+        helper: the helper's generic name.
+
+    Returns:
+        The helper's full name, e.g. "tf.reduce_max" or "keras.ops.max".
+    """
+    prefix = call.prefix if call is not None else "tf."
+    if "ops." in prefix:
+        family = "keras"
+    elif prefix in ("np.", "numpy."):
+        family = "np"
+    else:
+        family, prefix = "tf", "tf."
+    spelled = _SPELLINGS[family].get(helper) or _SPELLINGS["tf"].get(helper)
+    if spelled is None:
+        return prefix + helper
+    return spelled.replace("{p}", prefix)
+
+
+def fill(template: str, call: Call | None, arg: str) -> str:
+    """Fill a guard template such as "{clip}({arg}, 1e-7, 1.0)" for the user's call.
+
+    Args:
+        template: str, with "{arg}" for the argument and "{helper}" for each helper.
+        call: the user's call, which decides the namespace (see `spell`).
+        arg: str, the argument's text.
+
+    Returns:
+        The filled template, e.g. "tf.clip_by_value(p, 1e-7, 1.0)".
+    """
+    helpers = {field for _, field, _, _ in Formatter().parse(template) if field}
+    names = {helper: spell(call, helper) for helper in helpers - {"arg"}}
+    return template.format(arg=arg, **names)

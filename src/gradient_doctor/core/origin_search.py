@@ -1,0 +1,97 @@
+"""Walk a replayed step's op trace back from the bad results to the op that started it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradient_doctor.core.op_trace import OpEvent
+
+# Ops that pick values from one of two branches: a non-finite value in the branch
+# not taken does not reach their output, but still poisons the gradient.
+SELECT_OPS = frozenset({"Select", "SelectV2"})
+
+
+@dataclass(frozen=True)
+class OriginSearch:
+    """Result of the walk.
+
+    Attributes:
+        origin: the earliest op, in execution order, that produced a non-finite
+            value from finite inputs and whose non-finite values reach the bad
+            results; None when the non-finite values came from outside the step.
+        forward_op: for a backward origin, the forward op whose gradient it is.
+        unproduced_ids: non-finite tensors on the path that no traced op produced
+            (the step's inputs or variables).
+        masked_by_select: the forward op's non-finite output fed a select op.
+    """
+
+    origin: OpEvent | None
+    forward_op: OpEvent | None
+    unproduced_ids: tuple[int, ...]
+    masked_by_select: bool
+
+
+def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
+    """Find the first op whose non-finite output reaches any of `bad_ids`.
+
+    Only non-finite values that actually flow into the bad results count: an
+    intended `-inf` attention mask that a softmax turns into zeros is never
+    blamed, because the walk stops wherever a value becomes finite again.
+
+    Args:
+        events: the trace, in execution order.
+        bad_ids: ids of the non-finite tensors that matter (the loss, gradients).
+
+    Returns:
+        An `OriginSearch`.
+    """
+    producer: dict[int, OpEvent] = {}
+    for event in events:
+        for tensor_id in event.output_ids:
+            producer.setdefault(tensor_id, event)
+
+    creators: list[OpEvent] = []
+    unproduced: list[int] = []
+    visited: set[int] = set()
+    pending = list(bad_ids)
+    while pending:
+        tensor_id = pending.pop()
+        if tensor_id in visited:
+            continue
+        visited.add(tensor_id)
+        event = producer.get(tensor_id)
+        if event is None:
+            unproduced.append(tensor_id)
+            continue
+        bad_inputs = [i for i, stats in zip(event.input_ids, event.inputs) if not stats.finite]
+        if bad_inputs:
+            pending.extend(bad_inputs)
+        else:
+            creators.append(event)
+
+    origin = min(creators, key=lambda e: e.index) if creators else None
+    forward_op = None
+    masked = False
+    if origin is not None and origin.forward_index is not None:
+        forward_op = events[origin.forward_index]
+        masked = _feeds_select_while_nonfinite(events, forward_op)
+    return OriginSearch(origin, forward_op, tuple(sorted(set(unproduced))), masked)
+
+
+def _feeds_select_while_nonfinite(events: list[OpEvent], forward_op: OpEvent) -> bool:
+    """True when `forward_op` produced non-finite values that a select op consumed."""
+    bad_outputs = {i for i, s in zip(forward_op.output_ids, forward_op.outputs) if not s.finite}
+    if not bad_outputs:
+        return False
+    frontier = set(bad_outputs)
+    # Follow the non-finite values forward (through elementwise ops that keep
+    # them non-finite) until a select swallows them.
+    for event in events[forward_op.index + 1 :]:
+        if event.phase != "forward":
+            continue
+        if not frontier.intersection(event.input_ids):
+            continue
+        if event.op_type in SELECT_OPS:
+            return True
+        frontier.update(i for i, s in zip(event.output_ids, event.outputs) if not s.finite)
+    return False

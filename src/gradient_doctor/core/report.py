@@ -1,0 +1,33 @@
+"""The whole outcome of a watched run: the model that every renderer draws from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradient_doctor.core.findings import Finding
+
+SCHEMA = "gradient-doctor/report/v1"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the doctor found in one run.
+
+    Attributes:
+        script: the training script as the user named it (None for API use).
+        steps_watched: optimizer steps the doctor saw.
+        problems: findings that stopped (or would have stopped) training.
+        warnings: findings raised while the run was still finite.
+        script_error: a non-numeric exception the script raised, as text.
+    """
+
+    script: str | None
+    steps_watched: int
+    problems: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+    script_error: str | None = None
+
+    @property
+    def status(self) -> str:
+        """"problem" when anything went wrong, else "healthy"."""
+        return "problem" if self.problems or self.script_error else "healthy"

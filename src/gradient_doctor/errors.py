@@ -1,0 +1,29 @@
+"""The doctor's exceptions: one base class, one subclass per kind of problem."""
+
+from __future__ import annotations
+
+
+class DoctorError(Exception):
+    """Base class of every error the doctor raises."""
+
+
+class UsageError(DoctorError):
+    """The doctor was called with arguments it cannot use."""
+
+
+class TrainingStopped(DoctorError):
+    """Training was stopped because the doctor diagnosed a numerical problem.
+
+    Attributes:
+        finding: the diagnosis (a `Finding`).
+    """
+
+    def __init__(self, finding) -> None:
+        self.finding = finding
+        where = ""
+        if finding.origin is not None and finding.origin.source is not None:
+            where = f" at {finding.origin.source.file}:{finding.origin.source.line}"
+        super().__init__(
+            f"gradient-doctor stopped training at step {finding.step}: "
+            f"{finding.category}{where}. The weights are still those of the last good step."
+        )

@@ -1,0 +1,56 @@
+"""Keep the failing step's batch in variables, written only when the guard trips."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+class BatchStash:
+    """One shape-free variable per tensor of a batch structure.
+
+    The variables are created while the step is first traced (the only time a
+    `tf.function` allows it) and written only in the guard's failure branch, so
+    the happy path never copies the batch.
+    """
+
+    def __init__(self) -> None:
+        self._structure = None
+        self._variables: list[tf.Variable] | None = None
+        self.unavailable_reason: str | None = None
+
+    def assign_ops(self, batch) -> list:
+        """Ops that copy `batch` into the stash (empty when it cannot be kept)."""
+        leaves = [t for t in tf.nest.flatten(batch) if t is not None]
+        if not all(isinstance(t, tf.Tensor) for t in leaves):
+            self.unavailable_reason = "the batch holds ragged, sparse or non-tensor values"
+            return []
+        if self._variables is None:
+            try:
+                with tf.init_scope():
+                    self._variables = [
+                        tf.Variable(
+                            tf.zeros([0], t.dtype),
+                            shape=tf.TensorShape(None),
+                            trainable=False,
+                            name="gradient_doctor_batch",
+                        )
+                        for t in leaves
+                    ]
+            except ValueError as error:  # a retrace may not create variables
+                self.unavailable_reason = str(error).splitlines()[0]
+                return []
+            self._structure = batch
+        if len(leaves) != len(self._variables) or any(
+            v.dtype != t.dtype for v, t in zip(self._variables, leaves)
+        ):
+            self.unavailable_reason = "the batch structure changed between steps"
+            return []
+        return [v.assign(t) for v, t in zip(self._variables, leaves)]
+
+    def restore(self):
+        """The kept batch, as concrete tensors in the original structure, or None."""
+        if self._variables is None:
+            return None
+        values = iter([tf.identity(v) for v in self._variables])
+        leaves = [None if t is None else next(values) for t in tf.nest.flatten(self._structure)]
+        return tf.nest.pack_sequence_as(self._structure, leaves)

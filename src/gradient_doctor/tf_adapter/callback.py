@@ -1,0 +1,72 @@
+"""`Doctor`: the Keras callback that watches `model.fit`."""
+
+from __future__ import annotations
+
+import warnings
+
+import keras
+
+from gradient_doctor.core.report import Report
+from gradient_doctor.tf_adapter.input_scan import keras_batch_names
+from gradient_doctor.tf_adapter.model_hooks import ModelHook
+from gradient_doctor.tf_adapter.watcher import Watcher, print_finding
+
+
+class Doctor(keras.callbacks.Callback):
+    """Watch `model.fit` for non-finite losses and gradients, and diagnose them.
+
+    At the first step whose loss or gradients are not finite the update is
+    skipped (the weights stay at the last good step), the step is replayed op by
+    op, and the diagnosis is printed and kept in `doctor.report()`.
+
+    Args:
+        stop_on_problem: bool. Stop training at the first problem. Pass False to
+            keep training and only record (bad updates are still skipped).
+            Defaults to True.
+        verbose: bool. Print each diagnosis when it is made. Defaults to True.
+
+    Example:
+        >>> doctor = gradient_doctor.Doctor()
+        >>> model.fit(x, y, callbacks=[doctor])
+        >>> doctor.report().status
+        'healthy'
+    """
+
+    def __init__(self, stop_on_problem: bool = True, verbose: bool = True, watcher=None) -> None:
+        super().__init__()
+        if not isinstance(stop_on_problem, bool):
+            raise TypeError(
+                f"`stop_on_problem` must be a bool. Received: stop_on_problem={stop_on_problem!r}"
+            )
+        self.watcher = watcher or Watcher(stop_on_problem, print_finding if verbose else None)
+        self._hook: ModelHook | None = None
+
+    def on_train_begin(self, logs=None) -> None:
+        if not self.model.trainable_weights:
+            warnings.warn(
+                "gradient-doctor: the model has no trainable variables, so there are no "
+                "gradients to watch. Check `layer.trainable` and that the model was built.",
+                stacklevel=2,
+            )
+            return
+        if self._hook is None or self._hook.model is not self.model:
+            self._hook = ModelHook(self.model, self.watcher)
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        if self._hook is None:
+            return
+        hook = self._hook
+        finding = self.watcher.after_step(
+            hook.replay_call, lambda: keras_batch_names(hook.kept_batch())
+        )
+        if finding is not None and self.watcher.stop_on_problem:
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None) -> None:
+        if self._hook is not None:
+            self._hook.detach()
+            self._hook = None
+
+    def report(self, script: str | None = None) -> Report:
+        """What the doctor found so far."""
+        return self.watcher.report(script)

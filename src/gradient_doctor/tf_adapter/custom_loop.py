@@ -1,0 +1,80 @@
+"""Watching custom training loops: a step wrapper, shared by `watch()` and `run`."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from gradient_doctor.errors import TrainingStopped
+from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter.input_scan import named_leaves
+from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
+
+
+def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, object]]:
+    """The step's arguments named as in its signature (x, y, ...), flattened."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        items = list(bound.arguments.items())
+    except (TypeError, ValueError):
+        items = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    return [pair for name, value in items for pair in named_leaves(value, name)]
+
+
+def call_watched_step(
+    watcher, fn: Callable, args: tuple, kwargs: dict, marker: object, signature_of=None
+):
+    """Run one step of a custom loop under the guard, then check it.
+
+    `marker` is any object that remembers (as an attribute) whether tracing
+    `fn` ever reached an optimizer update: only such calls count as steps.
+    `signature_of` names the arguments when `fn` itself has no useful signature.
+
+    Raises:
+        TrainingStopped: the step was not finite and `watcher.stop_on_problem`.
+    """
+    if step_context.current_recorder() is not None or not tf.executing_eagerly():
+        return fn(*args, **kwargs)  # a replay, or a call traced inside another step
+    scope = StepScope()
+    with step_scope(scope):
+        result = fn(*args, **kwargs)
+    if scope.applied:
+        setattr(marker, "_gradient_doctor_updates", True)
+    if not getattr(marker, "_gradient_doctor_updates", False):
+        return result
+    finding = watcher.after_step(
+        lambda: StepCall(fn, args, kwargs), lambda: argument_names(signature_of or fn, args, kwargs)
+    )
+    if finding is not None and watcher.stop_on_problem:
+        raise TrainingStopped(finding)
+    return result
+
+
+class WatchedStep:
+    """A training step function watched by the doctor (see `gradient_doctor.watch`)."""
+
+    def __init__(self, fn: Callable, watcher) -> None:
+        self._fn = fn
+        self.watcher = watcher
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "step")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        return call_watched_step(self.watcher, self._fn, args, kwargs, self)
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        method = self._fn.__get__(instance, owner)
+
+        def bound_step(*args, **kwargs):
+            return call_watched_step(self.watcher, method, args, kwargs, self)
+
+        return bound_step
+
+    def report(self, script: str | None = None):
+        """What the doctor found so far."""
+        return self.watcher.report(script)

@@ -1,0 +1,133 @@
+"""The guard: per-step finite checks fused into the compiled step, and the skip."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from gradient_doctor.tf_adapter import step_context
+
+# Layout of the guard's one statistics variable, read back once per step.
+_TRIPPED, _GRAD_NORM, _LOSS = 0, 1, 2
+_STATS_SIZE = 3
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What the guard saw in the most recent step."""
+
+    tripped: bool
+    grad_norm: float
+    loss: float
+
+
+def gradient_values(gradient):
+    """The dense values of a gradient: an `IndexedSlices`' values are not densified."""
+    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
+
+
+class Guard:
+    """A latch and the last step's statistics, shared by every watched optimizer.
+
+    Once a step's loss or gradients are non-finite the latch closes: that update
+    and every later one is skipped until `reset`, so the weights stay at the last
+    good state however long Python takes to notice.
+    """
+
+    def __init__(self) -> None:
+        self._stats: tf.Variable | None = None
+
+    def _variable(self) -> tf.Variable:
+        if self._stats is None:
+            with tf.init_scope():
+                self._stats = tf.Variable(
+                    tf.zeros([_STATS_SIZE], tf.float32),
+                    trainable=False,
+                    name="gradient_doctor_stats",
+                )
+        return self._stats
+
+    def read(self) -> StepStats:
+        """Read the statistics back (one small host copy)."""
+        if self._stats is None:
+            return StepStats(False, 0.0, 0.0)
+        values = self._stats.numpy()
+        return StepStats(bool(values[_TRIPPED] > 0), float(values[_GRAD_NORM]), float(values[_LOSS]))
+
+    def reset(self) -> None:
+        """Open the latch again, so that training can go on."""
+        if self._stats is not None:
+            self._stats.assign(tf.zeros([_STATS_SIZE], tf.float32))
+
+    def apply(self, original_apply, optimizer, grads, trainable_variables=None):
+        """Run `original_apply(grads, trainable_variables)` only when the step is finite.
+
+        Adds to the step: one sum of squares per gradient (fused into the global
+        norm), an exact finite check that runs only when that norm is not finite,
+        and a `cond` around the update. Nothing is copied on the happy path.
+        """
+        recorder = step_context.current_recorder()
+        if recorder is not None:
+            recorder.record_gradients(list(grads), trainable_variables)
+            return None
+        grads = list(grads)
+        float_grads = [
+            gradient_values(g) for g in grads if g is not None and g.dtype.is_floating
+        ]
+        if not float_grads:
+            return original_apply(grads, trainable_variables)
+        _build_optimizer(optimizer, grads, trainable_variables)
+        scope = step_context.current_scope()
+        squares = [
+            tf.reduce_sum(tf.square(g if g.dtype == tf.float32 else tf.cast(g, tf.float32)))
+            for g in float_grads
+        ]
+        sum_of_squares = tf.add_n(squares)
+        maybe_bad = tf.logical_not(tf.math.is_finite(sum_of_squares))
+        grads_finite = tf.cond(
+            maybe_bad,
+            lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in float_grads]),
+            lambda: tf.constant(True),
+        )
+        loss = _scalar_loss(step_context.take_loss())
+        stats = self._variable()
+        ok = tf.logical_and(
+            tf.logical_and(grads_finite, tf.math.is_finite(loss)), stats[_TRIPPED] <= 0
+        )
+
+        def update():
+            original_apply(grads, trainable_variables)
+            return tf.constant(True)
+
+        def skip():
+            keep = scope.stash.assign_ops(scope.batch) if scope and scope.stash else []
+            with tf.control_dependencies(keep):
+                return tf.constant(False)
+
+        tf.cond(ok, update, skip)
+        stats.assign(
+            tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss])
+        )
+        step_context.mark_applied()
+        return None
+
+
+def _build_optimizer(optimizer, grads, trainable_variables) -> None:
+    """Create the optimizer's slots now: a `cond` branch may not create variables."""
+    if getattr(optimizer, "built", True) or trainable_variables is None:
+        return
+    from keras.src import backend  # the same scope Keras builds optimizers in
+
+    with backend.name_scope(optimizer.name, caller=optimizer):
+        optimizer.build(list(trainable_variables))
+    optimizer.built = True
+
+
+def _scalar_loss(loss) -> tf.Tensor:
+    """The step's loss as one float32 scalar; 0 when unknown or from another graph."""
+    if loss is None or not isinstance(loss, tf.Tensor | tf.Variable) or not loss.dtype.is_floating:
+        return tf.constant(0.0)
+    if not tf.executing_eagerly() and getattr(loss, "graph", None) is not tf.compat.v1.get_default_graph():
+        return tf.constant(0.0)
+    return tf.reduce_mean(tf.cast(loss, tf.float32))

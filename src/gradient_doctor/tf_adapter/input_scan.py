@@ -1,0 +1,52 @@
+"""Find non-finite values in a step's input batch: which tensor, which rows, which features."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradient_doctor.core.evidence import BadInput
+
+MAX_LISTED = 10
+
+
+def named_leaves(value, name: str) -> list[tuple[str, object]]:
+    """Flatten nested tuples, lists and dicts into (readable path, leaf) pairs."""
+    if isinstance(value, dict):
+        return [pair for key in value for pair in named_leaves(value[key], f"{name}[{key!r}]")]
+    if isinstance(value, list | tuple):
+        return [pair for i, item in enumerate(value) for pair in named_leaves(item, f"{name}[{i}]")]
+    return [(name, value)]
+
+
+def scan(named: list[tuple[str, object]]) -> tuple[BadInput, ...]:
+    """Report every floating tensor among `named` that holds NaN or Inf."""
+    found = []
+    for name, tensor in named:
+        dtype = getattr(tensor, "dtype", None)
+        if dtype is None or not getattr(dtype, "is_floating", False):
+            continue
+        array = np.asarray(tensor).astype(np.float64)
+        bad = ~np.isfinite(array)
+        if not bad.any():
+            continue
+        rows = np.nonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[0] if array.ndim else []
+        columns = np.nonzero(bad.reshape(-1, bad.shape[-1]).any(axis=0))[0] if array.ndim > 1 else []
+        found.append(
+            BadInput(
+                tensor=name,
+                shape=tuple(int(d) for d in array.shape),
+                nan=int(np.isnan(array).sum()),
+                inf=int(np.isinf(array).sum()),
+                rows=tuple(int(r) for r in rows[:MAX_LISTED]),
+                columns=tuple(int(c) for c in columns[:MAX_LISTED]),
+            )
+        )
+    return tuple(found)
+
+
+def keras_batch_names(data) -> list[tuple[str, object]]:
+    """Name the parts of a Keras `(x, y, sample_weight)` batch as a user would."""
+    if isinstance(data, tuple) and 1 <= len(data) <= 3:
+        names = ("x", "y", "sample_weight")
+        return [pair for part, n in zip(data, names) for pair in named_leaves(part, n)]
+    return named_leaves(data, "x")

@@ -1,0 +1,66 @@
+"""Turn a tripped step into evidence: scan the batch, replay the step, walk to the origin."""
+
+from __future__ import annotations
+
+from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.findings import Origin
+from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.core.origin_search import find_origin
+from gradient_doctor.tf_adapter import input_scan
+from gradient_doctor.tf_adapter.replay import ReplayResult, replay_step
+from gradient_doctor.tf_adapter.step_context import StepCall
+from gradient_doctor.tf_adapter.tensor_summary import sample_values
+
+
+def localize(
+    call: StepCall | None,
+    step: int,
+    named_inputs: list[tuple[str, object]],
+    history: StepHistory,
+    setup: TrainingSetup,
+    loss_only: bool = False,
+) -> Evidence:
+    """Gather the evidence about one failing step.
+
+    Args:
+        call: the step to replay, or None when the step cannot be run again.
+        step: 0-based index of the failing step.
+        named_inputs: the step's input tensors with readable names.
+        history: recent per-step statistics.
+        setup: optimizer settings.
+        loss_only: the loss was non-finite while every gradient was finite.
+    """
+    bad_inputs = input_scan.scan(named_inputs)
+    if call is None:
+        return Evidence(step, None, None, bad_inputs=bad_inputs, history=history,
+                        setup=setup, reproduced=False, loss_only=loss_only)
+    result = replay_step(call)
+    search = find_origin(result.events, result.bad_ids)
+    origin_event = search.origin
+    origin = _origin(origin_event, result) if origin_event is not None else None
+    forward_outputs = search.forward_op.outputs if search.forward_op is not None else ()
+    return Evidence(
+        step=step,
+        phase=origin_event.phase if origin_event is not None else None,
+        origin=origin,
+        forward_outputs=forward_outputs,
+        masked_by_select=search.masked_by_select,
+        bad_inputs=bad_inputs,
+        history=history,
+        setup=setup,
+        reproduced=result.reproduced,
+        loss_only=loss_only,
+    )
+
+
+def _origin(event: OpEvent, result: ReplayResult) -> Origin:
+    return Origin(
+        op=event.op_type,
+        op_name=event.op_name,
+        layer=event.layer,
+        source=event.source,
+        gradient_of=event.gradient_of,
+        inputs=event.inputs,
+        outputs=event.outputs,
+        input_values=tuple(sample_values(result.tensors[i]) for i in event.input_ids),
+    )

@@ -1,0 +1,73 @@
+"""Attach the guard to a Keras model: its optimizer's updates and its `train_step`."""
+
+from __future__ import annotations
+
+import functools
+
+from gradient_doctor.tf_adapter.batch_stash import BatchStash
+from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
+
+_HOOKED = "_gradient_doctor_hooked"
+
+
+def guard_optimizer(optimizer, watcher) -> None:
+    """Route this optimizer's `apply` (and so `apply_gradients`) through the guard."""
+    if optimizer is None or getattr(optimizer, _HOOKED, None) is watcher:
+        return
+    if getattr(type(optimizer).apply, "_gradient_doctor_guarded", False):
+        return  # `gradient-doctor run` already guards every optimizer
+    original = type(optimizer).apply.__get__(optimizer)
+
+    @functools.wraps(original)
+    def apply(grads, trainable_variables=None):
+        return watcher.guard.apply(original, optimizer, grads, trainable_variables)
+
+    optimizer.apply = apply
+    setattr(optimizer, _HOOKED, watcher)
+
+
+class ModelHook:
+    """Wraps one model's `train_step` so a failing batch is kept for the replay."""
+
+    def __init__(self, model, watcher) -> None:
+        self.model = model
+        self.watcher = watcher
+        self.stash = BatchStash()
+        self.original_train_step = model.train_step
+
+        @functools.wraps(self.original_train_step)
+        def train_step(data):
+            with step_scope(StepScope(batch=data, stash=self.stash)):
+                return self.original_train_step(data)
+
+        model.train_step = train_step
+        for optimizer in _optimizers_of(model):
+            guard_optimizer(optimizer, watcher)
+        watcher.optimizer = getattr(model, "optimizer", None)
+        # fit() built its step before callbacks run: build it again around the hook.
+        model.make_train_function(force=True)
+
+    def replay_call(self) -> StepCall | None:
+        """The failing step, ready to run again on the kept batch."""
+        data = self.stash.restore()
+        return None if data is None else StepCall(self.original_train_step, (data,))
+
+    def kept_batch(self):
+        """The failing batch as kept by the guard, or None."""
+        return self.stash.restore()
+
+    def detach(self) -> None:
+        """Give the model back its own `train_step`."""
+        self.model.train_step = self.original_train_step
+        self.model.make_train_function(force=True)
+
+
+def _optimizers_of(model) -> list:
+    """The model's optimizer plus optimizers held as attributes (a GAN's two)."""
+    found = [model.optimizer] if getattr(model, "optimizer", None) is not None else []
+    import keras
+
+    for value in vars(model).values():
+        if isinstance(value, keras.optimizers.Optimizer) and value not in found:
+            found.append(value)
+    return found

@@ -1,0 +1,244 @@
+"""Replay one training step eagerly, op by op, recording every op's values."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import tensorflow as tf
+from tensorflow.python.framework import op_callbacks, ops
+from tensorflow.python.ops import resource_variable_ops
+
+from gradient_doctor.core.findings import TensorStats
+from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter.guard import gradient_values
+from gradient_doctor.tf_adapter.source_frames import user_line
+from gradient_doctor.tf_adapter.step_context import StepCall
+from gradient_doctor.tf_adapter.tensor_summary import summarize
+
+# Ops that only move handles or read variables: no values worth checking.
+_SKIPPED_OPS = frozenset({"VarHandleOp", "AssignVariableOp", "NoOp", "DestroyResourceOp"})
+_replay_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replayed step did.
+
+    Attributes:
+        events: every op executed, in order.
+        bad_ids: ids of the non-finite gradients and losses of the first update
+            that would have been skipped (empty when the replay stayed finite).
+        tensors: the tensors behind every id, kept alive for inspection.
+        error: an exception the step raised while replaying, if any.
+    """
+
+    events: list[OpEvent]
+    bad_ids: list[int]
+    tensors: dict[int, object]
+    error: BaseException | None
+
+    @property
+    def reproduced(self) -> bool:
+        """True when the replay produced non-finite values again."""
+        return bool(self.bad_ids)
+
+
+def _layer_path() -> str | None:
+    try:
+        from keras.src.backend.common.name_scope import current_path
+    except ImportError:  # pragma: no cover - other Keras layouts
+        return None
+    return current_path() or None
+
+
+class _Recorder:
+    """Op callback, gradient-function wrapper and optimizer stand-in during a replay."""
+
+    def __init__(self) -> None:
+        self.events: list[OpEvent] = []
+        self.tensors: dict[int, object] = {}
+        self.stats: dict[int, TensorStats | None] = {}
+        self.applies: list[tuple[list, list]] = []
+        self.losses: list[object] = []
+        self._backward_depth = 0
+        self._gradient_of: list[tuple[str, int | None]] = []
+        self._forward_by_output: dict[int, int] = {}
+        self._forward_by_inputs: dict[tuple, int] = {}
+
+    # -- tensors -----------------------------------------------------------
+    def _track(self, tensor) -> int:
+        key = id(tensor)
+        if key not in self.tensors:
+            self.tensors[key] = tensor
+            self.stats[key] = summarize(tensor) if hasattr(tensor, "dtype") else None
+        return key
+
+    # -- op callback ----------------------------------------------------------
+    def on_op(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        if graph is not None or op_type in _SKIPPED_OPS:
+            return None
+        input_ids = tuple(self._track(t) for t in inputs)
+        output_ids = tuple(self._track(t) for t in outputs)
+        index = len(self.events)
+        backward = self._backward_depth > 0
+        gradient_of, forward_index = (None, None)
+        if backward and self._gradient_of:
+            gradient_of, forward_index = self._gradient_of[-1]
+        forward = self.events[forward_index] if forward_index is not None else None
+        layer = forward.layer if forward is not None else _layer_path()
+        source = forward.source if forward is not None else user_line()
+        prefix = "gradient_tape/" if backward else ""
+        self.events.append(
+            OpEvent(
+                index=index,
+                op_type=op_type,
+                op_name=f"{prefix}{layer + '/' if layer else ''}{op_type}",
+                layer=layer,
+                phase="backward" if backward else "forward",
+                gradient_of=gradient_of,
+                forward_index=forward_index,
+                input_ids=input_ids,
+                output_ids=output_ids,
+                inputs=tuple(s for i in input_ids if (s := self.stats[i]) is not None),
+                outputs=tuple(s for i in output_ids if (s := self.stats[i]) is not None),
+                source=source,
+            )
+        )
+        if not backward:
+            for key in output_ids:
+                self._forward_by_output[key] = index
+            self._forward_by_inputs[(op_type, input_ids)] = index
+        return None
+
+    # -- gradient functions ----------------------------------------------------
+    def _find_forward(self, op) -> int | None:
+        for tensor in getattr(op, "outputs", None) or ():
+            index = self._forward_by_output.get(id(tensor))
+            if index is not None and self.events[index].op_type == op.type:
+                return index
+        inputs = tuple(id(t) for t in getattr(op, "inputs", None) or ())
+        return self._forward_by_inputs.get((op.type, inputs))
+
+    def wrap_gradient_function(self, op_type: str, function):
+        def gradient_function(op, *grads):
+            self._gradient_of.append((op_type, self._find_forward(op)))
+            self._backward_depth += 1
+            try:
+                return function(op, *grads)
+            finally:
+                self._backward_depth -= 1
+                self._gradient_of.pop()
+
+        return gradient_function
+
+    @contextmanager
+    def backward(self, target) -> Iterator[None]:
+        """Mark ops run inside `tape.gradient` as backward; remember the target."""
+        self.losses.append(target)
+        self._backward_depth += 1
+        try:
+            yield
+        finally:
+            self._backward_depth -= 1
+
+    # -- optimizer stand-in ------------------------------------------------
+    def record_gradients(self, grads, variables) -> None:
+        self.applies.append((list(grads), list(variables) if variables is not None else []))
+
+    def bad_ids(self) -> list[int]:
+        """Non-finite gradients (and losses) of the first update that had any."""
+        losses_seen = 0
+        for grads, _ in self.applies:
+            bad = []
+            for g in grads:
+                if g is None:
+                    continue
+                key = self._track(gradient_values(g))
+                stats = self.stats[key]
+                if stats is not None and not stats.finite:
+                    bad.append(key)
+            for loss in self.losses[losses_seen:]:
+                key = self._track(loss)
+                stats = self.stats[key]
+                if stats is not None and not stats.finite:
+                    bad.append(key)
+            losses_seen = len(self.losses)
+            if bad:
+                return bad
+        trailing = [self._track(loss) for loss in self.losses[losses_seen:]]
+        return [k for k in trailing if self.stats[k] is not None and not self.stats[k].finite]
+
+
+@contextmanager
+def _snapshot_variable_writes() -> Iterator[None]:
+    """Undo every variable write the replay makes (BatchNorm statistics, metrics, seeds)."""
+    saved: dict[int, tuple[object, object]] = {}
+    cls = resource_variable_ops.BaseResourceVariable
+    originals = {name: getattr(cls, name) for name in ("assign", "assign_add", "assign_sub")}
+
+    def make(name):
+        original = originals[name]
+
+        def write(self, *args, **kwargs):
+            if id(self) not in saved:
+                saved[id(self)] = (self, tf.identity(self.read_value()))
+            return original(self, *args, **kwargs)
+
+        return write
+
+    for name in originals:
+        setattr(cls, name, make(name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(cls, name, original)
+        for variable, value in saved.values():
+            variable.assign(value)
+
+
+@contextmanager
+def _instrumented(recorder: _Recorder) -> Iterator[None]:
+    registry = ops._gradient_registry  # eager backprop looks gradient functions up here
+
+    class _WrappingRegistry:
+        def __getattr__(self, name):
+            return getattr(registry, name)
+
+        def lookup(self, name):
+            function = registry.lookup(name)
+            return None if function is None else recorder.wrap_gradient_function(name, function)
+
+    was_eager = tf.config.functions_run_eagerly()
+    ops._gradient_registry = _WrappingRegistry()
+    tf.config.run_functions_eagerly(True)
+    op_callbacks.add_op_callback(recorder.on_op)
+    try:
+        with step_context.recording(recorder), _snapshot_variable_writes():
+            yield
+    finally:
+        op_callbacks.remove_op_callback(recorder.on_op)
+        tf.config.run_functions_eagerly(was_eager)
+        ops._gradient_registry = registry
+
+
+def replay_step(call: StepCall) -> ReplayResult:
+    """Run `call` once more, eagerly, recording every op; no variable keeps a change.
+
+    Optimizer updates are not applied: the guard hands their gradients to the
+    recorder instead. Variables the step writes (BatchNorm moving statistics,
+    metric totals, RNG seeds) are restored afterwards.
+    """
+    recorder = _Recorder()
+    error = None
+    with _replay_lock, _instrumented(recorder):
+        try:
+            call.fn(*call.args, **call.kwargs)
+        except Exception as exc:  # the user's step may raise on the bad values it sees
+            error = exc
+    bad = recorder.bad_ids()
+    return ReplayResult(recorder.events, bad, recorder.tensors, error)

@@ -1,0 +1,113 @@
+"""What `gradient-doctor run` changes in TensorFlow and Keras to watch an unchanged script."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+import keras
+import tensorflow as tf
+from keras.src.optimizers.base_optimizer import BaseOptimizer
+from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+from gradient_doctor.errors import TrainingStopped
+from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter.callback import Doctor
+from gradient_doctor.tf_adapter.custom_loop import call_watched_step
+from gradient_doctor.tf_adapter.eager_replay import enclosing_step
+from gradient_doctor.tf_adapter.source_frames import is_user_file
+from gradient_doctor.tf_adapter.watcher import Watcher
+
+GUARDED = "_gradient_doctor_guarded"
+_INHERITED = object()  # marks a patched attribute that the class did not define itself
+
+
+def _is_user_function(function) -> bool:
+    python_function = getattr(function, "_python_function", None)
+    target = inspect.unwrap(getattr(python_function, "__func__", python_function))
+    code = getattr(target, "__code__", None)
+    return code is not None and is_user_file(code.co_filename)
+
+
+class RunPatches:
+    """Installs and removes the patches; everything they find goes to one `Watcher`."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+        self._saved: list[tuple[object, str, object]] = []
+
+    def _replace(self, owner, name: str, value) -> None:
+        self._saved.append((owner, name, owner.__dict__.get(name, _INHERITED)))
+        setattr(owner, name, value)
+
+    def install(self) -> None:
+        watcher = self.watcher
+        original_apply = BaseOptimizer.apply
+
+        @functools.wraps(original_apply)
+        def apply(optimizer, grads, trainable_variables=None):
+            watcher.optimizer = optimizer
+            bound = original_apply.__get__(optimizer)
+            result = watcher.guard.apply(bound, optimizer, grads, trainable_variables)
+            if (
+                tf.executing_eagerly()
+                and step_context.current_scope() is None
+                and step_context.current_recorder() is None
+            ):
+                _check_eager_update(watcher)
+            return result
+
+        setattr(apply, GUARDED, True)
+        self._replace(BaseOptimizer, "apply", apply)
+
+        original_call = polymorphic_function.Function.__call__
+
+        @functools.wraps(original_call)
+        def call(function, *args, **kwargs):
+            if not _is_user_function(function):
+                return original_call(function, *args, **kwargs)
+            return call_watched_step(
+                watcher,
+                lambda *a, **k: original_call(function, *a, **k),
+                args,
+                kwargs,
+                marker=function,
+                signature_of=function.python_function,
+            )
+
+        self._replace(polymorphic_function.Function, "__call__", call)
+
+        original_fit = keras.Model.fit
+
+        @functools.wraps(original_fit)
+        def fit(model, *args, **kwargs):
+            callbacks = list(kwargs.pop("callbacks", None) or [])
+            if not any(isinstance(c, Doctor) for c in callbacks):
+                callbacks.append(Doctor(watcher=watcher))
+            return original_fit(model, *args, callbacks=callbacks, **kwargs)
+
+        self._replace(keras.Model, "fit", fit)
+
+    def uninstall(self) -> None:
+        for owner, name, value in reversed(self._saved):
+            if value is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        self._saved.clear()
+
+
+def _check_eager_update(watcher: Watcher) -> None:
+    """After an update made in plain eager code: the step is this update."""
+    frame = sys._getframe(2)
+    named: list = []
+
+    def replay_call():
+        call, found = enclosing_step(frame)
+        named.extend(found)
+        return call
+
+    finding = watcher.after_step(replay_call, lambda: named)
+    if finding is not None and watcher.stop_on_problem:
+        raise TrainingStopped(finding)

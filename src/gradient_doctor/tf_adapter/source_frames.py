@@ -1,0 +1,68 @@
+"""Find the user's own frame in a Python stack, skipping library and doctor frames."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+from functools import lru_cache
+from types import FrameType
+
+from gradient_doctor.core.findings import SourceLine
+
+_DOCTOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.abspath(p)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
+)
+# Files TensorFlow writes for converted functions, and other non-files.
+_GENERATED_MARKERS = ("__autograph_generated_file", "<frozen", "<string>", "<__array_function")
+
+
+@lru_cache(maxsize=4096)
+def is_user_file(filename: str) -> bool:
+    """True when `filename` is the user's code: not the stdlib, a package, or the doctor."""
+    if any(marker in filename for marker in _GENERATED_MARKERS):
+        return False
+    path = os.path.abspath(filename)
+    if path.startswith(_DOCTOR_DIR + os.sep):
+        return False
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    return not any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS)
+
+
+def display_path(filename: str) -> str:
+    """The path relative to the working directory where possible, as a user would type it."""
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if relative.startswith(".." + os.sep) else relative
+
+
+def user_line(frame: FrameType | None = None) -> SourceLine | None:
+    """The innermost user frame of the current stack (or of `frame` and its callers)."""
+    frame = frame if frame is not None else sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
+            lineno = frame.f_lineno
+            code = linecache.getline(filename, lineno).strip()
+            return SourceLine(display_path(filename), lineno, code)
+        frame = frame.f_back
+    return None
+
+
+def user_frame(frame: FrameType | None = None) -> FrameType | None:
+    """The innermost user frame object, for callers that need its locals."""
+    frame = frame if frame is not None else sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None

@@ -1,0 +1,95 @@
+"""Thread-local context of the training step being traced, run or replayed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+_local = threading.local()
+
+
+@dataclass
+class StepCall:
+    """One call of a training step that the doctor can run again: callable and arguments."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepScope:
+    """What the guard needs to know while a step's Python code runs (or is traced).
+
+    Attributes:
+        batch: the step's input data (symbolic while tracing) to keep when the
+            guard trips, or None when the caller keeps the arguments itself.
+        stash: where to keep `batch` (a `BatchStash`), or None.
+        loss: the most recent `tape.gradient` target in this step.
+        applied: set by the guard when an optimizer update runs in this step.
+    """
+
+    batch: Any = None
+    stash: Any = None
+    loss: Any = None
+    applied: bool = False
+
+
+def current_scope() -> StepScope | None:
+    """The innermost active step scope, or None outside any watched step."""
+    stack = getattr(_local, "scopes", None)
+    return stack[-1] if stack else None
+
+
+@contextmanager
+def step_scope(scope: StepScope) -> Iterator[StepScope]:
+    """Make `scope` the current step scope while the block runs."""
+    stack = getattr(_local, "scopes", None)
+    if stack is None:
+        stack = _local.scopes = []
+    stack.append(scope)
+    try:
+        yield scope
+    finally:
+        stack.pop()
+
+
+def note_loss(target) -> None:
+    """Remember a `tape.gradient` target as the loss of the update that follows."""
+    scope = current_scope()
+    if scope is not None:
+        scope.loss = target
+    _local.loss = target
+
+
+def take_loss():
+    """The loss noted for the current update (then forgotten), or None."""
+    scope = current_scope()
+    loss = scope.loss if scope is not None else getattr(_local, "loss", None)
+    _local.loss = None
+    return loss
+
+
+def mark_applied() -> None:
+    """Tell every active step scope that an optimizer update ran inside it."""
+    for scope in getattr(_local, "scopes", None) or ():
+        scope.applied = True
+
+
+def current_recorder():
+    """The replay recorder collecting gradients and losses, or None when not replaying."""
+    return getattr(_local, "recorder", None)
+
+
+@contextmanager
+def recording(recorder) -> Iterator[None]:
+    """Route optimizer updates and tape targets to `recorder` instead of the model."""
+    previous = getattr(_local, "recorder", None)
+    _local.recorder = recorder
+    try:
+        yield
+    finally:
+        _local.recorder = previous

@@ -1,0 +1,125 @@
+"""One watching session: the guard, the per-step history, and what was found."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable
+
+from gradient_doctor.core.evidence import StepHistory, TrainingSetup
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.knowledge import diagnose
+from gradient_doctor.core.report import Report
+from gradient_doctor.tf_adapter.guard import Guard
+from gradient_doctor.tf_adapter.localize import localize
+from gradient_doctor.tf_adapter.step_context import StepCall
+from gradient_doctor.tf_adapter.tape_hook import install_tape_hook
+
+HISTORY_SIZE = 256
+
+
+def training_setup(optimizer) -> TrainingSetup:
+    """Read the learning rate and any clipping from a Keras optimizer."""
+    if optimizer is None:
+        return TrainingSetup()
+    try:
+        learning_rate = float(optimizer.learning_rate)
+    except (TypeError, ValueError, AttributeError):
+        learning_rate = None
+    clipping = ", ".join(
+        f"{name}={value}"
+        for name in ("clipnorm", "clipvalue", "global_clipnorm")
+        if (value := getattr(optimizer, name, None)) is not None
+    )
+    return TrainingSetup(learning_rate=learning_rate, clipping=clipping or None)
+
+
+class Watcher:
+    """Counts steps, keeps recent statistics and turns a tripped guard into a finding.
+
+    Args:
+        stop_on_problem: bool. Stop training at the first problem (the update
+            is skipped either way). Defaults to True.
+        on_finding: called with each new finding (the terminal prints it).
+    """
+
+    def __init__(
+        self,
+        stop_on_problem: bool = True,
+        on_finding: Callable[[Finding], None] | None = None,
+    ) -> None:
+        install_tape_hook()
+        self.guard = Guard()
+        self.stop_on_problem = stop_on_problem
+        self.on_finding = on_finding
+        self.steps_watched = 0
+        self.problems: list[Finding] = []
+        self._history: deque[tuple[int, float, float]] = deque(maxlen=HISTORY_SIZE)
+        self.optimizer = None
+
+    def after_step(
+        self,
+        replay_call: Callable[[], StepCall | None],
+        named_inputs: Callable[[], list[tuple[str, object]]],
+    ) -> Finding | None:
+        """Read the guard after one step; diagnose the step when it tripped.
+
+        Args:
+            replay_call: returns how to run the step again (None when it cannot
+                be); only called when the step failed.
+            named_inputs: returns the step's inputs with readable names; only
+                called when the step failed.
+
+        Returns:
+            The new finding, or None when the step was finite.
+        """
+        stats = self.guard.read()
+        step = self.steps_watched
+        self.steps_watched += 1
+        if not stats.tripped:
+            self._history.append((step, stats.loss, stats.grad_norm))
+            return None
+        evidence = localize(
+            replay_call(), step, named_inputs(), self._step_history(), training_setup(self.optimizer)
+        )
+        diagnosis = diagnose(evidence)
+        finding = Finding(
+            category=diagnosis.category,
+            step=step,
+            phase=evidence.phase,
+            origin=evidence.origin,
+            explanation=diagnosis.explanation,
+            not_fixes=diagnosis.not_fixes,
+            fixes=diagnosis.fixes,
+        )
+        self.problems.append(finding)
+        if self.on_finding is not None:
+            self.on_finding(finding)
+        if not self.stop_on_problem:
+            self.guard.reset()
+        return finding
+
+    def _step_history(self) -> StepHistory:
+        rows = list(self._history)
+        return StepHistory(
+            steps=tuple(r[0] for r in rows),
+            losses=tuple(r[1] for r in rows),
+            grad_norms=tuple(r[2] for r in rows),
+        )
+
+    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
+        """The session's report so far."""
+        return Report(
+            script=script,
+            steps_watched=self.steps_watched,
+            problems=tuple(self.problems),
+            script_error=script_error,
+        )
+
+
+def print_finding(finding: Finding) -> None:
+    """Print one finding to stderr as soon as it is made."""
+    from gradient_doctor.render.terminal import render_finding
+
+    render_finding(finding)
+    sys.stderr.flush()
