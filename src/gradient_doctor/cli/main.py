@@ -51,6 +51,8 @@ def check_script(path: str) -> None:
 def run_command(options: argparse.Namespace) -> int:
     """Run the script under the doctor and report; returns the exit status."""
     check_script(options.script)
+    # TensorFlow's start-up INFO lines would bury the diagnosis; warnings still show.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from gradient_doctor.cli.watched_run import watched_run
 
     return watched_run(options.script, options.script_args, options.report, options.keep_going)

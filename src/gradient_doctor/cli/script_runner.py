@@ -9,6 +9,7 @@ import traceback
 from dataclasses import dataclass
 
 from gradient_doctor.errors import TrainingStopped
+from gradient_doctor.tf_adapter.source_frames import is_doctor_file
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,18 @@ class ScriptOutcome:
     stopped: bool = False
     error: str | None = None
     exit_code: int | None = None
+
+
+def print_user_traceback(error: BaseException) -> None:
+    """Print the script's exception with the doctor's and the runner's frames left out."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not is_doctor_file(frame.filename) and not frame.filename.endswith("runpy.py")
+    ]
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print("".join(traceback.format_list(frames)), end="", file=sys.stderr)
+    print("".join(traceback.format_exception_only(error)), end="", file=sys.stderr)
 
 
 def run_script(path: str, args: list[str]) -> ScriptOutcome:
@@ -45,7 +58,7 @@ def run_script(path: str, args: list[str]) -> ScriptOutcome:
             return ScriptOutcome(exit_code=0)
         return ScriptOutcome(error=f"the script exited with status {code}", exit_code=1)
     except BaseException as error:  # the user's own crash: report it, never hide it
-        traceback.print_exception(error)
+        print_user_traceback(error)
         return ScriptOutcome(error=f"{type(error).__name__}: {error}")
     finally:
         sys.argv, sys.path = saved_argv, saved_path

@@ -19,10 +19,11 @@ def watched_run(script: str, args: list[str], report_path: str | None, keep_goin
     patches.install()
     try:
         outcome = run_script(script, args)
+        watcher.finish()
     finally:
         patches.uninstall()
     report = watcher.report(script, outcome.error)
-    render_report(report)
+    render_report(report, problems_shown=True)
     if report_path:
         write_json_report(report, report_path)
     return EXIT_PROBLEM if report.status == "problem" else EXIT_HEALTHY

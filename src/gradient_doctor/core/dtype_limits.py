@@ -41,6 +41,9 @@ _KNOWN = {
     "float32": _limits("float32", mantissa_bits=23, max_exponent=128),
     "float64": _limits("float64", mantissa_bits=52, max_exponent=1024),
 }
+# float8_e4m3fn spends its top exponent on finite values and has no infinity.
+_KNOWN["float8_e5m2"] = _limits("float8_e5m2", mantissa_bits=2, max_exponent=16)
+_KNOWN["float8_e4m3fn"] = DtypeLimits("float8_e4m3fn", 448.0, math.log(448.0), 2.0**-6)
 _KNOWN["half"] = _KNOWN["float16"]
 _KNOWN["complex64"] = _KNOWN["float32"]
 _KNOWN["complex128"] = _KNOWN["float64"]
@@ -63,7 +66,7 @@ def dtype_limits(dtype: str) -> DtypeLimits:
 
     Raises:
         ValueError: for a floating-point dtype whose limits are not known here
-            (e.g. a float8 format).
+            (e.g. "float8_e4m3b11fnuz").
     """
     key = dtype.strip().lower()
     if key in _KNOWN:

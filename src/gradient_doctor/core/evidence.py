@@ -47,6 +47,7 @@ class Evidence:
         origin: the first op that produced a non-finite value from finite inputs.
         forward_outputs: for a backward origin, the outputs of the forward op
             whose gradient it is (their values often explain the singularity).
+        forward_inputs: for a backward origin, that forward op's inputs.
         masked_by_select: for a backward origin, True when the forward op's own
             non-finite output was hidden by a `tf.where`/select in the forward
             pass (the `tf.where` trap).
@@ -61,6 +62,7 @@ class Evidence:
     phase: str | None
     origin: Origin | None
     forward_outputs: tuple[TensorStats, ...] = ()
+    forward_inputs: tuple[TensorStats, ...] = ()
     masked_by_select: bool = False
     bad_inputs: tuple[BadInput, ...] = ()
     history: StepHistory = field(default_factory=StepHistory)

@@ -100,10 +100,16 @@ class Guard:
             original_apply(grads, trainable_variables)
             return tf.constant(True)
 
-        def skip():
-            keep = scope.stash.assign_ops(scope.batch) if scope and scope.stash else []
-            with tf.control_dependencies(keep):
+        def keep_batch():
+            with tf.control_dependencies(scope.stash.assign_ops(scope.batch)):
                 return tf.constant(False)
+
+        def skip():
+            if scope is None or scope.stash is None:
+                return tf.constant(False)
+            # Only the first failing batch is kept: later skipped steps must not
+            # overwrite it before Python has read it.
+            return tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
 
         tf.cond(ok, update, skip)
         stats.assign(

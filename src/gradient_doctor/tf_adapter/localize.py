@@ -38,12 +38,13 @@ def localize(
     search = find_origin(result.events, result.bad_ids)
     origin_event = search.origin
     origin = _origin(origin_event, result) if origin_event is not None else None
-    forward_outputs = search.forward_op.outputs if search.forward_op is not None else ()
+    forward = search.forward_op
     return Evidence(
         step=step,
         phase=origin_event.phase if origin_event is not None else None,
         origin=origin,
-        forward_outputs=forward_outputs,
+        forward_outputs=forward.outputs if forward is not None else (),
+        forward_inputs=forward.inputs if forward is not None else (),
         masked_by_select=search.masked_by_select,
         bad_inputs=bad_inputs,
         history=history,

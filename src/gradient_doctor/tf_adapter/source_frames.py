@@ -23,14 +23,19 @@ _LIBRARY_DIRS = tuple(
 _GENERATED_MARKERS = ("__autograph_generated_file", "<frozen", "<string>", "<__array_function")
 
 
+def is_doctor_file(filename: str) -> bool:
+    """True for the doctor's own modules."""
+    return os.path.abspath(filename).startswith(_DOCTOR_DIR + os.sep)
+
+
 @lru_cache(maxsize=4096)
 def is_user_file(filename: str) -> bool:
     """True when `filename` is the user's code: not the stdlib, a package, or the doctor."""
     if any(marker in filename for marker in _GENERATED_MARKERS):
         return False
-    path = os.path.abspath(filename)
-    if path.startswith(_DOCTOR_DIR + os.sep):
+    if is_doctor_file(filename):
         return False
+    path = os.path.abspath(filename)
     if "site-packages" in path or "dist-packages" in path:
         return False
     return not any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS)

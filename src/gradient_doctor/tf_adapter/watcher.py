@@ -99,6 +99,15 @@ class Watcher:
             self.guard.reset()
         return finding
 
+    def finish(self) -> None:
+        """Diagnose a latch that closed where no step wrapper read it (e.g. `train_on_batch`).
+
+        Without this, a closed latch would silently skip every later update.
+        """
+        if self.guard.read().tripped and not self.problems:
+            self.steps_watched = max(self.steps_watched - 1, 0)
+            self.after_step(lambda: None, list)
+
     def _step_history(self) -> StepHistory:
         rows = list(self._history)
         return StepHistory(

@@ -6,13 +6,14 @@ import math
 
 from gradient_doctor.core.dtype_limits import DtypeLimits
 from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.knowledge.risky_operand import risky_operand
 from gradient_doctor.core.knowledge.source_rewrite import (
     assigned_name,
     find_call,
     is_identifier,
     replace_span,
 )
-from gradient_doctor.core.knowledge.spelling import spell
+from gradient_doctor.core.knowledge.spelling import fill, spell
 from gradient_doctor.core.knowledge.wording import format_number
 
 _SHIFT_TITLE = "Subtract the maximum before exp (a softmax's result is unchanged)"
@@ -51,7 +52,10 @@ def stable_softmax(code: str) -> Fix:
         lines = [f"shifted = ({arg}) - {shift}", code.replace(call.text, shifted)]
     if looks_like_softmax(code):
         target = assigned_name(code) or "probs"
-        lines += ["# or let the library do it:", f"{target} = {spell(call, 'softmax')}({arg}, axis=-1)"]
+        lines += [
+            "# or let the library do it:",
+            f"{target} = {spell(call, 'softmax')}({arg}, axis=-1)",
+        ]
     return Fix("stable_softmax", _SHIFT_TITLE, "\n".join(lines))
 
 
@@ -72,24 +76,27 @@ def stable_logsumexp(code: str) -> Fix | None:
     )
 
 
-def clip_exp_input(code: str, names: tuple[str, ...], limits: DtypeLimits) -> Fix | None:
+def clip_exp_input(code: str, op: str, limits: DtypeLimits) -> Fix | None:
     """Keep the input of exp, expm1, cosh or sinh below the overflow limit.
 
     Not offered for a softmax line (the shift is exact there) or a line without such
-    a call (clipping blindly elsewhere would hide the cause).
+    a call (a clip placed blindly elsewhere would hide the cause).
+
+    Args:
+        code: str, the user's line.
+        op: str, the op type: "Exp", "Expm1", "Cosh" or "Sinh".
+        limits: the limits of the op's dtype.
     """
-    call = find_call(code, names)
-    if call is None or not call.args or looks_like_softmax(code):
+    operand = None if looks_like_softmax(code) else risky_operand(code, op)
+    if operand is None:
         return None
     bound = format_number(float(math.floor(0.9 * limits.exp_limit)))
-    arg = call.args[0]
-    if call.name in ("exp", "expm1"):
-        guarded = f"{spell(call, 'minimum')}({arg}, {bound}.0)"
+    if op in ("Exp", "Expm1"):
+        template = f"{{minimum}}({{arg}}, {bound}.0)"
     else:
-        guarded = f"{spell(call, 'clip')}({arg}, -{bound}.0, {bound}.0)"
+        template = f"{{clip}}({{arg}}, -{bound}.0, {bound}.0)"
     return Fix(
         "clip_input_domain",
-        f"Keep the input of {call.name} below {bound} (its gradient is 0 beyond)",
-        replace_span(code, call.start, call.end, call.with_argument(0, guarded)),
+        f"Keep the input of {op} below {bound} (its gradient is 0 beyond)",
+        operand.replaced(code, fill(template, operand.call, operand.text)),
     )
-

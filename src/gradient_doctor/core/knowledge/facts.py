@@ -21,8 +21,15 @@ def origin_dtype(origin: Origin) -> str:
 
 
 def limits_of(origin: Origin) -> DtypeLimits:
-    """The numeric limits of the op's dtype."""
-    return dtype_limits(origin_dtype(origin))
+    """The numeric limits of the op's dtype; float32's for an exotic dtype.
+
+    A diagnosis must not fail on a dtype whose limits are not tabulated; the
+    explanation still names the op's own dtype.
+    """
+    try:
+        return dtype_limits(origin_dtype(origin))
+    except ValueError:
+        return dtype_limits("float32")
 
 
 def input_at(origin: Origin, index: int) -> TensorStats | None:

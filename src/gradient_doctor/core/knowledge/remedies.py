@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Fix, Origin
-from gradient_doctor.core.knowledge.spelling import fill
-from gradient_doctor.core.knowledge.source_rewrite import rewrite_argument
+from gradient_doctor.core.knowledge.source_rewrite import find_call, replace_span
+from gradient_doctor.core.knowledge.spelling import spell
 from gradient_doctor.core.knowledge.wording import format_number
 
 
@@ -31,11 +31,11 @@ def normalize_input() -> Fix:
     )
 
 
-def batch_normalization(origin: Origin) -> Fix:
-    """Normalise the activations that feed the op."""
+def batch_normalization(target: str) -> Fix:
+    """Normalise the activations that feed `target` (e.g. "MatMul", "each hidden layer")."""
     return Fix(
         "batch_normalization",
-        f"Normalise the activations that feed {origin.op}",
+        f"Normalise the activations that feed {target}",
         "x = keras.layers.Dense(units)(x)\n"
         "x = keras.layers.BatchNormalization()(x)  # or LayerNormalization()",
     )
@@ -79,26 +79,6 @@ def gradient_clipping(setup: TrainingSetup) -> Fix:
     )
 
 
-def guarded_call(
-    family: str, title: str, code: str, names: tuple[str, ...], guard: str, fallback: str
-) -> Fix:
-    """A fix that wraps the first argument of the user's call in a guard.
-
-    Args:
-        family: str, the fix family id.
-        title: str, the fix's one-line title.
-        code: str, the user's line ("" when unknown).
-        names: tuple of str, the function names that create the op, e.g. ("log",).
-        guard: str, a `spelling.fill` template such as "{maximum}({arg}, 1e-7)".
-        fallback: str, a generic line with such a call, rewritten when `code` has none.
-    """
-    def wrap(call, arg):
-        return fill(guard, call, arg)
-
-    rewritten = rewrite_argument(code, names, 0, wrap) or rewrite_argument(fallback, names, 0, wrap)
-    return Fix(family, title, rewritten or fallback)
-
-
 def float32_island(code: str, names: tuple[str, ...]) -> Fix:
     """Compute the op in float32 even when the model runs in half precision.
 
@@ -106,12 +86,13 @@ def float32_island(code: str, names: tuple[str, ...]) -> Fix:
         code: str, the user's line ("" when unknown).
         names: tuple of str, the function names that create the op, e.g. ("exp",).
     """
-    cast = rewrite_argument(code, names, 0, lambda _, arg: f"tf.cast({arg}, tf.float32)")
-    snippet = (
-        f"{cast}  # the result is float32"
-        if cast
-        else 'keras.layers.Dense(units, dtype="float32")  # this layer computes in float32'
-    )
+    call = find_call(code, names) if names else None
+    if call is not None and call.args:
+        cast_name = spell(call, "cast")
+        cast = call.render(tuple(f'{cast_name}({arg}, "float32")' for arg in call.args))
+        snippet = f"{replace_span(code, call.start, call.end, cast)}  # the result is float32"
+    else:
+        snippet = 'keras.layers.Dense(units, dtype="float32")  # this layer computes in float32'
     return Fix("float32_island", "Compute this op in float32 under mixed precision", snippet)
 
 

@@ -1,17 +1,17 @@
-"""Find a call or an operator in one line of the user's code, to rewrite it into a fix."""
+"""Find a call and its arguments in one line of the user's code, to rewrite it into a fix."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
-_QUOTES = "'\""
+QUOTES = "'\""
 _NAME = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=(?!=)")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _KEYWORD = re.compile(r"^([A-Za-z_]\w*)\s*=(?!=)\s*(.*)$", re.DOTALL)
+
 
 @dataclass(frozen=True)
 class Call:
@@ -53,17 +53,6 @@ class Call:
         return f"{self.prefix}{self.name}({', '.join(parts)})"
 
 
-@dataclass(frozen=True)
-class Binary:
-    """Both operands of a binary operator found in a line of code, and where it stands."""
-
-    left: str
-    right: str
-    start: int
-    end: int
-    text: str
-
-
 def assigned_name(code: str) -> str | None:
     """Return the name a line assigns to (`w` in `w = tf.exp(s)`), or None."""
     match = _NAME.match(code)
@@ -89,7 +78,7 @@ def find_call(code: str, names: Iterable[str]) -> Call | None:
     alternatives = "|".join(re.escape(name) for name in names)
     pattern = re.compile(rf"(?<![\w.])((?:[A-Za-z_]\w*\.)*)({alternatives})\s*\(")
     for match in pattern.finditer(code):
-        close = _matching_close(code, match.end() - 1)
+        close = matching_close(code, match.end() - 1)
         if close is None:
             continue
         args, kwargs = _split_arguments(code[match.end() : close])
@@ -98,40 +87,7 @@ def find_call(code: str, names: Iterable[str]) -> Call | None:
     return None
 
 
-def rewrite_argument(
-    code: str, names: Iterable[str], position: int, wrap: Callable[[Call, str], str]
-) -> str | None:
-    """Rewrite one argument of the first call to `names` on the line.
-
-    Args:
-        code: str, the user's line.
-        names: the function names to look for, e.g. ("log",).
-        position: int, which positional argument to rewrite.
-        wrap: builds the new argument from the call and the old argument's text.
-
-    Returns:
-        The rewritten line, or None when the line has no such call or argument.
-    """
-    call = find_call(code, names)
-    if call is None or position >= len(call.args):
-        return None
-    new_call = call.with_argument(position, wrap(call, call.args[position]))
-    return replace_span(code, call.start, call.end, new_call)
-
-
-def find_binary(code: str, operator: str) -> Binary | None:
-    """Find the first use of `operator` ("/", "//" or "**") and its two operands."""
-    for index in _operator_positions(code, operator):
-        start = _operand_start(code, index)
-        end = _operand_end(code, index + len(operator))
-        left = code[start:index].strip()
-        right = code[index + len(operator) : end].strip()
-        if left and right:
-            return Binary(left, right, start, end, code[start:end])
-    return None
-
-
-def _matching_close(code: str, open_index: int) -> int | None:
+def matching_close(code: str, open_index: int) -> int | None:
     """Index of the bracket that closes the one at `open_index`, skipping strings."""
     stack: list[str] = []
     quote = ""
@@ -139,7 +95,7 @@ def _matching_close(code: str, open_index: int) -> int | None:
         char = code[index]
         if quote:
             quote = "" if char == quote else quote
-        elif char in _QUOTES:
+        elif char in QUOTES:
             quote = char
         elif char in _PAIRS:
             stack.append(_PAIRS[char])
@@ -157,7 +113,7 @@ def _split_arguments(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, str],
     for index, char in enumerate(text):
         if quote:
             quote = "" if char == quote else quote
-        elif char in _QUOTES:
+        elif char in QUOTES:
             quote = char
         elif char in "([{":
             depth += 1
@@ -176,69 +132,3 @@ def _split_arguments(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, str],
         elif part:
             args.append(part)
     return tuple(args), tuple(kwargs)
-
-
-def _operator_positions(code: str, operator: str) -> Iterable[int]:
-    """Yield where `operator` stands alone (not inside `//`, `**=` or a string)."""
-    quote = ""
-    for index, char in enumerate(code):
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in _QUOTES:
-            quote = char
-        elif code.startswith(operator, index):
-            before = code[index - 1] if index else ""
-            after = code[index + len(operator) : index + len(operator) + 1]
-            if before != operator[0] and after not in (operator[0], "="):
-                yield index
-
-
-def _operand_start(code: str, index: int) -> int:
-    """Start of the operand that ends just before `index`."""
-    position = index - 1
-    while position >= 0 and code[position] == " ":
-        position -= 1
-    while position >= 0:
-        char = code[position]
-        if char in ")]":
-            position = _matching_open(code, position) - 1
-        elif char.isalnum() or char in "_.":
-            position -= 1
-        else:
-            break
-    return position + 1
-
-
-def _operand_end(code: str, index: int) -> int:
-    """End of the operand that starts at or after `index`."""
-    position = index
-    while position < len(code) and code[position] == " ":
-        position += 1
-    number = _NUMBER.match(code, position)
-    if number:
-        return number.end()
-    if position < len(code) and code[position] in "-+":
-        position += 1
-    while position < len(code):
-        char = code[position]
-        if char in "([":
-            close = _matching_close(code, position)
-            position = len(code) if close is None else close + 1
-        elif char.isalnum() or char in "_.":
-            position += 1
-        else:
-            break
-    return position
-
-
-def _matching_open(code: str, close_index: int) -> int:
-    """Index of the bracket that opens the one at `close_index` (0 when unbalanced)."""
-    depth = 0
-    for index in range(close_index, -1, -1):
-        if code[index] in ")]}":
-            depth += 1
-        elif code[index] in "([{":
-            depth -= 1
-            if depth == 0:
-                return index
-    return 0

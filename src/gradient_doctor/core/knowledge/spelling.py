@@ -16,10 +16,14 @@ _SPELLINGS = {
         "clip": "tf.clip_by_value",
         "divide_no_nan": "tf.math.divide_no_nan",
         "log": "tf.math.log",
+        "l2_normalize": "tf.math.l2_normalize",
     },
     "keras": {
-        name: "{p}" + name
-        for name in ("max", "sum", "softmax", "logsumexp", "clip", "divide_no_nan", "log")
+        **{
+            name: "{p}" + name
+            for name in ("max", "sum", "softmax", "logsumexp", "clip", "divide_no_nan", "log")
+        },
+        "l2_normalize": "{p}normalize",
     },
     "np": {
         "max": "np.max",

@@ -5,18 +5,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gradient_doctor.core.findings import Origin
+from gradient_doctor.core.findings import Origin, TensorStats
 
 
-def format_number(value: float | None) -> str:
+def format_number(value: float | None, digits: int = 4) -> str:
     """Format a value compactly: 712.4, 88.72, 65504, 3.4e+38, 1e-12, inf, NaN.
 
     Args:
         value: float or None; None reads "unknown".
+        digits: int, significant digits between 1e-3 and 1e5; raise it to show how
+            far a value such as 1.0000001 lies past a boundary. Defaults to 4.
 
     Returns:
-        At most four significant digits between 1e-3 and 1e5, two in exponent
-        notation outside that range; whole numbers below 1e6 are written out.
+        `digits` significant digits between 1e-3 and 1e5, two in exponent notation
+        outside that range; whole numbers below 1e5 are written out.
     """
     if value is None:
         return "unknown"
@@ -25,10 +27,10 @@ def format_number(value: float | None) -> str:
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     magnitude = abs(value)
-    if value == int(value) and magnitude < 1e6:
+    if value == int(value) and magnitude < 1e5:
         return str(int(value))
     if 1e-3 <= magnitude < 1e5:
-        return f"{value:.4g}"
+        return f"{value:.{digits}g}"
     return f"{value:.2g}"
 
 
@@ -52,9 +54,52 @@ def at_step(step: int | None) -> str:
     return "" if step is None else f" at step {step}"
 
 
-def op_place(origin: Origin) -> str:
-    """Name an op and where it ran: "Exp in layer `message_passing`"."""
-    return f"{origin.op} in layer `{origin.layer}`" if origin.layer else origin.op
+def op_place(origin: Origin, op: str | None = None) -> str:
+    """Name an op and where it ran: "Exp in layer `message_passing`".
+
+    Args:
+        origin: the op's `Origin`.
+        op: str, the name to use instead of `origin.op` (e.g. the forward op's).
+    """
+    name = op or origin.op
+    return f"{name} in layer `{origin.layer}`" if origin.layer else name
+
+
+def explain_input(origin: Origin, step: int | None, subject: str, reached: str, rule: str) -> str:
+    """The one template for "an input went out of range" explanations.
+
+    Example: "The input to Exp in layer `mp` at step 57 reached 712.4; float32 exp
+    overflows above 88.72, so Exp wrote 17 inf values."
+
+    Args:
+        origin: the op's `Origin`.
+        step: int or None, the failing step.
+        subject: str, e.g. "The input to" or "The denominator of".
+        reached: str, the value reached, already formatted.
+        rule: str, the limit or domain that value broke.
+    """
+    where = f"{op_place(origin)}{at_step(step)}"
+    return (
+        f"{subject} {where} reached {reached}; {rule}, "
+        f"so {origin.op} wrote {nonfinite_counts(origin)}."
+    )
+
+
+def value_range(stats: Sequence[TensorStats]) -> str:
+    """Describe the finite values of some tensors: "from -3.1 to 712.4 (float32)"."""
+    lows = [s.min for s in stats if s.min is not None]
+    highs = [s.max for s in stats if s.max is not None]
+    if not lows or not highs:
+        return "with no finite values"
+    dtype = stats[0].dtype
+    return f"from {format_number(min(lows))} to {format_number(max(highs))} ({dtype})"
+
+
+def rounding_note(overshoot: float) -> str:
+    """A clause for a value just past a boundary, which usually comes from rounding."""
+    if 0 < overshoot < 1e-3:
+        return " (an overshoot this small usually comes from rounding)"
+    return ""
 
 
 def nonfinite_counts(origin: Origin) -> str:

@@ -8,7 +8,13 @@ from gradient_doctor.core.dtype_limits import HALF_PRECISION
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.exp_rewrite import (
+    clip_exp_input,
+    stable_logsumexp,
+    stable_softmax,
+)
 from gradient_doctor.core.knowledge.facts import (
     input_at,
     largest_magnitude,
@@ -18,22 +24,9 @@ from gradient_doctor.core.knowledge.facts import (
     source_code,
 )
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
-from gradient_doctor.core.knowledge.exp_rewrite import (
-    clip_exp_input,
-    stable_logsumexp,
-    stable_softmax,
-)
-from gradient_doctor.core.knowledge.wording import at_step, format_number, op_place
+from gradient_doctor.core.knowledge.wording import explain_input, format_number
 
-# The function names that create each op in user code, for rewriting the line.
-CALL_NAMES = {
-    "Exp": ("exp",),
-    "Expm1": ("expm1",),
-    "Cosh": ("cosh",),
-    "Sinh": ("sinh",),
-    "Pow": ("pow", "power"),
-}
-OPS = frozenset(CALL_NAMES)
+OPS = frozenset({"Exp", "Expm1", "Cosh", "Sinh", "Pow"})
 _EXP_LIKE = frozenset({"Exp", "Expm1"})
 
 
@@ -55,36 +48,31 @@ def explain(origin: Origin, step: int | None) -> str:
     """Say how far the input went and where the dtype's limit is."""
     limits = limits_of(origin)
     dtype = origin_dtype(origin)
-    where = f"{op_place(origin)}{at_step(step)}"
     base = input_at(origin, 0)
     if origin.op == "Pow":
         exponent = input_at(origin, 1)
         power = f" with exponent up to {format_number(exponent.max)}" if exponent else ""
-        return (
-            f"The base of {where} reached {format_number(largest_magnitude(base))}{power}; "
-            f"{dtype} values overflow above {format_number(limits.max)}."
-        )
+        reached = f"{format_number(largest_magnitude(base))}{power}"
+        rule = f"{dtype} values overflow above {format_number(limits.max)}"
+        return explain_input(origin, step, "The base of", reached, rule)
     if origin.op in _EXP_LIKE:
         reached, limit = (base.max if base else None), limits.exp_limit
         subject = "The input to"
     else:
         reached, limit = largest_magnitude(base), limits.exp_limit + math.log(2.0)
         subject = "The magnitude of the input to"
-    name = origin.op.lower()
-    return (
-        f"{subject} {where} reached {format_number(reached)}; "
-        f"{dtype} {name} overflows above {format_number(limit)}."
-    )
+    rule = f"{dtype} {origin.op.lower()} overflows above {format_number(limit)}"
+    return explain_input(origin, step, subject, format_number(reached), rule)
 
 
 def _fixes(origin: Origin, code: str) -> tuple[Fix, ...]:
     """Most specific first: a rewrite of the user's line, then the upstream causes."""
-    names = CALL_NAMES[origin.op]
+    names = call_names(origin.op)
     fixes: list[Fix | None] = []
     if origin_dtype(origin) in HALF_PRECISION:
         fixes.append(remedies.float32_island(code, names))
     if origin.op in _EXP_LIKE:
         fixes += [stable_logsumexp(code), stable_softmax(code)]
     fixes += [remedies.constrain_weights(origin), remedies.normalize_input()]
-    fixes.append(clip_exp_input(code, names, limits_of(origin)))
+    fixes.append(clip_exp_input(code, origin.op, limits_of(origin)))
     return tuple(fix for fix in fixes if fix is not None)

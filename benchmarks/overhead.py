@@ -1,0 +1,368 @@
+"""Per-step overhead of `gradient_doctor.Doctor` on `model.fit`, next to check_numerics.
+
+Runs three small models (an MLP, a CNN and one transformer block) on synthetic data
+in one process, each under three setups:
+
+- ``plain``: `model.fit` as is;
+- ``doctor``: watched by `gradient_doctor.Doctor(verbose=False)`;
+- ``check_numerics``: with `tf.debugging.enable_check_numerics()` switched on.
+
+Each fit is timed step by step by a callback (the time from `on_train_batch_begin`
+to `on_train_batch_end`, which includes Keras's own per-step host sync); the first
+steps of each fit (tracing, warm-up) are dropped. Rounds interleave the setups, so
+that the machine's noise hits all of them alike, and the table reports the median
+step time over all rounds and the ratio to plain with the interquartile range of the
+per-round ratios.
+
+check_numerics is global to the thread: it is switched on only around its own fits
+(`enable_check_numerics` before, `disable_check_numerics` after), on separate model
+instances whose train function was traced while it was on. The plain and doctor
+models are always traced and run while it is off.
+
+Usage:
+    .venv/bin/python benchmarks/overhead.py [--quick] [--output docs/performance.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import gradient_doctor  # noqa: E402
+
+SEED = 1234
+TARGET_RATIO = 1.10
+SETUPS = ("plain", "doctor", "check_numerics")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How long to measure.
+
+    Attributes:
+        rounds: rounds of interleaved fits per model.
+        warmup_steps: steps dropped at the start of each fit.
+        timed_steps: steps timed in each fit after the warm-up.
+    """
+
+    rounds: int
+    warmup_steps: int
+    timed_steps: int
+
+
+FULL = RunConfig(rounds=6, warmup_steps=10, timed_steps=40)
+QUICK = RunConfig(rounds=2, warmup_steps=10, timed_steps=15)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One benchmark model.
+
+    Attributes:
+        name: the name shown in the table.
+        build: returns a new, uncompiled model.
+        input_shape: shape of one example.
+        batch_size: examples per step.
+    """
+
+    name: str
+    build: Callable[[], keras.Model]
+    input_shape: tuple[int, ...]
+    batch_size: int
+
+
+@dataclass
+class Samples:
+    """Per-step times (seconds) of one model under one setup, grouped by round."""
+
+    rounds: list[list[float]] = field(default_factory=list)
+
+    def median_ms(self) -> float:
+        """Median step time over all rounds, in milliseconds."""
+        return 1000.0 * statistics.median(t for r in self.rounds for t in r)
+
+
+def build_mlp() -> keras.Model:
+    """MLP 784 -> 3 x 512 relu -> 10."""
+    inputs = keras.Input((784,))
+    x = inputs
+    for _ in range(3):
+        x = keras.layers.Dense(512, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x), name="mlp")
+
+
+def build_cnn() -> keras.Model:
+    """28x28x1 -> Conv 32 -> Conv 64 -> max pool -> dense 10."""
+    inputs = keras.Input((28, 28, 1))
+    x = keras.layers.Conv2D(32, 3, activation="relu")(inputs)
+    x = keras.layers.Conv2D(64, 3, activation="relu")(x)
+    x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.Flatten()(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x), name="cnn")
+
+
+def build_transformer() -> keras.Model:
+    """One post-norm transformer block (4 heads, key_dim 32, d_model 128, FFN 256)."""
+    inputs = keras.Input((32, 128))
+    attention = keras.layers.MultiHeadAttention(num_heads=4, key_dim=32)(inputs, inputs)
+    x = keras.layers.LayerNormalization()(inputs + attention)
+    ffn = keras.layers.Dense(256, activation="relu")(x)
+    ffn = keras.layers.Dense(128)(ffn)
+    x = keras.layers.LayerNormalization()(x + ffn)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x), name="transformer")
+
+
+MODELS = (
+    ModelSpec("MLP 784-3x512-10, batch 128", build_mlp, (784,), 128),
+    ModelSpec("CNN conv32-conv64-pool-dense, batch 64", build_cnn, (28, 28, 1), 64),
+    ModelSpec("transformer block d128 h4 seq32, batch 32", build_transformer, (32, 128), 32),
+)
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Records the wall time of each training step after the first `skip` steps.
+
+    Put it last in `callbacks`, so that its `on_train_batch_end` runs after the
+    other callbacks' (the doctor's read-back is then inside the timed interval).
+    """
+
+    def __init__(self, skip: int) -> None:
+        super().__init__()
+        self.skip = skip
+        self.times: list[float] = []
+        self._start = 0.0
+
+    def on_train_batch_begin(self, batch, logs=None) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        elapsed = time.perf_counter() - self._start
+        if batch >= self.skip:
+            self.times.append(elapsed)
+
+
+def make_dataset(spec: ModelSpec, batches: int = 8) -> tf.data.Dataset:
+    """A small repeating dataset of random inputs and integer labels (fixed seed)."""
+    rng = np.random.default_rng(SEED)
+    count = batches * spec.batch_size
+    x = rng.standard_normal((count, *spec.input_shape), dtype=np.float32)
+    y = rng.integers(0, 10, size=(count,), dtype=np.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(spec.batch_size)
+    return dataset.cache().repeat().prefetch(2)
+
+
+def make_model(spec: ModelSpec) -> keras.Model:
+    """A compiled model with the same initial weights every time (fixed seed)."""
+    keras.utils.set_random_seed(SEED)
+    model = spec.build()
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-4),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+@contextlib.contextmanager
+def check_numerics_on() -> Iterator[None]:
+    """Switch `tf.debugging.enable_check_numerics` on for the block only."""
+    tf.debugging.enable_check_numerics()
+    try:
+        yield
+    finally:
+        tf.debugging.disable_check_numerics()
+
+
+def timed_fit(
+    model: keras.Model, dataset: tf.data.Dataset, setup: str, config: RunConfig
+) -> list[float]:
+    """Run one `model.fit` under `setup` and return its timed step durations (s)."""
+    timer = StepTimer(skip=config.warmup_steps)
+    callbacks = [gradient_doctor.Doctor(verbose=False)] if setup == "doctor" else []
+    callbacks.append(timer)
+    steps = config.warmup_steps + config.timed_steps
+    guard = check_numerics_on() if setup == "check_numerics" else contextlib.nullcontext()
+    with guard:
+        model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    return timer.times
+
+
+def measure_model(spec: ModelSpec, config: RunConfig) -> dict[str, Samples]:
+    """All rounds for one model; the setup order alternates between rounds.
+
+    Each setup has its own model instance, so that one setup's instrumentation
+    (the doctor's optimizer hook, check_numerics's traced ops) never leaks into
+    another's.
+    """
+    dataset = make_dataset(spec)
+    models = {setup: make_model(spec) for setup in SETUPS}
+    samples = {setup: Samples() for setup in SETUPS}
+    for round_index in range(config.rounds):
+        order = SETUPS if round_index % 2 == 0 else tuple(reversed(SETUPS))
+        for setup in order:
+            samples[setup].rounds.append(timed_fit(models[setup], dataset, setup, config))
+    return samples
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Ratio of a setup's median step time to plain's, with per-round quartiles."""
+
+    median: float
+    q1: float
+    q3: float
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f}x ({self.q1:.2f}-{self.q3:.2f})"
+
+
+def ratio_to_plain(samples: dict[str, Samples], setup: str) -> Ratio:
+    """Pooled-median ratio of `setup` to plain, and the IQR of per-round ratios."""
+    per_round = [
+        statistics.median(s) / statistics.median(p)
+        for s, p in zip(samples[setup].rounds, samples["plain"].rounds)
+    ]
+    if len(per_round) >= 2:
+        q1, _, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
+    else:
+        q1 = q3 = per_round[0]
+    median = samples[setup].median_ms() / samples["plain"].median_ms()
+    return Ratio(median, q1, q3)
+
+
+TABLE_HEADER = (
+    "| model | plain ms/step | doctor ms/step | doctor ratio (IQR) "
+    "| check_numerics ms/step | check_numerics ratio (IQR) |\n"
+    "|---|---:|---:|---:|---:|---:|"
+)
+
+
+def table_row(name: str, samples: dict[str, Samples]) -> str:
+    """One Markdown table row for a model."""
+    cells = [
+        name,
+        f"{samples['plain'].median_ms():.2f}",
+        f"{samples['doctor'].median_ms():.2f}",
+        str(ratio_to_plain(samples, "doctor")),
+        f"{samples['check_numerics'].median_ms():.2f}",
+        str(ratio_to_plain(samples, "check_numerics")),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else `platform.processor()`."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment_lines() -> list[str]:
+    """Date, versions and CPU, as Markdown list items."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return [
+        f"- Date: {now}",
+        f"- Python {platform.python_version()}, TensorFlow {tf.__version__}, "
+        f"Keras {keras.__version__}, NumPy {np.__version__}, "
+        f"gradient_doctor {gradient_doctor.__version__}",
+        f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores (nproc), "
+        f"platform.processor() = {platform.processor() or 'n/a'!r}, {platform.platform()}",
+    ]
+
+
+def method_lines(config: RunConfig, mode: str) -> list[str]:
+    """The measuring method in a few sentences."""
+    return [
+        f"Each model runs {config.rounds} rounds of `model.fit` in one process, each "
+        f"round one fit per setup in alternating order, each fit "
+        f"{config.warmup_steps + config.timed_steps} steps with the first "
+        f"{config.warmup_steps} (tracing, warm-up) dropped; a step is the wall time from "
+        "`on_train_batch_begin` to `on_train_batch_end` of a timing callback placed last "
+        "(so it includes Keras's per-step host sync and the doctor's read-back). "
+        "The table gives the median step time over all rounds and its ratio to plain, "
+        "with the interquartile range of the per-round ratios in brackets.",
+        "",
+        "`tf.debugging.enable_check_numerics()` is switched on only around its own fits "
+        "(and off again with `disable_check_numerics()`), on separate model instances "
+        "traced while it was on; plain and doctor models are traced and run with it off. "
+        f"Synthetic data, fixed seeds, Adam, batch sizes as in the table; run mode: {mode}.",
+    ]
+
+
+def render_markdown(
+    results: list[tuple[str, dict[str, Samples]]], config: RunConfig, mode: str
+) -> str:
+    """The whole performance page."""
+    rows = [table_row(name, samples) for name, samples in results]
+    lines = [
+        "# Performance: overhead of watching `model.fit`",
+        "",
+        f"Target: the doctor costs at most {TARGET_RATIO:.2f}x plain step time.",
+        "",
+        "Generated by `benchmarks/overhead.py` (do not edit by hand; rerun it).",
+        "",
+        *environment_lines(),
+        "",
+        "## Method",
+        "",
+        *method_lines(config, mode),
+        "",
+        "## Results",
+        "",
+        TABLE_HEADER,
+        *rows,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (~1 min)")
+    parser.add_argument("--output", metavar="PATH", help="also write the Markdown report here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print the table and optionally write the report."""
+    args = parse_args(argv)
+    config = QUICK if args.quick else FULL
+    mode = "quick" if args.quick else "full"
+    started = time.perf_counter()
+    results = []
+    for spec in MODELS:
+        samples = measure_model(spec, config)
+        results.append((spec.name, samples))
+        print(f"measured {spec.name} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    print(TABLE_HEADER)
+    for name, samples in results:
+        print(table_row(name, samples))
+    print(f"total time: {time.perf_counter() - started:.0f} s ({mode})", file=sys.stderr)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(render_markdown(results, config, mode))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

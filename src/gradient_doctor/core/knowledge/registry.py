@@ -1,0 +1,128 @@
+"""The rule registry: which rule explains which op family, and in which order rules are asked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.facts import source_code
+from gradient_doctor.core.knowledge.norm_rewrite import mentions_norm
+from gradient_doctor.core.knowledge.rules import (
+    backward_singularity,
+    bad_input,
+    default,
+    division,
+    exp_overflow,
+    exploding_gradients,
+    float16_range,
+    inverse_trig,
+    log_domain,
+    overflow_generic,
+    sqrt_domain,
+    where_trap,
+)
+
+Rule = Callable[[Evidence], Diagnosis | None]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of ops that one rule explains.
+
+    Attributes:
+        name: the family's name, e.g. "exp_overflow".
+        rule: turns an `Evidence` whose origin is in the family into a `Diagnosis`,
+            or declines with None.
+        forward_ops: the op types it explains in the forward pass.
+        gradient_of: the forward op types whose gradients it explains.
+        singular: the ops have their own limit, domain or singular point, so a
+            growing gradient norm or a half-precision dtype does not explain them.
+    """
+
+    name: str
+    rule: Rule
+    forward_ops: frozenset[str] = frozenset()
+    gradient_of: frozenset[str] = frozenset()
+    singular: bool = True
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("exp_overflow", exp_overflow.diagnose, forward_ops=exp_overflow.OPS),
+    Family("log_domain", log_domain.diagnose, forward_ops=log_domain.OPS),
+    Family("sqrt_domain", sqrt_domain.diagnose, forward_ops=sqrt_domain.OPS),
+    Family("division", division.diagnose, forward_ops=division.OPS),
+    Family("inverse_trig", inverse_trig.diagnose, forward_ops=inverse_trig.OPS),
+    Family(
+        "backward_singularity",
+        backward_singularity.diagnose,
+        gradient_of=backward_singularity.GRADIENT_OF,
+    ),
+    Family(
+        "overflow_generic",
+        overflow_generic.diagnose,
+        forward_ops=overflow_generic.OPS,
+        gradient_of=overflow_generic.OPS,
+        singular=False,
+    ),
+)
+
+
+def index_families(families: Iterable[Family], backward: bool) -> dict[str, Family]:
+    """Map each op type to its family, for the forward or the backward pass.
+
+    Raises:
+        ValueError: when two families claim the same op type.
+    """
+    index: dict[str, Family] = {}
+    for family in families:
+        for op in family.gradient_of if backward else family.forward_ops:
+            if op in index:
+                raise ValueError(
+                    f"Op type {op!r} is claimed by families {index[op].name!r} and "
+                    f"{family.name!r}. Remove it from one of them."
+                )
+            index[op] = family
+    return index
+
+
+_FORWARD = index_families(FAMILIES, backward=False)
+_BACKWARD = index_families(FAMILIES, backward=True)
+
+
+def family_for(evidence: Evidence) -> Family | None:
+    """The family of the evidence's origin op, or None when no family claims it."""
+    origin = evidence.origin
+    if origin is None:
+        return None
+    if evidence.phase == "backward":
+        return _BACKWARD.get(origin.gradient_of or origin.op) or _BACKWARD.get(origin.op)
+    return _FORWARD.get(origin.op)
+
+
+def diagnose(evidence: Evidence) -> Diagnosis:
+    """Turn the evidence of a failing step into a diagnosis.
+
+    Rules are asked in order of precedence: bad input, the tf.where trap, exploding
+    gradients and half-precision range (unless the origin op has its own singular
+    point), then the origin's op family, then the default rule.
+
+    Args:
+        evidence: everything known about the failing step.
+
+    Returns:
+        The first diagnosis a rule gives.
+    """
+    family = family_for(evidence)
+    singular = (family is not None and family.singular) or mentions_norm(source_code(evidence))
+    rules: list[Rule] = [bad_input.diagnose, where_trap.diagnose]
+    if not singular:
+        rules += [exploding_gradients.diagnose, float16_range.diagnose]
+    if family is not None:
+        rules.append(family.rule)
+    for rule in rules:
+        diagnosis = rule(evidence)
+        if diagnosis is not None:
+            return diagnosis
+    return default.diagnose(evidence)

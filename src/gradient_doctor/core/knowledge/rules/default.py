@@ -1,0 +1,82 @@
+"""The rule for ops no other rule knows: an honest, generic diagnosis by phase and output."""
+
+from __future__ import annotations
+
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Fix, Origin
+from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.facts import outputs_inf
+from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes, nan_gradient_not_fixes
+from gradient_doctor.core.knowledge.wording import (
+    at_step,
+    nonfinite_counts,
+    op_place,
+    value_range,
+)
+
+_CLIP_DOMAIN = Fix(
+    "clip_input_domain",
+    "Clip the op's input to the range where it is defined",
+    "x = tf.clip_by_value(x, low, high)  # the range where the op is defined and smooth",
+)
+_CUSTOM_GRADIENT = Fix(
+    "custom_gradient",
+    "Give the op a gradient that stays finite at its singular points",
+    "@tf.custom_gradient\n"
+    "def safe_f(x):\n"
+    "    def grad(upstream):\n"
+    "        return tf.where(tf.math.is_finite(df(x)), upstream * df(x), tf.zeros_like(x))\n"
+    "    return f(x), grad",
+)
+
+
+def diagnose(evidence: Evidence) -> Diagnosis:
+    """Diagnose any evidence; used when no specific rule applies."""
+    origin = evidence.origin
+    if origin is None:
+        return _unlocated(evidence)
+    if evidence.phase == "backward":
+        forward = origin.gradient_of or origin.op
+        return Diagnosis(
+            category="backward_singularity",
+            explanation=explain(origin, evidence.step, f"the gradient of {forward}"),
+            not_fixes=nan_gradient_not_fixes(f"the derivative of {forward} at these inputs"),
+            fixes=(_CLIP_DOMAIN, _CUSTOM_GRADIENT),
+        )
+    overflow = outputs_inf(origin)
+    return Diagnosis(
+        category="forward_overflow" if overflow else "forward_domain",
+        explanation=explain(origin, evidence.step, origin.op),
+        not_fixes=forward_not_fixes(f"the non-finite output of {origin.op}"),
+        fixes=(
+            (remedies.constrain_weights(origin), remedies.normalize_input())
+            if overflow
+            else (_CLIP_DOMAIN, remedies.normalize_input())
+        ),
+    )
+
+
+def explain(origin: Origin, step: int | None, subject: str) -> str:
+    """Name the op, what it wrote and its input range; admit there is no specific rule."""
+    return (
+        f"{op_place(origin)}{at_step(step)} wrote {nonfinite_counts(origin)} from finite "
+        f"inputs ranging {value_range(origin.inputs)}. The doctor has no specific rule for "
+        f"{subject}; look for the inputs where it leaves its finite range."
+    )
+
+
+def _unlocated(evidence: Evidence) -> Diagnosis:
+    """The step went non-finite but no op could be named (e.g. the replay stayed finite)."""
+    replay = "" if evidence.reproduced else ", and replaying the step stayed finite"
+    step = "The step" if evidence.step is None else f"Step {evidence.step}"
+    return Diagnosis(
+        category="loss_spike",
+        explanation=f"{step} went non-finite, but no single op could be named{replay}; "
+        "the cause may be nondeterministic.",
+        not_fixes=(),
+        fixes=(
+            remedies.lower_learning_rate(evidence.setup),
+            remedies.gradient_clipping(evidence.setup),
+        ),
+    )

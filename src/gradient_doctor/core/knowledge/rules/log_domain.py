@@ -1,0 +1,72 @@
+"""Logarithms (Log, Log1p, Xlogy, Xlog1py) fed a value outside their domain."""
+
+from __future__ import annotations
+
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.domain_rule import Domain, diagnose_domain
+from gradient_doctor.core.knowledge.facts import source_code
+from gradient_doctor.core.knowledge.guards import guard_fix
+
+_TITLE = "Keep the logarithm's argument inside its domain"
+_DOMAINS = {
+    "Log": Domain("log of 0 is -inf and of a negative number NaN", "safe_log", _TITLE, boundary=0),
+    "Log1p": Domain("log1p of -1 is -inf and below -1 NaN", "safe_log", _TITLE, boundary=-1),
+    "Xlogy": Domain(
+        "xlogy(x, y) is -inf at y = 0 and NaN for y < 0 (where x is not 0)",
+        "safe_log",
+        _TITLE,
+        argument=1,
+        boundary=0,
+    ),
+    "Xlog1py": Domain(
+        "xlog1py(x, y) is -inf at y = -1 and NaN below (where x is not 0)",
+        "safe_log",
+        _TITLE,
+        argument=1,
+        boundary=-1,
+    ),
+}
+OPS = frozenset(_DOMAINS)
+# Words that mark the log's argument as a probability (a softmax or sigmoid output).
+_PROBABILITY_WORDS = ("prob", "pred", "softmax", "sigmoid", "likelihood")
+
+
+def diagnose(evidence: Evidence) -> Diagnosis | None:
+    """Explain a logarithm that went -inf or NaN in the forward pass."""
+    if evidence.origin is None:
+        return None
+    op = evidence.origin.op
+    code = source_code(evidence)
+    if any(word in code.lower() for word in _PROBABILITY_WORDS):
+        clip = guard_fix(
+            "clip_input_domain",
+            "Clip the probability into [1e-7, 1]",
+            code,
+            op,
+            template="{clip}({arg}, 1e-7, 1.0)",
+        )
+        extra = (clip, _from_logits())
+    else:
+        extra = (_positive_activation(),)
+    return diagnose_domain(evidence, _DOMAINS[op], extra)
+
+
+def _from_logits() -> Fix:
+    """Let the loss take the log of the logits itself, which is stable."""
+    return Fix(
+        "from_logits",
+        "Drop the final softmax/sigmoid and let the loss work on logits",
+        "outputs = keras.layers.Dense(num_classes)(x)  # no activation\n"
+        "loss = keras.losses.CategoricalCrossentropy(from_logits=True)",
+    )
+
+
+def _positive_activation() -> Fix:
+    """Produce a value that must be positive with an activation that guarantees it."""
+    return Fix(
+        "activation_change",
+        "Produce the logarithm's argument with softplus, which is always positive",
+        "x = tf.nn.softplus(pre_activation) + 1e-7  # instead of relu or a linear output",
+    )

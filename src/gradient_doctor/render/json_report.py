@@ -1,0 +1,244 @@
+"""The JSON report: a serialisation of `Report` to schema `gradient-doctor/report/v1`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from gradient_doctor.core.findings import (
+    Disconnected,
+    Finding,
+    Fix,
+    Headroom,
+    NotFix,
+    Origin,
+    SourceLine,
+    TensorStats,
+)
+from gradient_doctor.core.report import SCHEMA, Report
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """Serialise a report to the plain dict of schema `gradient-doctor/report/v1`.
+
+    Every value in the result is a JSON-safe built-in (str, int, float, bool, None,
+    list, dict): numbers that arrive as NumPy scalars become Python numbers, and
+    floats that are NaN or infinite become None (`null`). A tensor's `min`/`max` are
+    taken over its finite values, so they are null only when it holds none; the
+    `nan`/`inf` counts always tell how many non-finite values there were.
+
+    Args:
+        report: Report, the outcome of a watched run.
+
+    Returns:
+        A dict with the keys `schema`, `status`, `script`, `steps_watched`,
+        `problems` and `warnings`, plus `script_error` only when the script raised
+        a non-numeric exception.
+
+    Example:
+        >>> report_to_dict(Report(script="train.py", steps_watched=3))["status"]
+        'healthy'
+    """
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "status": report.status,
+        "script": report.script,
+        "steps_watched": int(report.steps_watched),
+        "problems": [problem_to_dict(finding) for finding in report.problems],
+        "warnings": [warning_to_dict(finding) for finding in report.warnings],
+    }
+    if report.script_error is not None:
+        result["script_error"] = report.script_error
+    return result
+
+
+def write_json_report(report: Report, path: str | os.PathLike[str]) -> None:
+    """Write the report as JSON to `path`, atomically, creating its folder if needed.
+
+    The text goes to a temporary file beside `path` that then replaces it, so a
+    reader never sees half a report, even when the run is killed while writing.
+
+    Args:
+        report: Report, the outcome of a watched run.
+        path: str or path-like, where the JSON file goes.
+
+    Raises:
+        OSError: when the folder cannot be created or the file cannot be written.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report_to_dict(report), indent=2, ensure_ascii=False, allow_nan=False)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        _write_new_file(temporary, text + "\n")
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _write_new_file(path: Path, text: str) -> None:
+    # os.open with mode 0o666 lets the user's umask set the permissions, as a plain
+    # open() would; tempfile.mkstemp would leave the report readable by its owner only.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    with open(descriptor, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def problem_to_dict(finding: Finding) -> dict[str, Any]:
+    """Serialise one finding as an entry of the report's `problems` list.
+
+    Args:
+        finding: Finding, a diagnosed problem.
+
+    Returns:
+        A dict with the keys `category`, `step`, `phase`, `origin`,
+        `disconnected`, `explanation`, `not_fixes` and `fixes`.
+    """
+    return {
+        "category": finding.category,
+        "step": _integer(finding.step),
+        "phase": finding.phase,
+        "origin": origin_to_dict(finding.origin),
+        "disconnected": disconnected_to_dict(finding.disconnected),
+        "explanation": finding.explanation,
+        "not_fixes": [not_fix_to_dict(not_fix) for not_fix in finding.not_fixes],
+        "fixes": [fix_to_dict(fix) for fix in finding.fixes],
+    }
+
+
+def warning_to_dict(finding: Finding) -> dict[str, Any]:
+    """Serialise one finding as an entry of the report's `warnings` list.
+
+    Args:
+        finding: Finding, an early warning raised while the run was still finite.
+
+    Returns:
+        The keys of `problem_to_dict` plus `forecast_step` and `headroom`.
+    """
+    return {
+        **problem_to_dict(finding),
+        "forecast_step": _integer(finding.forecast_step),
+        "headroom": headroom_to_dict(finding.headroom),
+    }
+
+
+def origin_to_dict(origin: Origin | None) -> dict[str, Any] | None:
+    """Serialise the op that first produced a non-finite value, or None.
+
+    Args:
+        origin: Origin or None.
+
+    Returns:
+        A dict with `op`, `op_name`, `layer`, `file`, `line`, `code` (the user's
+        source line, flattened; null when unknown), `gradient_of`, `inputs` and
+        `outputs`; None when `origin` is None.
+    """
+    if origin is None:
+        return None
+    return {
+        "op": origin.op,
+        "op_name": origin.op_name,
+        "layer": origin.layer,
+        **source_to_dict(origin.source),
+        "gradient_of": origin.gradient_of,
+        "inputs": [tensor_stats_to_dict(stats) for stats in origin.inputs],
+        "outputs": [tensor_stats_to_dict(stats) for stats in origin.outputs],
+    }
+
+
+def source_to_dict(source: SourceLine | None) -> dict[str, Any]:
+    """Flatten a user's source line into `file`, `line` and `code` (all None when unknown).
+
+    Args:
+        source: SourceLine or None.
+
+    Returns:
+        A dict with exactly the keys `file`, `line` and `code`.
+    """
+    if source is None:
+        return {"file": None, "line": None, "code": None}
+    return {"file": source.file, "line": _integer(source.line), "code": source.code}
+
+
+def tensor_stats_to_dict(stats: TensorStats) -> dict[str, Any]:
+    """Serialise a tensor summary to the keys the schema names.
+
+    Args:
+        stats: TensorStats.
+
+    Returns:
+        A dict with `dtype`, `shape` (a list; unknown dimensions are None), `min`
+        and `max` (None when not finite), and the counts `nan`, `inf` and `zeros`.
+    """
+    return {
+        "dtype": stats.dtype,
+        "shape": [_integer(dimension) for dimension in stats.shape],
+        "min": _finite_float(stats.min),
+        "max": _finite_float(stats.max),
+        "nan": int(stats.nan),
+        "inf": int(stats.inf),
+        "zeros": int(stats.zeros),
+    }
+
+
+def disconnected_to_dict(disconnected: Disconnected | None) -> dict[str, Any] | None:
+    """Serialise the variables that got no gradient and where the path broke, or None.
+
+    Args:
+        disconnected: Disconnected or None.
+
+    Returns:
+        A dict with `variables`, `all` and `break` (`{op, file, line, code}`, or
+        None when no break point was found); None when `disconnected` is None.
+    """
+    if disconnected is None:
+        return None
+    point = disconnected.break_point
+    return {
+        "variables": list(disconnected.variables),
+        "all": bool(disconnected.all),
+        "break": None if point is None else {"op": point.op, **source_to_dict(point.source)},
+    }
+
+
+def not_fix_to_dict(not_fix: NotFix) -> dict[str, Any]:
+    """Serialise a remedy that will not help: `{remedy, why}`."""
+    return {"remedy": not_fix.remedy, "why": not_fix.why}
+
+
+def fix_to_dict(fix: Fix) -> dict[str, Any]:
+    """Serialise a proposed fix: `{family, title, code, verified, evidence}`."""
+    return {
+        "family": fix.family,
+        "title": fix.title,
+        "code": fix.code,
+        "verified": None if fix.verified is None else bool(fix.verified),
+        "evidence": fix.evidence,
+    }
+
+
+def headroom_to_dict(headroom: Headroom | None) -> dict[str, Any] | None:
+    """Serialise a headroom as `{limit, value}` (non-finite numbers as None), or None."""
+    if headroom is None:
+        return None
+    return {"limit": _finite_float(headroom.limit), "value": _finite_float(headroom.value)}
+
+
+def _finite_float(value: float | None) -> float | None:
+    # JSON has no NaN or infinity; the counts beside these numbers carry that news.
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _integer(value: int | None) -> int | None:
+    # Steps, lines and dimensions may arrive as NumPy integers, which json rejects.
+    return None if value is None else int(value)

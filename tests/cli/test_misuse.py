@@ -1,0 +1,90 @@
+"""Misuse gets a clear message and the right exit status, never a traceback from the doctor."""
+
+import subprocess
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT, doctor_command, run_doctor
+
+pytestmark = pytest.mark.slow
+
+
+def test_missing_script_is_a_usage_error(tmp_path):
+    completed = subprocess.run(
+        [*doctor_command(), "run", "no_such_train.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert completed.returncode == 2
+    assert "cannot run 'no_such_train.py': no such file" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_no_command_is_a_usage_error():
+    completed = subprocess.run(doctor_command(), cwd=ROOT, capture_output=True, text=True)
+    assert completed.returncode == 2
+    assert "usage: gradient-doctor" in completed.stderr
+
+
+def _script(tmp_path, body: str):
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_script_crash_is_reported_with_its_own_traceback(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import sys
+        def load(path):
+            raise FileNotFoundError(f"missing data file {path}")
+        print("argv", sys.argv[1:], __name__)
+        load("data.csv")
+        """,
+    )
+    run = run_doctor(script, "--epochs", "3", tmp=tmp_path)
+    assert run.exit_code == 1
+    assert "argv ['--epochs', '3'] __main__" in run.stdout
+    assert "FileNotFoundError: missing data file data.csv" in run.stderr
+    assert 'line 4, in load' in run.stderr
+    assert "gradient_doctor" not in run.stderr.split("Traceback")[1].split("FileNotFoundError")[0]
+    assert run.report["status"] == "problem"
+    assert run.report["problems"] == []
+    assert run.report["script_error"] == "FileNotFoundError: missing data file data.csv"
+
+
+def test_integer_variables_only_gives_the_frameworks_message(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import tensorflow as tf
+        import keras
+        counter = tf.Variable(3)
+        optimizer = keras.optimizers.SGD(0.1)
+        with tf.GradientTape() as tape:
+            loss = tf.cast(counter, tf.float32) * 2.0
+        grads = tape.gradient(loss, [counter])
+        optimizer.apply_gradients(zip(grads, [counter]))
+        """,
+    )
+    run = run_doctor(script, tmp=tmp_path)
+    assert run.exit_code == 1
+    assert "ValueError" in run.report["script_error"]
+    assert "gradient" in run.report["script_error"].lower()
+
+
+def test_model_without_trainable_variables_is_said_clearly(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import numpy as np
+        import keras
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, trainable=False)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)
+        """,
+    )
+    run = run_doctor(script, tmp=tmp_path)
+    assert "the model has no trainable variables" in run.stderr
+    assert run.exit_code == 0
+    assert run.report["status"] == "healthy"

@@ -1,0 +1,47 @@
+"""End to end through the real CLI: varied training styles, each diagnosed exactly."""
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_where_trap_in_a_subclassed_model_is_a_backward_singularity(doctor_run):
+    run = doctor_run("tests/scripts/where_trap_subclassed.py")
+    assert run.exit_code == 1
+    problem = run.problem
+    assert problem["category"] == "backward_singularity"
+    assert problem["phase"] == "backward"
+    assert problem["origin"]["op"] == "Reciprocal"
+    assert problem["origin"]["gradient_of"] == "Log"
+    assert problem["origin"]["file"] == "tests/scripts/where_trap_subclassed.py"
+    assert problem["origin"]["line"] == 21
+    assert "safe_where" in [f["family"] for f in problem["fixes"]]
+
+
+def test_masked_attention_with_minus_infinity_is_healthy(doctor_run):
+    run = doctor_run("tests/scripts/attention_mask_healthy.py")
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.report["status"] == "healthy"
+    assert run.report["problems"] == []
+    assert run.report["steps_watched"] == 8
+
+
+def test_nan_in_the_data_is_bad_input_with_row_and_feature(doctor_run):
+    run = doctor_run("tests/scripts/bad_input_fit.py")
+    assert run.exit_code == 1
+    problem = run.problem
+    assert problem["category"] == "bad_input"
+    assert problem["step"] == 2
+    assert "row 6" in problem["explanation"]
+    assert "2" in problem["explanation"]  # the feature column
+
+
+def test_eager_loop_log_of_negative_value_is_a_forward_domain_error(doctor_run):
+    run = doctor_run("tests/scripts/eager_log_domain.py")
+    assert run.exit_code == 1
+    problem = run.problem
+    assert problem["category"] == "forward_domain"
+    assert problem["phase"] == "forward"
+    assert problem["origin"]["op"] == "Log"
+    assert problem["origin"]["line"] == 20
+    assert "gradient_clipping" in [n["remedy"] for n in problem["not_fixes"]]

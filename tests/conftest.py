@@ -1,0 +1,73 @@
+"""Shared fixtures: quiet TensorFlow, and one CLI run per script shared by its tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+@dataclass(frozen=True)
+class DoctorRun:
+    """One run of `gradient-doctor run` on a script."""
+
+    exit_code: int
+    report: dict | None
+    stdout: str
+    stderr: str
+
+    @property
+    def problem(self) -> dict:
+        assert self.report is not None, self.stderr[-3000:]
+        assert self.report["problems"], self.stderr[-3000:]
+        return self.report["problems"][0]
+
+
+def doctor_command() -> list[str]:
+    """The installed `gradient-doctor` entry point (the real CLI)."""
+    script = Path(sys.executable).parent / "gradient-doctor"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "gradient_doctor.cli.main"]
+
+
+def run_doctor(script: Path | str, *args: str, tmp: Path, options: tuple = ()) -> DoctorRun:
+    """Run the doctor on `script` from the repository root, returning its report."""
+    report_path = tmp / "report.json"
+    completed = subprocess.run(
+        [*doctor_command(), "run", "--report", str(report_path), *options, str(script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    return DoctorRun(completed.returncode, report, completed.stdout, completed.stderr)
+
+
+_runs: dict[str, DoctorRun] = {}
+
+
+@pytest.fixture(scope="session")
+def doctor_run(tmp_path_factory):
+    """Run (once per session) the doctor on a script path relative to the repository root."""
+
+    def get(relative: str) -> DoctorRun:
+        if relative not in _runs:
+            tmp = tmp_path_factory.mktemp(Path(relative).stem)
+            _runs[relative] = run_doctor(relative, tmp=tmp)
+        return _runs[relative]
+
+    return get

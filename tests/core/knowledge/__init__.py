@@ -1,0 +1,1 @@
+"""Tests of the knowledge base, on hand-built evidence (no TensorFlow)."""

@@ -1,0 +1,88 @@
+"""Factories that build the knowledge base's inputs by hand, without TensorFlow."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradient_doctor.core.evidence import BadInput, Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
+
+
+def _stats(
+    dtype: str = "float32",
+    min: float | None = -3.1,
+    max: float | None = 712.4,
+    nan: int = 0,
+    inf: int = 0,
+    zeros: int = 0,
+    size: int = 256,
+    min_abs: float | None = None,
+) -> TensorStats:
+    return TensorStats(dtype, (32, 8), min, max, nan, inf, zeros, size=size, min_abs=min_abs)
+
+
+def _evidence(
+    op: str = "Exp",
+    code: str | None = "w = tf.exp(scores)",
+    phase: str | None = "forward",
+    inputs: tuple[TensorStats, ...] | None = None,
+    outputs: tuple[TensorStats, ...] | None = None,
+    gradient_of: str | None = None,
+    layer: str | None = "message_passing",
+    step: int | None = 57,
+    masked_by_select: bool = False,
+    bad_inputs: tuple[BadInput, ...] = (),
+    grad_norms: tuple[float | None, ...] = (),
+    learning_rate: float | None = None,
+    clipping: str | None = None,
+    with_origin: bool = True,
+    reproduced: bool = True,
+) -> Evidence:
+    origin = None
+    if with_origin:
+        origin = Origin(
+            op=op,
+            op_name=f"{layer}/{op}" if layer else op,
+            layer=layer,
+            source=SourceLine("train.py", 42, code) if code is not None else None,
+            gradient_of=gradient_of,
+            inputs=inputs if inputs is not None else (_stats(),),
+            outputs=outputs if outputs is not None else (_stats(min=0.0, max=1.0, inf=17),),
+        )
+    history = StepHistory(
+        steps=tuple(range(10, 10 + len(grad_norms))), grad_norms=tuple(grad_norms)
+    )
+    return Evidence(
+        step=step,
+        phase=phase,
+        origin=origin,
+        masked_by_select=masked_by_select,
+        bad_inputs=bad_inputs,
+        history=history,
+        setup=TrainingSetup(learning_rate=learning_rate, clipping=clipping),
+        reproduced=reproduced,
+    )
+
+
+@pytest.fixture
+def make_stats():
+    """Build a `TensorStats`; defaults describe a finite float32 tensor from -3.1 to 712.4."""
+    return _stats
+
+
+@pytest.fixture
+def make_evidence():
+    """Build an `Evidence` around one origin op; defaults describe an Exp overflow."""
+    return _evidence
+
+
+@pytest.fixture
+def families():
+    """Return the fix families of a diagnosis, in order."""
+    return lambda diagnosis: [fix.family for fix in diagnosis.fixes]
+
+
+@pytest.fixture
+def not_fixes():
+    """Return the not-fix remedies of a diagnosis, in order."""
+    return lambda diagnosis: [item.remedy for item in diagnosis.not_fixes]

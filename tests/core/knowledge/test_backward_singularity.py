@@ -1,0 +1,130 @@
+"""Gradients infinite where the forward value is finite (the WGAN-GP tf.norm story)."""
+
+import pytest
+
+from gradient_doctor.core.knowledge import diagnose
+
+WGAN_LINE = "gp = tf.reduce_mean(tf.square(tf.norm(grads, axis=-1) - 1.0))"
+
+
+def backward(make_evidence, make_stats, gradient_of, code, op="SqrtGrad", zeros=4, **kwargs):
+    return make_evidence(
+        op=op,
+        code=code,
+        phase="backward",
+        gradient_of=gradient_of,
+        inputs=(make_stats(min=0.0, max=3.0, zeros=zeros), make_stats(min=-1.0, max=1.0)),
+        outputs=(make_stats(min=-1.0, max=1.0, inf=zeros),),
+        **kwargs,
+    )
+
+
+def test_norm_gradient_at_zero_gets_safe_norm(make_evidence, make_stats, families, not_fixes):
+    diagnosis = diagnose(backward(make_evidence, make_stats, "Sqrt", WGAN_LINE))
+    assert diagnosis.category == "backward_singularity"
+    assert "gradient of Sqrt in layer `message_passing` is 0.5 / sqrt(x)" in (diagnosis.explanation)
+    assert "infinite at x = 0" in diagnosis.explanation
+    assert "4 values sat exactly on that point at step 57" in diagnosis.explanation
+    assert "(SqrtGrad) wrote 4 inf values" in diagnosis.explanation
+    assert families(diagnosis) == ["safe_norm"]
+    assert diagnosis.fixes[0].code == (
+        "gp = tf.reduce_mean(tf.square("
+        "tf.sqrt(tf.reduce_sum(tf.square(grads), axis=-1) + 1e-12) - 1.0))"
+    )
+    assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate"]
+
+
+def test_not_fixes_explain_that_clipping_a_nan_gives_nan(make_evidence, make_stats):
+    why = {
+        n.remedy: n.why for n in diagnose(backward(make_evidence, make_stats, "Sqrt", "")).not_fixes
+    }
+    assert "Clipping a NaN gives NaN" in why["gradient_clipping"]
+    assert "clip_by_global_norm of a NaN norm turns every gradient NaN" in why["gradient_clipping"]
+    assert "still NaN" in why["lower_learning_rate"]
+
+
+def test_plain_sqrt_gets_safe_sqrt(make_evidence, make_stats, families):
+    diagnosis = diagnose(backward(make_evidence, make_stats, "Sqrt", "d = tf.sqrt(sq)"))
+    assert families(diagnosis) == ["safe_sqrt"]
+    assert diagnosis.fixes[0].code == "d = tf.sqrt(tf.maximum(sq, 1e-12))"
+
+
+def test_norm_named_variable_with_explicit_sqrt(make_evidence, make_stats, families):
+    code = "grad_norm = tf.sqrt(tf.reduce_sum(g * g, axis=1))"
+    diagnosis = diagnose(backward(make_evidence, make_stats, "Sqrt", code))
+    assert families(diagnosis) == ["safe_norm"]
+    assert diagnosis.fixes[0].code == "grad_norm = tf.sqrt(tf.reduce_sum(g * g, axis=1) + 1e-12)"
+
+
+@pytest.mark.parametrize(
+    ("gradient_of", "code", "family", "fixed", "phrase"),
+    [
+        (
+            "Pow",
+            "r = tf.pow(d, 0.5)",
+            "safe_sqrt",
+            "r = tf.pow(tf.maximum(d, 1e-12), 0.5)",
+            "p < 1",
+        ),
+        ("Pow", "r = d ** 0.5", "safe_sqrt", "r = tf.maximum(d, 1e-12) ** 0.5", "p * x^(p - 1)"),
+        (
+            "Acos",
+            "a = tf.acos(c)",
+            "clip_input_domain",
+            "a = tf.acos(tf.clip_by_value(c, -1.0 + 1e-7, 1.0 - 1e-7))",
+            "x = -1 and x = 1",
+        ),
+        ("Log", "l = tf.math.log(p)", "safe_log", "l = tf.math.log(tf.maximum(p, 1e-7))", "1 / x"),
+        (
+            "Rsqrt",
+            "s = tf.math.rsqrt(v)",
+            "safe_sqrt",
+            "s = tf.math.rsqrt(tf.maximum(v, 1e-12))",
+            "x^1.5",
+        ),
+        (
+            "RealDiv",
+            "q = a / b",
+            "safe_div",
+            "q = tf.math.divide_no_nan(a, b)",
+            "-a / b^2",
+        ),
+        (
+            "Reciprocal",
+            "i = tf.math.reciprocal(b)",
+            "safe_div",
+            "i = tf.math.divide_no_nan(1.0, b)",
+            "-1 / x^2",
+        ),
+    ],
+)
+def test_each_singular_op(make_evidence, make_stats, gradient_of, code, family, fixed, phrase):
+    diagnosis = diagnose(backward(make_evidence, make_stats, gradient_of, code, op="Mul"))
+    assert diagnosis.category == "backward_singularity"
+    assert phrase in diagnosis.explanation
+    assert diagnosis.fixes[0].family == family
+    assert diagnosis.fixes[0].code.splitlines()[0] == fixed
+
+
+def test_near_miss_reports_the_closest_value(make_evidence, make_stats):
+    evidence = make_evidence(
+        op="SqrtGrad",
+        code="d = tf.sqrt(sq)",
+        phase="backward",
+        gradient_of="Sqrt",
+        inputs=(make_stats(min=1e-45, max=2.0, min_abs=1e-45),),
+        outputs=(make_stats(inf=1),),
+    )
+    assert "came within 1e-45 of that point" in diagnose(evidence).explanation
+
+
+def test_euclidean_norm_without_a_line_still_gets_safe_norm(make_evidence, make_stats, families):
+    diagnosis = diagnose(backward(make_evidence, make_stats, "EuclideanNorm", None, op="RealDiv"))
+    assert families(diagnosis) == ["safe_norm"]
+    assert "1e-12" in diagnosis.fixes[0].code
+
+
+def test_singular_gradient_wins_over_a_growing_gradient_norm(make_evidence, make_stats):
+    norms = tuple(2.0**i for i in range(20))
+    evidence = backward(make_evidence, make_stats, "Sqrt", WGAN_LINE, grad_norms=norms)
+    assert diagnose(evidence).category == "backward_singularity"

@@ -1,0 +1,111 @@
+"""Exp, Expm1, Cosh, Sinh and Pow overflowing in the forward pass (the GNN softmax story)."""
+
+from gradient_doctor.core.knowledge import diagnose
+
+FORWARD_NOT_FIXES = ["gradient_clipping", "lower_learning_rate", "larger_batch"]
+
+
+def test_exp_overflow_states_the_value_and_the_limit(make_evidence, families, not_fixes):
+    diagnosis = diagnose(make_evidence())
+    assert diagnosis.category == "forward_overflow"
+    assert "input to Exp in layer `message_passing` at step 57 reached 712.4" in (
+        diagnosis.explanation
+    )
+    assert "float32 exp overflows above 88.72" in diagnosis.explanation
+    assert "17 inf values" in diagnosis.explanation
+    assert families(diagnosis)[:3] == ["stable_softmax", "constrain_weights", "normalize_input"]
+    assert not_fixes(diagnosis) == FORWARD_NOT_FIXES
+
+
+def test_forward_not_fixes_say_clipping_acts_too_late(make_evidence):
+    why = {item.remedy: item.why for item in diagnose(make_evidence()).not_fixes}
+    assert "before any gradient exists" in why["gradient_clipping"]
+    assert "delays it" in why["lower_learning_rate"]
+    assert "delay" in why["larger_batch"]
+
+
+def test_stable_softmax_fits_the_user_line(make_evidence):
+    fixes = {fix.family: fix for fix in diagnose(make_evidence()).fixes}
+    assert fixes["stable_softmax"].code == (
+        "scores = scores - tf.reduce_max(scores, axis=-1, keepdims=True)\nw = tf.exp(scores)"
+    )
+    assert fixes["clip_input_domain"].code == "w = tf.exp(tf.minimum(scores, 79.0))"
+
+
+def test_expression_argument_is_shifted_through_a_new_name(make_evidence):
+    fixes = {fix.family: fix for fix in diagnose(make_evidence(code="e = K.exp(x - 1)")).fixes}
+    assert fixes["stable_softmax"].code == (
+        "shifted = (x - 1) - tf.reduce_max(x - 1, axis=-1, keepdims=True)\ne = K.exp(shifted)"
+    )
+
+
+def test_hand_written_softmax_gets_the_library_softmax(make_evidence, families):
+    code = "p = tf.exp(s) / tf.reduce_sum(tf.exp(s), axis=-1, keepdims=True)"
+    diagnosis = diagnose(make_evidence(code=code))
+    assert "clip_input_domain" not in families(diagnosis)
+    softmax = diagnosis.fixes[0]
+    assert softmax.family == "stable_softmax"
+    assert softmax.code.splitlines()[0] == "s = s - tf.reduce_max(s, axis=-1, keepdims=True)"
+    assert softmax.code.splitlines()[-1] == "p = tf.nn.softmax(s, axis=-1)"
+
+
+def test_log_sum_exp_line_gets_logsumexp_first(make_evidence):
+    code = "lse = tf.math.log(tf.reduce_sum(tf.exp(z), axis=1))"
+    fix = diagnose(make_evidence(code=code)).fixes[0]
+    assert (fix.family, fix.code) == ("stable_logsumexp", "lse = tf.reduce_logsumexp(z, axis=1)")
+
+
+def test_constrain_weights_names_the_layer(make_evidence):
+    fixes = {fix.family: fix for fix in diagnose(make_evidence()).fixes}
+    assert "`message_passing`" in fixes["constrain_weights"].title
+    assert "kernel_constraint=keras.constraints.MaxNorm" in fixes["constrain_weights"].code
+
+
+def test_unparsable_line_gets_generic_snippets(make_evidence, families):
+    diagnosis = diagnose(make_evidence(code=None))
+    assert families(diagnosis) == ["stable_softmax", "constrain_weights", "normalize_input"]
+    assert "tf.nn.softmax(x, axis=-1)" in diagnosis.fixes[0].code
+
+
+def test_float16_exp_uses_float16_limit_and_float32_island(make_evidence, make_stats, families):
+    evidence = make_evidence(
+        code="y = keras.ops.exp(h)",
+        inputs=(make_stats("float16", max=12.5),),
+        outputs=(make_stats("float16", inf=3),),
+    )
+    diagnosis = diagnose(evidence)
+    assert "float16 exp overflows above 11.09" in diagnosis.explanation
+    assert families(diagnosis)[:2] == ["float32_island", "stable_softmax"]
+    assert diagnosis.fixes[0].code.startswith('y = keras.ops.exp(keras.ops.cast(h, "float32"))')
+    assert "keras.ops.max(h, axis=-1, keepdims=True)" in diagnosis.fixes[1].code
+
+
+def test_cosh_limit_is_log_max_plus_log_two(make_evidence, make_stats, families):
+    evidence = make_evidence(
+        op="Cosh", code="c = tf.cosh(t)", inputs=(make_stats(min=-95.0, max=3.0),)
+    )
+    diagnosis = diagnose(evidence)
+    assert "magnitude of the input to Cosh" in diagnosis.explanation
+    assert "reached 95" in diagnosis.explanation and "above 89.42" in diagnosis.explanation
+    assert "stable_softmax" not in families(diagnosis)
+    assert diagnosis.fixes[-1].code == "c = tf.cosh(tf.clip_by_value(t, -79.0, 79.0))"
+
+
+def test_pow_overflow_names_base_and_exponent(make_evidence, make_stats, not_fixes):
+    evidence = make_evidence(
+        op="Pow",
+        code="y = tf.pow(x, 3.0)",
+        inputs=(make_stats(min=-1.0, max=1e13), make_stats(min=3.0, max=3.0)),
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "forward_overflow"
+    assert "base of Pow" in diagnosis.explanation and "1e+13 with exponent up to 3" in (
+        diagnosis.explanation
+    )
+    assert "3.4e+38" in diagnosis.explanation
+    assert not_fixes(diagnosis) == FORWARD_NOT_FIXES
+
+
+def test_exp_overflow_wins_over_a_growing_gradient_norm(make_evidence):
+    norms = tuple(0.8 * 2.0**i for i in range(20))
+    assert diagnose(make_evidence(grad_norms=norms)).category == "forward_overflow"

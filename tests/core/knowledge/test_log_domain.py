@@ -1,0 +1,59 @@
+"""Logarithms fed zero or negative values in the forward pass."""
+
+from gradient_doctor.core.knowledge import diagnose
+
+FORWARD_NOT_FIXES = ["gradient_clipping", "lower_learning_rate", "larger_batch"]
+
+
+def log_evidence(make_evidence, make_stats, code, op="Log", inputs=None, **kwargs):
+    inputs = inputs or (make_stats(min=0.0, max=1.0, zeros=3),)
+    outputs = (make_stats(min=-5.0, max=0.0, inf=3),)
+    return make_evidence(op=op, code=code, inputs=inputs, outputs=outputs, **kwargs)
+
+
+def test_log_of_zero_probability(make_evidence, make_stats, families, not_fixes):
+    code = "loss = -tf.reduce_mean(y_true * tf.math.log(y_pred))"
+    diagnosis = diagnose(log_evidence(make_evidence, make_stats, code))
+    assert diagnosis.category == "forward_domain"
+    assert "input to Log" in diagnosis.explanation
+    assert "reached 0 (3 exact zeros)" in diagnosis.explanation
+    assert "log of 0 is -inf" in diagnosis.explanation
+    assert families(diagnosis) == ["safe_log", "clip_input_domain", "from_logits"]
+    assert diagnosis.fixes[0].code == (
+        "loss = -tf.reduce_mean(y_true * tf.math.log(tf.maximum(y_pred, 1e-7)))"
+    )
+    assert "tf.clip_by_value(y_pred, 1e-7, 1.0)" in diagnosis.fixes[1].code
+    assert not_fixes(diagnosis) == FORWARD_NOT_FIXES
+    assert "invalid input to Log" in diagnosis.not_fixes[0].why
+
+
+def test_log_of_a_non_probability_suggests_a_positive_activation(
+    make_evidence, make_stats, families
+):
+    inputs = (make_stats(min=-0.25, max=4.0),)
+    diagnosis = diagnose(log_evidence(make_evidence, make_stats, "r = K.log(h)", inputs=inputs))
+    assert "reached -0.25" in diagnosis.explanation
+    assert families(diagnosis) == ["safe_log", "activation_change"]
+    assert diagnosis.fixes[0].code == "r = K.log(tf.maximum(h, 1e-7))"
+
+
+def test_log1p_domain_edge_is_minus_one(make_evidence, make_stats):
+    inputs = (make_stats(min=-1.0, max=2.0),)
+    evidence = log_evidence(make_evidence, make_stats, "y = tf.math.log1p(v)", "Log1p", inputs)
+    diagnosis = diagnose(evidence)
+    assert "log1p of -1 is -inf" in diagnosis.explanation
+    assert diagnosis.fixes[0].code == "y = tf.math.log1p(tf.maximum(v, -1.0 + 1e-7))"
+
+
+def test_xlogy_guards_its_second_argument(make_evidence, make_stats):
+    inputs = (make_stats(min=0.0, max=1.0), make_stats(min=0.0, max=1.0, zeros=2))
+    evidence = log_evidence(make_evidence, make_stats, "h = tf.math.xlogy(p, q)", "Xlogy", inputs)
+    diagnosis = diagnose(evidence)
+    assert "second argument of Xlogy" in diagnosis.explanation
+    assert "2 exact zeros" in diagnosis.explanation
+    assert diagnosis.fixes[0].code == "h = tf.math.xlogy(p, tf.maximum(q, 1e-7))"
+
+
+def test_unparsable_line_gets_a_generic_safe_log(make_evidence, make_stats):
+    diagnosis = diagnose(log_evidence(make_evidence, make_stats, None))
+    assert diagnosis.fixes[0].code == "y = tf.math.log(tf.maximum(x, 1e-7))"

@@ -1,0 +1,45 @@
+"""Arithmetic ops whose finite inputs produced inf: forward overflow or exploding gradients."""
+
+from gradient_doctor.core.knowledge import diagnose
+
+
+def test_forward_matmul_overflow(make_evidence, make_stats, families, not_fixes):
+    evidence = make_evidence(
+        op="MatMul",
+        code="h = tf.matmul(x, w)",
+        inputs=(make_stats(min=-1e20, max=2e20), make_stats(min=-1e19, max=3e19)),
+        outputs=(make_stats(inf=5),),
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "forward_overflow"
+    assert "MatMul in layer `message_passing` at step 57 wrote 5 inf values" in (
+        diagnosis.explanation
+    )
+    assert "from -1e+20 to 2e+20 (float32)" in diagnosis.explanation
+    assert "float32's largest value 3.4e+38" in diagnosis.explanation
+    assert families(diagnosis) == ["constrain_weights", "batch_normalization", "normalize_input"]
+    assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate", "larger_batch"]
+
+
+def test_backward_overflow_is_exploding_gradients(make_evidence, make_stats, families):
+    evidence = make_evidence(
+        op="MatMul",
+        code=None,
+        phase="backward",
+        gradient_of="MatMul",
+        inputs=(make_stats(min=-1e20, max=1e20),),
+        outputs=(make_stats(inf=3),),
+        learning_rate=0.01,
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "exploding_gradients"
+    assert diagnosis.explanation.startswith("The gradient of MatMul in layer `message_passing`")
+    assert "the gradients exceeded float32's largest value" in diagnosis.explanation
+    assert families(diagnosis)[:2] == ["lower_learning_rate", "gradient_clipping"]
+    assert "from 0.01 to 0.001" in diagnosis.fixes[0].title
+    assert diagnosis.not_fixes == ()
+
+
+def test_nan_without_inf_is_left_to_the_default_rule(make_evidence, make_stats):
+    evidence = make_evidence(op="Mul", code=None, outputs=(make_stats(nan=1),))
+    assert "no specific rule" in diagnose(evidence).explanation

@@ -1,0 +1,89 @@
+"""The walk from bad results back to the first op, on hand-built traces (no TensorFlow)."""
+
+from gradient_doctor.core.findings import SourceLine, TensorStats
+from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.core.origin_search import find_origin
+
+FINITE = TensorStats("float32", (4,), -1.0, 1.0, nan=0, inf=0, zeros=0)
+INF = TensorStats("float32", (4,), -1.0, 1.0, nan=0, inf=2, zeros=0)
+NAN = TensorStats("float32", (4,), -1.0, 1.0, nan=2, inf=0, zeros=0)
+
+
+def event(index, op, inputs, outputs, phase="forward", forward_index=None):
+    """An op reading tensors `inputs` and writing `outputs`, given as (id, stats) pairs."""
+    return OpEvent(
+        index=index,
+        op_type=op,
+        op_name=op,
+        layer=None,
+        phase=phase,
+        gradient_of=None,
+        forward_index=forward_index,
+        input_ids=tuple(i for i, _ in inputs),
+        output_ids=tuple(i for i, _ in outputs),
+        inputs=tuple(s for _, s in inputs),
+        outputs=tuple(s for _, s in outputs),
+        source=SourceLine("train.py", index + 1, op),
+    )
+
+
+def test_first_creator_on_the_path_is_the_origin():
+    events = [
+        event(0, "MatMul", [(1, FINITE), (2, FINITE)], [(3, FINITE)]),
+        event(1, "Exp", [(3, FINITE)], [(4, INF)]),
+        event(2, "Sum", [(4, INF)], [(5, INF)]),
+        event(3, "RealDiv", [(4, INF), (5, INF)], [(6, NAN)]),
+        event(4, "Mean", [(6, NAN)], [(7, NAN)]),
+    ]
+    result = find_origin(events, [7])
+    assert result.origin.op_type == "Exp"
+    assert result.unproduced_ids == ()
+
+
+def test_intended_infinity_that_becomes_finite_is_not_blamed():
+    events = [
+        event(0, "Fill", [(1, FINITE)], [(2, INF)]),  # an attention mask of -inf
+        event(1, "Softmax", [(2, INF)], [(3, FINITE)]),  # turned into exact zeros
+        event(2, "Log", [(3, FINITE)], [(4, INF)]),  # the real problem
+        event(3, "Mean", [(4, INF)], [(5, INF)]),
+    ]
+    assert find_origin(events, [5]).origin.op_type == "Log"
+
+
+def test_earliest_of_two_creators_wins():
+    events = [
+        event(0, "Sqrt", [(1, FINITE)], [(2, NAN)]),
+        event(1, "Log", [(3, FINITE)], [(4, INF)]),
+        event(2, "Add", [(4, INF), (2, NAN)], [(5, NAN)]),
+    ]
+    assert find_origin(events, [5]).origin.op_type == "Sqrt"
+
+
+def test_nonfinite_value_from_outside_the_step_is_unproduced():
+    events = [event(0, "MatMul", [(1, NAN), (2, FINITE)], [(3, NAN)])]
+    result = find_origin(events, [3])
+    assert result.origin is None
+    assert result.unproduced_ids == (1,)
+
+
+def test_backward_origin_masked_by_select_is_the_where_trap():
+    events = [
+        event(0, "Log", [(1, FINITE)], [(2, INF)]),
+        event(1, "SelectV2", [(9, FINITE), (2, INF), (3, FINITE)], [(4, FINITE)]),
+        event(2, "Reciprocal", [(1, FINITE)], [(5, INF)], phase="backward", forward_index=0),
+        event(3, "Mul", [(6, FINITE), (5, INF)], [(7, NAN)], phase="backward", forward_index=0),
+    ]
+    result = find_origin(events, [7])
+    assert result.origin.op_type == "Reciprocal"
+    assert result.forward_op.op_type == "Log"
+    assert result.masked_by_select
+
+
+def test_backward_origin_without_select_is_not_masked():
+    events = [
+        event(0, "Sqrt", [(1, FINITE)], [(2, FINITE)]),
+        event(1, "SqrtGrad", [(2, FINITE), (3, FINITE)], [(4, INF)], "backward", 0),
+    ]
+    result = find_origin(events, [4])
+    assert result.origin.op_type == "SqrtGrad"
+    assert not result.masked_by_select

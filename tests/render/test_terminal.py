@@ -1,0 +1,201 @@
+"""The terminal report: plain text building blocks and what a no-colour console shows."""
+
+import dataclasses
+import io
+
+from rich.console import Console
+
+from gradient_doctor.core.findings import Fix, TensorStats
+from gradient_doctor.core.report import Report
+from gradient_doctor.render.terminal import (
+    format_finding_lines,
+    header_line,
+    render_finding,
+    render_report,
+    source_line,
+    tensor_lines,
+    warning_lines,
+)
+
+EXP_LINE = "  -> train.py:42   w = tf.exp(scores)"
+
+
+def rendered(report):
+    console = Console(record=True, width=100, no_color=True, file=io.StringIO())
+    render_report(report, console)
+    return console.export_text()
+
+
+def test_forward_finding_lines(exp_problem):
+    assert format_finding_lines(exp_problem) == [
+        "forward_overflow at step 1830",
+        "phase: forward",
+        "op: Exp  name: message_passing/Exp  layer: message_passing",
+        EXP_LINE,
+        "input 0: float32 [32, 8]  min -3.1  max 712.4  nan 0  inf 0  zeros 0",
+        "output 0: float32 [32, 8]  nan 0  inf 17",
+        "The input to Exp reached 712.4; float32 exp overflows above 88.72.",
+        "Will not help:",
+        "  - gradient_clipping: the overflow happens in the forward pass, before any gradient",
+        "Try:",
+        "  1. Subtract the row maximum before exp [stable_softmax]",
+        "     verified: replayed 200 steps from step 1829: all finite",
+        "     w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))",
+    ]
+
+
+def test_backward_finding_names_the_gradient_and_the_forward_line(sqrt_problem):
+    lines = format_finding_lines(sqrt_problem)
+
+    assert "phase: backward" in lines
+    assert (
+        "op: SqrtGrad (gradient of Sqrt)  name: gradient_tape/critic/norm/SqrtGrad  layer: critic"
+        in lines
+    )
+    assert "  -> critic.py:12   norm = tf.norm(grads, axis=1)" in lines
+    assert "input 0: float32 [?]  min 0  max 4.5  nan 0  inf 0  zeros 3" in lines
+    assert "input 1: float32 [?]  min -1  max 1  nan 0  inf 0  zeros 0" in lines
+    assert "output 0: float32 [?]  nan 0  inf 3" in lines
+    assert "  1. Take the norm with an epsilon inside the square root [safe_norm]" in lines
+    assert lines[-1] == "     norm = tf.sqrt(tf.reduce_sum(tf.square(grads), axis=1) + 1e-12)"
+
+
+def test_unverified_fix_says_so(make_finding):
+    fix = Fix(
+        "safe_sqrt", "Clamp before sqrt", "y = tf.sqrt(tf.maximum(x, 1e-12))", False, "NaN at 3"
+    )
+    lines = format_finding_lines(make_finding("sqrt", fixes=(fix,)))
+
+    assert "     not verified: NaN at 3" in lines
+
+
+def test_disconnected_finding_lines(disconnected_problem):
+    lines = format_finding_lines(disconnected_problem)
+
+    assert lines[:4] == [
+        "disconnected_gradients at step 0",
+        "no gradient reaches all 2 trained variables: "
+        "generator/dense/kernel and generator/dense/bias",
+        "path from the loss breaks at ArgMax",
+        "  -> gan.py:88   tokens = tf.argmax(p, -1)",
+    ]
+    assert "Will not help:" not in lines
+
+
+def test_tensor_lines_show_only_the_first_few():
+    stats = TensorStats("float32", (), 1.0, 2.0, nan=0, inf=0, zeros=0)
+
+    lines = tensor_lines("input", [stats] * 6, with_range=True)
+
+    assert lines[0] == "input 0: float32 []  min 1  max 2  nan 0  inf 0  zeros 0"
+    assert lines[-1] == "... and 2 inputs more"
+    assert len(lines) == 5
+
+
+def test_tensor_without_finite_values():
+    stats = TensorStats("float16", (3,), None, None, nan=3, inf=0, zeros=0)
+
+    assert tensor_lines("input", [stats], with_range=True) == [
+        "input 0: float16 [3]  no finite values  nan 3  inf 0  zeros 0"
+    ]
+
+
+def test_source_line_strips_the_code_indent(sqrt_problem):
+    assert source_line(sqrt_problem.origin.source) == (
+        "  -> critic.py:12   norm = tf.norm(grads, axis=1)"
+    )
+
+
+def test_header_lines(problem_report, healthy_report):
+    assert (
+        header_line(problem_report)
+        == "problem: train.py, 1831 steps watched, 2 problems, 1 warning"
+    )
+    assert header_line(healthy_report) == "healthy: 500 steps watched, no non-finite values"
+    assert header_line(Report(script=None, steps_watched=1, script_error="boom")) == (
+        "problem: 1 step watched, 0 problems"
+    )
+
+
+def test_warning_lines(warning):
+    assert warning_lines(warning) == [
+        "  forward_overflow at step 12, Exp in layer `message_passing`",
+        "    value 61.3 of limit 88.72, limit expected at step 140",
+        "  " + EXP_LINE,
+        "    The input to Exp grows by about 2 per step.",
+    ]
+
+
+def test_report_shows_the_diagnosis(problem_report):
+    text = rendered(problem_report)
+
+    assert "gradient-doctor problem: train.py, 1831 steps watched" in text
+    assert "problem 1: forward_overflow at step 1830" in text
+    assert EXP_LINE in text
+    assert "op: Exp  name: message_passing/Exp  layer: message_passing" in text
+    assert "op: SqrtGrad (gradient of Sqrt)" in text
+    assert "inf 17" in text
+    assert "The input to Exp reached 712.4; float32 exp overflows above 88.72." in text
+    assert "Will not help:" in text
+    assert "gradient_clipping: the overflow happens in the forward pass" in text
+    assert "Try:" in text
+    assert "w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))" in text
+    assert "verified: replayed 200 steps from step 1829: all finite" in text
+
+
+def test_warnings_come_after_problems(problem_report):
+    text = rendered(problem_report)
+
+    assert text.index("Warnings:") > text.index("problem 2: backward_singularity at step 7")
+    assert "value 61.3 of limit 88.72, limit expected at step 140" in text
+
+
+def test_healthy_report_is_one_line(healthy_report):
+    text = rendered(healthy_report)
+
+    assert text.strip().splitlines() == [
+        "gradient-doctor healthy: 500 steps watched, no non-finite values"
+    ]
+
+
+def test_healthy_line_is_green(healthy_report):
+    console = Console(record=True, width=100, force_terminal=True, file=io.StringIO())
+
+    render_report(healthy_report, console)
+
+    assert "\x1b[1;32m" in console.export_text(styles=True)
+
+
+def test_script_error_is_shown():
+    text = rendered(Report(script="train.py", steps_watched=4, script_error="KeyError: 'label'"))
+
+    assert "the script raised: KeyError: 'label'" in text
+
+
+def test_square_brackets_are_not_read_as_markup(make_finding):
+    fix = Fix("safe_where", "Mask [inside] the op", "y = x[mask]\n[bold]z[/bold] = 1")
+    finding = make_finding("exp", explanation="values in x[0] reached [red]inf", fixes=(fix,))
+
+    text = rendered(Report(script="train.py", steps_watched=1, problems=(finding,)))
+
+    assert "values in x[0] reached [red]inf" in text
+    assert "Mask [inside] the op" in text
+    assert "[bold]z[/bold] = 1" in text
+
+
+def test_default_console_writes_to_stderr(healthy_report, capsys):
+    render_report(healthy_report)
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "healthy: 500 steps watched" in captured.err
+
+
+def test_render_finding_prints_one_panel(exp_problem):
+    console = Console(record=True, width=100, no_color=True, file=io.StringIO())
+
+    render_finding(dataclasses.replace(exp_problem, step=None), console)
+
+    text = console.export_text()
+    assert "gradient-doctor: forward_overflow" in text
+    assert EXP_LINE in text

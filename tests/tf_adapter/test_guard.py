@@ -1,0 +1,82 @@
+"""The guard skips the first non-finite update, keeps the last good weights, and says why."""
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+
+import gradient_doctor  # noqa: E402
+from gradient_doctor.errors import TrainingStopped  # noqa: E402
+
+
+def _loop(stop_on_problem):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def train_step(x, scale):
+        with tf.GradientTape() as tape:
+            logits = model(x) * scale
+            weights = tf.exp(logits)  # overflows once `scale` is large
+            loss = tf.reduce_mean(weights[:, 0] / tf.reduce_sum(weights, axis=-1))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    step = gradient_doctor.watch(
+        train_step, optimizer=optimizer, stop_on_problem=stop_on_problem, verbose=False
+    )
+    return model, step
+
+
+X = np.ones((4, 3), "float32")
+
+
+def test_first_bad_step_is_skipped_and_training_stops():
+    model, step = _loop(stop_on_problem=True)
+    step(X, tf.constant(1.0))
+    step(X, tf.constant(2.0))
+    good = [w.numpy() for w in model.weights]
+    with pytest.raises(TrainingStopped, match="step 2: forward_overflow"):
+        step(X, tf.constant(1e4))
+    for before, after in zip(good, model.weights, strict=True):
+        np.testing.assert_array_equal(before, after.numpy())
+    finding = step.report().problems[0]
+    assert finding.origin.op == "Exp"
+    assert finding.origin.source.code == "weights = tf.exp(logits)  # overflows once `scale` is large"
+    assert finding.origin.inputs[0].max > 88.72
+
+
+def test_keep_going_records_and_resumes():
+    model, step = _loop(stop_on_problem=False)
+    step(X, tf.constant(1e4))
+    frozen = [w.numpy() for w in model.weights]
+    step(X, tf.constant(1.0))  # finite again: this update is applied
+    assert any(
+        not np.array_equal(a, b.numpy()) for a, b in zip(frozen, model.weights, strict=True)
+    )
+    assert len(step.report().problems) == 1
+    assert step.report().steps_watched == 2
+
+
+def test_watch_rejects_a_non_optimizer():
+    with pytest.raises(TypeError, match="Received: optimizer='adam'"):
+        gradient_doctor.watch(lambda: None, optimizer="adam")
+
+
+def test_doctor_stops_fit_at_the_bad_batch_with_weights_intact():
+    keras.utils.set_random_seed(0)
+    x = np.random.randn(96, 4).astype("float32")
+    y = np.random.randn(96, 1).astype("float32")
+    y[40] = np.inf
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    doctor = gradient_doctor.Doctor(verbose=False)
+    model.fit(x, y, batch_size=16, shuffle=False, epochs=3, verbose=0, callbacks=[doctor])
+    report = doctor.report()
+    assert report.steps_watched == 3  # stopped at the bad batch
+    assert report.problems[0].category == "bad_input"
+    assert report.problems[0].step == 2
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)

@@ -1,0 +1,80 @@
+"""Watching a healthy run must not change what training computes: bit-identical results."""
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+
+import gradient_doctor  # noqa: E402
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 12)).astype("float32")
+    y = (x[:, :1] * 2 - x[:, 1:2]).astype("float32")
+    return x, y
+
+
+def _model():
+    return keras.Sequential(
+        [
+            keras.Input((12,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dropout(0.2),
+            keras.layers.Dense(1),
+        ]
+    )
+
+
+def _fit(callbacks):
+    keras.utils.set_random_seed(7)
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    history = model.fit(x, y, batch_size=32, epochs=3, verbose=0, callbacks=callbacks)
+    return history.history["loss"], [w.numpy() for w in model.weights]
+
+
+def test_fit_with_doctor_is_bit_identical_to_plain_fit():
+    plain_losses, plain_weights = _fit([])
+    doctor = gradient_doctor.Doctor(verbose=False)
+    watched_losses, watched_weights = _fit([doctor])
+    assert watched_losses == plain_losses
+    for plain, watched in zip(plain_weights, watched_weights, strict=True):
+        np.testing.assert_array_equal(plain, watched)
+    report = doctor.report()
+    assert report.status == "healthy"
+    assert report.steps_watched == 3 * 8
+
+
+def _custom_loop(watched: bool, use_function: bool):
+    keras.utils.set_random_seed(11)
+    x, y = _data()
+    model = _model()
+    optimizer = keras.optimizers.Adam(1e-2)
+
+    def step(batch_x, batch_y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(batch_x, training=True) - batch_y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    if use_function:
+        step = tf.function(step)
+    if watched:
+        step = gradient_doctor.watch(step, optimizer=optimizer, verbose=False)
+    losses = [float(step(x[i : i + 32], y[i : i + 32])) for i in range(0, 256, 32)]
+    return losses, [w.numpy() for w in model.weights], step
+
+
+@pytest.mark.parametrize("use_function", [True, False], ids=["tf.function", "eager"])
+def test_custom_loop_watched_is_bit_identical(use_function):
+    plain_losses, plain_weights, _ = _custom_loop(False, use_function)
+    losses, weights, step = _custom_loop(True, use_function)
+    assert losses == plain_losses
+    for plain, watched in zip(plain_weights, weights, strict=True):
+        np.testing.assert_array_equal(plain, watched)
+    assert step.report().steps_watched == 8
