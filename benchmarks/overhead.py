@@ -9,10 +9,11 @@ in one process, each under three setups:
 
 Each fit is timed step by step by a callback (the time from `on_train_batch_begin`
 to `on_train_batch_end`, which includes Keras's own per-step host sync); the first
-steps of each fit (tracing, warm-up) are dropped. Rounds interleave the setups, so
-that the machine's noise hits all of them alike, and the table reports the median
-step time over all rounds and the ratio to plain with the interquartile range of the
-per-round ratios.
+steps of each fit (tracing, warm-up) are dropped. Each round runs every model under
+every setup, in an order that alternates between rounds, so that the machine's noise
+hits the setups alike. The table reports each setup's median step time over all
+rounds and its ratio to plain: the median, and the interquartile range, of the
+per-round ratios of median step times.
 
 check_numerics is global to the thread: it is switched on only around its own fits
 (`enable_check_numerics` before, `disable_check_numerics` after), on separate model
@@ -64,8 +65,8 @@ class RunConfig:
     timed_steps: int
 
 
-FULL = RunConfig(rounds=6, warmup_steps=10, timed_steps=40)
-QUICK = RunConfig(rounds=2, warmup_steps=10, timed_steps=15)
+FULL = RunConfig(rounds=8, warmup_steps=10, timed_steps=30)
+QUICK = RunConfig(rounds=3, warmup_steps=8, timed_steps=12)
 
 
 @dataclass(frozen=True)
@@ -197,25 +198,45 @@ def timed_fit(
     steps = config.warmup_steps + config.timed_steps
     guard = check_numerics_on() if setup == "check_numerics" else contextlib.nullcontext()
     with guard:
-        model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+        model.fit(
+            dataset,
+            epochs=1,
+            steps_per_epoch=steps,
+            callbacks=callbacks,
+            verbose=0,
+            shuffle=False,
+        )
     return timer.times
 
 
-def measure_model(spec: ModelSpec, config: RunConfig) -> dict[str, Samples]:
-    """All rounds for one model; the setup order alternates between rounds.
+def new_model_set(spec: ModelSpec) -> dict[str, keras.Model]:
+    """One model instance per setup, all with the same initial weights.
 
-    Each setup has its own model instance, so that one setup's instrumentation
-    (the doctor's optimizer hook, check_numerics's traced ops) never leaks into
-    another's.
+    Separate instances keep one setup's instrumentation (the doctor's optimizer
+    hook, check_numerics's traced ops) from leaking into another's.
     """
-    dataset = make_dataset(spec)
-    models = {setup: make_model(spec) for setup in SETUPS}
-    samples = {setup: Samples() for setup in SETUPS}
+    return {setup: make_model(spec) for setup in SETUPS}
+
+
+def measure_all(config: RunConfig) -> list[tuple[ModelSpec, dict[str, Samples]]]:
+    """All rounds for all models.
+
+    Each round runs every model once under every setup; the setup order
+    alternates between rounds (plain, doctor, check_numerics, then reversed), so
+    that slow periods of a noisy machine are shared by the setups being compared.
+    """
+    started = time.perf_counter()
+    datasets = [make_dataset(spec) for spec in MODELS]
+    model_sets = [new_model_set(spec) for spec in MODELS]
+    results = [(spec, {setup: Samples() for setup in SETUPS}) for spec in MODELS]
     for round_index in range(config.rounds):
         order = SETUPS if round_index % 2 == 0 else tuple(reversed(SETUPS))
-        for setup in order:
-            samples[setup].rounds.append(timed_fit(models[setup], dataset, setup, config))
-    return samples
+        for dataset, models, (_, samples) in zip(datasets, model_sets, results, strict=True):
+            for setup in order:
+                samples[setup].rounds.append(timed_fit(models[setup], dataset, setup, config))
+        elapsed = time.perf_counter() - started
+        print(f"round {round_index + 1}/{config.rounds} done ({elapsed:.0f} s)", file=sys.stderr)
+    return results
 
 
 @dataclass(frozen=True)
@@ -231,17 +252,20 @@ class Ratio:
 
 
 def ratio_to_plain(samples: dict[str, Samples], setup: str) -> Ratio:
-    """Pooled-median ratio of `setup` to plain, and the IQR of per-round ratios."""
+    """Median and quartiles of the per-round ratios of `setup`'s to plain's median step.
+
+    Pairing by round makes the ratio robust to slow periods of the machine that
+    the pooled medians still feel.
+    """
     per_round = [
         statistics.median(s) / statistics.median(p)
-        for s, p in zip(samples[setup].rounds, samples["plain"].rounds)
+        for s, p in zip(samples[setup].rounds, samples["plain"].rounds, strict=True)
     ]
     if len(per_round) >= 2:
         q1, _, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
     else:
         q1 = q3 = per_round[0]
-    median = samples[setup].median_ms() / samples["plain"].median_ms()
-    return Ratio(median, q1, q3)
+    return Ratio(statistics.median(per_round), q1, q3)
 
 
 TABLE_HEADER = (
@@ -292,14 +316,15 @@ def environment_lines() -> list[str]:
 def method_lines(config: RunConfig, mode: str) -> list[str]:
     """The measuring method in a few sentences."""
     return [
-        f"Each model runs {config.rounds} rounds of `model.fit` in one process, each "
-        f"round one fit per setup in alternating order, each fit "
+        f"In one process, {config.rounds} rounds each run one `model.fit` per model and "
+        "setup (setup order alternating between rounds), each fit "
         f"{config.warmup_steps + config.timed_steps} steps with the first "
         f"{config.warmup_steps} (tracing, warm-up) dropped; a step is the wall time from "
         "`on_train_batch_begin` to `on_train_batch_end` of a timing callback placed last "
         "(so it includes Keras's per-step host sync and the doctor's read-back). "
-        "The table gives the median step time over all rounds and its ratio to plain, "
-        "with the interquartile range of the per-round ratios in brackets.",
+        "ms/step is the median over all rounds; a ratio is the median of the per-round "
+        "ratios of median step times to plain's, with their interquartile range in "
+        "brackets.",
         "",
         "`tf.debugging.enable_check_numerics()` is switched on only around its own fits "
         "(and off again with `disable_check_numerics()`), on separate model instances "
@@ -349,11 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     config = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
-    results = []
-    for spec in MODELS:
-        samples = measure_model(spec, config)
-        results.append((spec.name, samples))
-        print(f"measured {spec.name} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    results = [(spec.name, samples) for spec, samples in measure_all(config)]
     print(TABLE_HEADER)
     for name, samples in results:
         print(table_row(name, samples))

@@ -57,6 +57,14 @@ def run_doctor(script: Path | str, *args: str, tmp: Path, options: tuple = ()) -
     return DoctorRun(completed.returncode, report, completed.stdout, completed.stderr)
 
 
+def line_of(relative: str, text: str) -> int:
+    """The 1-based number of the only line of a repository file that contains `text`."""
+    lines = (ROOT / relative).read_text().splitlines()
+    matches = [number for number, line in enumerate(lines, start=1) if text in line]
+    assert len(matches) == 1, f"{text!r} is on lines {matches} of {relative}"
+    return matches[0]
+
+
 _runs: dict[str, DoctorRun] = {}
 
 

@@ -46,7 +46,7 @@ def test_script_crash_is_reported_with_its_own_traceback(tmp_path):
     assert run.exit_code == 1
     assert "argv ['--epochs', '3'] __main__" in run.stdout
     assert "FileNotFoundError: missing data file data.csv" in run.stderr
-    assert 'line 4, in load' in run.stderr
+    assert "line 4, in load" in run.stderr
     assert "gradient_doctor" not in run.stderr.split("Traceback")[1].split("FileNotFoundError")[0]
     assert run.report["status"] == "problem"
     assert run.report["problems"] == []

@@ -3,9 +3,9 @@
 Expected: healthy
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 
 class CausalAttention(keras.layers.Layer):

@@ -1,11 +1,11 @@
 """An eager custom loop (no tf.function) whose log sees a negative value.
 
-Expected: category=forward_domain op=Log phase=forward line=20
+Expected: category=forward_domain op=Log phase=forward (the tf.math.log line)
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(0)
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])

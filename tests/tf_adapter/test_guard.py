@@ -45,7 +45,9 @@ def test_first_bad_step_is_skipped_and_training_stops():
         np.testing.assert_array_equal(before, after.numpy())
     finding = step.report().problems[0]
     assert finding.origin.op == "Exp"
-    assert finding.origin.source.code == "weights = tf.exp(logits)  # overflows once `scale` is large"
+    assert (
+        finding.origin.source.code == "weights = tf.exp(logits)  # overflows once `scale` is large"
+    )
     assert finding.origin.inputs[0].max > 88.72
 
 
@@ -54,9 +56,7 @@ def test_keep_going_records_and_resumes():
     step(X, tf.constant(1e4))
     frozen = [w.numpy() for w in model.weights]
     step(X, tf.constant(1.0))  # finite again: this update is applied
-    assert any(
-        not np.array_equal(a, b.numpy()) for a, b in zip(frozen, model.weights, strict=True)
-    )
+    assert any(not np.array_equal(a, b.numpy()) for a, b in zip(frozen, model.weights, strict=True))
     assert len(step.report().problems) == 1
     assert step.report().steps_watched == 2
 

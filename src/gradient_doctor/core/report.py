@@ -29,5 +29,5 @@ class Report:
 
     @property
     def status(self) -> str:
-        """"problem" when anything went wrong, else "healthy"."""
+        """ "problem" when anything went wrong, else "healthy"."""
         return "problem" if self.problems or self.script_error else "healthy"

@@ -41,7 +41,7 @@ def call_watched_step(
     with step_scope(scope):
         result = fn(*args, **kwargs)
     if scope.applied:
-        setattr(marker, "_gradient_doctor_updates", True)
+        marker._gradient_doctor_updates = True
     if not getattr(marker, "_gradient_doctor_updates", False):
         return result
     finding = watcher.after_step(

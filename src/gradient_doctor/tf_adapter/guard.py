@@ -53,7 +53,9 @@ class Guard:
         if self._stats is None:
             return StepStats(False, 0.0, 0.0)
         values = self._stats.numpy()
-        return StepStats(bool(values[_TRIPPED] > 0), float(values[_GRAD_NORM]), float(values[_LOSS]))
+        return StepStats(
+            bool(values[_TRIPPED] > 0), float(values[_GRAD_NORM]), float(values[_LOSS])
+        )
 
     def reset(self) -> None:
         """Open the latch again, so that training can go on."""
@@ -72,9 +74,7 @@ class Guard:
             recorder.record_gradients(list(grads), trainable_variables)
             return None
         grads = list(grads)
-        float_grads = [
-            gradient_values(g) for g in grads if g is not None and g.dtype.is_floating
-        ]
+        float_grads = [gradient_values(g) for g in grads if g is not None and g.dtype.is_floating]
         if not float_grads:
             return original_apply(grads, trainable_variables)
         _build_optimizer(optimizer, grads, trainable_variables)
@@ -112,9 +112,7 @@ class Guard:
             return tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
 
         tf.cond(ok, update, skip)
-        stats.assign(
-            tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss])
-        )
+        stats.assign(tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss]))
         step_context.mark_applied()
         return None
 
@@ -134,6 +132,9 @@ def _scalar_loss(loss) -> tf.Tensor:
     """The step's loss as one float32 scalar; 0 when unknown or from another graph."""
     if loss is None or not isinstance(loss, tf.Tensor | tf.Variable) or not loss.dtype.is_floating:
         return tf.constant(0.0)
-    if not tf.executing_eagerly() and getattr(loss, "graph", None) is not tf.compat.v1.get_default_graph():
+    if (
+        not tf.executing_eagerly()
+        and getattr(loss, "graph", None) is not tf.compat.v1.get_default_graph()
+    ):
         return tf.constant(0.0)
     return tf.reduce_mean(tf.cast(loss, tf.float32))

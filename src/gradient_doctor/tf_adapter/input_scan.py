@@ -30,7 +30,9 @@ def scan(named: list[tuple[str, object]]) -> tuple[BadInput, ...]:
         if not bad.any():
             continue
         rows = np.nonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[0] if array.ndim else []
-        columns = np.nonzero(bad.reshape(-1, bad.shape[-1]).any(axis=0))[0] if array.ndim > 1 else []
+        columns = (
+            np.nonzero(bad.reshape(-1, bad.shape[-1]).any(axis=0))[0] if array.ndim > 1 else []
+        )
         found.append(
             BadInput(
                 tensor=name,

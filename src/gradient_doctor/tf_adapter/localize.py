@@ -32,8 +32,16 @@ def localize(
     """
     bad_inputs = input_scan.scan(named_inputs)
     if call is None:
-        return Evidence(step, None, None, bad_inputs=bad_inputs, history=history,
-                        setup=setup, reproduced=False, loss_only=loss_only)
+        return Evidence(
+            step,
+            None,
+            None,
+            bad_inputs=bad_inputs,
+            history=history,
+            setup=setup,
+            reproduced=False,
+            loss_only=loss_only,
+        )
     result = replay_step(call)
     search = find_origin(result.events, result.bad_ids)
     origin_event = search.origin

@@ -80,7 +80,11 @@ class Watcher:
             self._history.append((step, stats.loss, stats.grad_norm))
             return None
         evidence = localize(
-            replay_call(), step, named_inputs(), self._step_history(), training_setup(self.optimizer)
+            replay_call(),
+            step,
+            named_inputs(),
+            self._step_history(),
+            training_setup(self.optimizer),
         )
         diagnosis = diagnose(evidence)
         finding = Finding(
