@@ -68,6 +68,8 @@ class WGANGP(keras.Model):
         self.generator = generator
         self.critic_steps = critic_steps
         self.gp_coeff = gp_coeff
+        # Keras random ops with a seed generator: reproducible runs.
+        self.seed_generator = keras.random.SeedGenerator(2)
 
     def compile(self, c_optimizer, g_optimizer):
         super().compile()
@@ -75,7 +77,7 @@ class WGANGP(keras.Model):
         self.g_optimizer = g_optimizer
 
     def generate_fraud(self, batch_size):
-        z = tf.random.normal((batch_size, LATENT_DIM))
+        z = keras.random.normal((batch_size, LATENT_DIM), seed=self.seed_generator)
         # Condition on the class label (1 = fraud).
         z_conditioned = tf.concat([z, tf.ones((batch_size, 1))], axis=1)
         return self.generator(z_conditioned, training=True)
@@ -86,7 +88,7 @@ class WGANGP(keras.Model):
 
     def gradient_penalty(self, batch_size, x_real, x_fake):
         # Random linear interpolation between real and fake rows (x hat).
-        alpha = tf.random.uniform([batch_size, 1], 0.0, 1.0)
+        alpha = keras.random.uniform((batch_size, 1), 0.0, 1.0, seed=self.seed_generator)
         x_interpolated = x_real + alpha * (x_fake - x_real)
         with tf.GradientTape() as gp_tape:
             gp_tape.watch(x_interpolated)
