@@ -65,7 +65,7 @@ class RunConfig:
     timed_steps: int
 
 
-FULL = RunConfig(rounds=8, warmup_steps=10, timed_steps=30)
+FULL = RunConfig(rounds=10, warmup_steps=10, timed_steps=20)
 QUICK = RunConfig(rounds=3, warmup_steps=8, timed_steps=12)
 
 

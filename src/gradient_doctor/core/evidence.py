@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gradient_doctor.core.findings import Origin, TensorStats
+from gradient_doctor.core.gradient_paths import PathBreak
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class Evidence:
         setup: optimizer settings (learning rate, clipping).
         reproduced: False when the replay of the step stayed finite.
         loss_only: True when the loss was non-finite but every gradient finite.
+        path_break: for missing gradients, where the path from the loss to a
+            group of variables breaks.
+        all_disconnected: every variable handed to the optimizer lacks a gradient.
     """
 
     step: int | None
@@ -69,3 +73,5 @@ class Evidence:
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     reproduced: bool = True
     loss_only: bool = False
+    path_break: PathBreak | None = None
+    all_disconnected: bool = False

@@ -52,6 +52,11 @@ FIX_FAMILIES = (
     # Added for remedies users try that a diagnosis must be able to rule out.
     "larger_batch",
     "regularization",
+    "tape_watch",
+    "watch_accessed_variables",
+    "reorder_tapes",
+    "persistent_tape",
+    "use_model_fit",
 )
 
 

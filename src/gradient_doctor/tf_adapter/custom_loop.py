@@ -37,7 +37,7 @@ def call_watched_step(
     """
     if step_context.current_recorder() is not None or not tf.executing_eagerly():
         return fn(*args, **kwargs)  # a replay, or a call traced inside another step
-    scope = StepScope()
+    scope = StepScope(call=StepCall(fn, args, kwargs))
     with step_scope(scope):
         result = fn(*args, **kwargs)
     if scope.applied:

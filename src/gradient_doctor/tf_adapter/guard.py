@@ -35,8 +35,11 @@ class Guard:
     good state however long Python takes to notice.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_missing=None) -> None:
         self._stats: tf.Variable | None = None
+        # Called as on_missing(variables, all_missing, loss, tape_window) when an
+        # update is asked for with some gradients None (once per trace in graphs).
+        self.on_missing = on_missing
 
     def _variable(self) -> tf.Variable:
         if self._stats is None:
@@ -74,6 +77,11 @@ class Guard:
             recorder.record_gradients(list(grads), trainable_variables)
             return None
         grads = list(grads)
+        loss, tape_window = step_context.take_loss()
+        variables = _variables_of(optimizer, trainable_variables)
+        missing = [v for g, v in zip(grads, variables) if g is None]
+        if missing and self.on_missing is not None:
+            self.on_missing(missing, len(missing) == len(grads), loss, tape_window)
         float_grads = [gradient_values(g) for g in grads if g is not None and g.dtype.is_floating]
         if not float_grads:
             return original_apply(grads, trainable_variables)
@@ -90,7 +98,7 @@ class Guard:
             lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in float_grads]),
             lambda: tf.constant(True),
         )
-        loss = _scalar_loss(step_context.take_loss())
+        loss = _scalar_loss(loss)
         stats = self._variable()
         ok = tf.logical_and(
             tf.logical_and(grads_finite, tf.math.is_finite(loss)), stats[_TRIPPED] <= 0
@@ -115,6 +123,12 @@ class Guard:
         stats.assign(tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss]))
         step_context.mark_applied()
         return None
+
+
+def _variables_of(optimizer, trainable_variables) -> list:
+    if trainable_variables is not None:
+        return list(trainable_variables)
+    return list(getattr(optimizer, "_trainable_variables", None) or [])
 
 
 def _build_optimizer(optimizer, grads, trainable_variables) -> None:

@@ -37,7 +37,8 @@ class ModelHook:
 
         @functools.wraps(self.original_train_step)
         def train_step(data):
-            with step_scope(StepScope(batch=data, stash=self.stash)):
+            call = StepCall(self.original_train_step, (data,))
+            with step_scope(StepScope(batch=data, stash=self.stash, call=call)):
                 return self.original_train_step(data)
 
         model.train_step = train_step

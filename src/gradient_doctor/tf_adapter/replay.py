@@ -33,12 +33,17 @@ class ReplayResult:
         bad_ids: ids of the non-finite gradients and losses of the first update
             that would have been skipped (empty when the replay stayed finite).
         tensors: the tensors behind every id, kept alive for inspection.
+        stats: the summary of every tensor id (None for non-numeric tensors).
+        updates: each optimizer update the step asked for, in order:
+            (gradients, variables, [(loss, tape window), ...] noted before it).
         error: an exception the step raised while replaying, if any.
     """
 
     events: list[OpEvent]
     bad_ids: list[int]
     tensors: dict[int, object]
+    stats: dict[int, TensorStats | None]
+    updates: list[tuple[list, list, list]]
     error: BaseException | None
 
     @property
@@ -62,8 +67,9 @@ class _Recorder:
         self.events: list[OpEvent] = []
         self.tensors: dict[int, object] = {}
         self.stats: dict[int, TensorStats | None] = {}
-        self.applies: list[tuple[list, list]] = []
+        self.applies: list[tuple[list, list, list]] = []
         self.losses: list[object] = []
+        self.windows: list[tuple | None] = []
         self._backward_depth = 0
         self._gradient_of: list[tuple[str, int | None]] = []
         self._forward_by_output: dict[int, int] = {}
@@ -136,9 +142,10 @@ class _Recorder:
         return gradient_function
 
     @contextmanager
-    def backward(self, target) -> Iterator[None]:
-        """Mark ops run inside `tape.gradient` as backward; remember the target."""
+    def backward(self, target, window=None) -> Iterator[None]:
+        """Mark ops run inside `tape.gradient` as backward; remember target and tape window."""
         self.losses.append(target)
+        self.windows.append(window)
         self._backward_depth += 1
         try:
             yield
@@ -147,12 +154,13 @@ class _Recorder:
 
     # -- optimizer stand-in ------------------------------------------------
     def record_gradients(self, grads, variables) -> None:
-        self.applies.append((list(grads), list(variables) if variables is not None else []))
+        losses = list(zip(self.losses, self.windows))
+        self.applies.append((list(grads), list(variables) if variables is not None else [], losses))
 
     def bad_ids(self) -> list[int]:
         """Non-finite gradients (and losses) of the first update that had any."""
         losses_seen = 0
-        for grads, _ in self.applies:
+        for grads, _, _ in self.applies:
             bad = []
             for g in grads:
                 if g is None:
@@ -241,4 +249,6 @@ def replay_step(call: StepCall) -> ReplayResult:
         except Exception as exc:  # the user's step may raise on the bad values it sees
             error = exc
     bad = recorder.bad_ids()
-    return ReplayResult(recorder.events, bad, recorder.tensors, error)
+    return ReplayResult(
+        recorder.events, bad, recorder.tensors, recorder.stats, recorder.applies, error
+    )

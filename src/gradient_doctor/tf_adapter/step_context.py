@@ -29,12 +29,17 @@ class StepScope:
             guard trips, or None when the caller keeps the arguments itself.
         stash: where to keep `batch` (a `BatchStash`), or None.
         loss: the most recent `tape.gradient` target in this step.
+        tape_window: (start, end) positions between which that tape recorded
+            (graph op ids while tracing, trace indices while replaying), or None.
+        call: how to run this step again, when the caller knows.
         applied: set by the guard when an optimizer update runs in this step.
     """
 
     batch: Any = None
     stash: Any = None
     loss: Any = None
+    tape_window: tuple | None = None
+    call: StepCall | None = None
     applied: bool = False
 
 
@@ -57,20 +62,21 @@ def step_scope(scope: StepScope) -> Iterator[StepScope]:
         stack.pop()
 
 
-def note_loss(target) -> None:
-    """Remember a `tape.gradient` target as the loss of the update that follows."""
+def note_loss(target, tape_window=None) -> None:
+    """Remember a `tape.gradient` target (and its tape's window) for the update that follows."""
     scope = current_scope()
     if scope is not None:
-        scope.loss = target
-    _local.loss = target
+        scope.loss, scope.tape_window = target, tape_window
+    _local.loss = (target, tape_window)
 
 
-def take_loss():
-    """The loss noted for the current update (then forgotten), or None."""
+def take_loss() -> tuple:
+    """The (loss, tape window) noted for the current update, then forgotten; Nones if none."""
     scope = current_scope()
-    loss = scope.loss if scope is not None else getattr(_local, "loss", None)
+    noted = (scope.loss, scope.tape_window) if scope is not None else None
+    noted = noted or getattr(_local, "loss", None) or (None, None)
     _local.loss = None
-    return loss
+    return noted
 
 
 def mark_applied() -> None:

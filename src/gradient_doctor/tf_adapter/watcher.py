@@ -6,12 +6,17 @@ import sys
 from collections import deque
 from collections.abc import Callable
 
-from gradient_doctor.core.evidence import StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.findings import BreakPoint, Disconnected, Finding
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.report import Report
+from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.localize import localize
+from gradient_doctor.tf_adapter.missing_gradients import (
+    find_missing_gradient_breaks,
+    variable_name,
+)
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tape_hook import install_tape_hook
 
@@ -49,11 +54,12 @@ class Watcher:
         on_finding: Callable[[Finding], None] | None = None,
     ) -> None:
         install_tape_hook()
-        self.guard = Guard()
+        self.guard = Guard(on_missing=self.on_missing_gradients)
         self.stop_on_problem = stop_on_problem
         self.on_finding = on_finding
         self.steps_watched = 0
         self.problems: list[Finding] = []
+        self._disconnected_seen: set[frozenset[str]] = set()
         self._history: deque[tuple[int, float, float]] = deque(maxlen=HISTORY_SIZE)
         self.optimizer = None
 
@@ -86,21 +92,61 @@ class Watcher:
             self._step_history(),
             training_setup(self.optimizer),
         )
+        finding = self._record(evidence)
+        if not self.stop_on_problem:
+            self.guard.reset()
+        return finding
+
+    def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> None:
+        """Diagnose an update asked for with `None` gradients (once per group of variables).
+
+        Raises:
+            TrainingStopped: no variable has a gradient (Keras would raise
+                "No gradients provided for any variable").
+        """
+        key = frozenset(variable_name(v) for v in variables)
+        if key in self._disconnected_seen:
+            return
+        self._disconnected_seen.add(key)
+        findings = [
+            self._record(
+                Evidence(
+                    step=self.steps_watched,
+                    phase=None,
+                    origin=None,
+                    path_break=path_break,
+                    all_disconnected=all_missing,
+                )
+            )
+            for path_break in find_missing_gradient_breaks(variables, loss, tape_window)
+        ]
+        if all_missing and findings:
+            raise TrainingStopped(findings[0])
+
+    def _record(self, evidence: Evidence) -> Finding:
         diagnosis = diagnose(evidence)
+        path_break = evidence.path_break
         finding = Finding(
             category=diagnosis.category,
-            step=step,
+            step=evidence.step,
             phase=evidence.phase,
             origin=evidence.origin,
             explanation=diagnosis.explanation,
             not_fixes=diagnosis.not_fixes,
             fixes=diagnosis.fixes,
+            disconnected=None
+            if path_break is None
+            else Disconnected(
+                variables=path_break.variables,
+                all=evidence.all_disconnected,
+                break_point=None
+                if path_break.node is None
+                else BreakPoint(path_break.node.op_type, path_break.node.source),
+            ),
         )
         self.problems.append(finding)
         if self.on_finding is not None:
             self.on_finding(finding)
-        if not self.stop_on_problem:
-            self.guard.reset()
         return finding
 
     def finish(self) -> None:

@@ -1,0 +1,160 @@
+"""Find where the gradient path from the loss to some variables breaks, on a neutral graph."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gradient_doctor.core.findings import SourceLine
+
+# How a path can break (the knowledge base explains each).
+NON_DIFFERENTIABLE = "non_differentiable"  # an op on the path has no gradient
+OUTSIDE_TAPE = "outside_tape"  # an op on the path ran while no tape was recording
+LEFT_FRAMEWORK = "left_framework"  # the value left the framework (numpy) and came back
+NOT_USED = "not_used"  # the variable is read, but the loss does not depend on it
+NEVER_READ = "never_read"  # the step never reads the variable (a layer not called)
+BREAK_KINDS = (NON_DIFFERENTIABLE, OUTSIDE_TAPE, LEFT_FRAMEWORK, NOT_USED, NEVER_READ)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of the step's dataflow, as an adapter describes it.
+
+    Attributes:
+        index: creation (or execution) order.
+        op_type: the framework's op type.
+        input_ids, output_ids: opaque tensor ids.
+        output_shapes: the shapes of the outputs, where known.
+        source: the user's line that created the op.
+        differentiable: False when gradients cannot flow through the op
+            (no gradient registered, integer or boolean outputs, stop_gradient).
+        recorded: False when the op ran while the tape that computed the
+            gradients was not recording.
+    """
+
+    index: int
+    op_type: str
+    input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    source: SourceLine | None
+    differentiable: bool = True
+    recorded: bool = True
+    output_shapes: tuple[tuple[int | None, ...] | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class PathBreak:
+    """Variables whose gradient path breaks at the same place.
+
+    Attributes:
+        kind: one of `BREAK_KINDS`.
+        node: the op where the path breaks (None for `never_read`).
+        variables: the variables' names.
+        reentry: for `left_framework`, the user's line where the value came back.
+    """
+
+    kind: str
+    node: Node | None
+    variables: tuple[str, ...]
+    reentry: SourceLine | None = None
+
+
+def find_breaks(
+    nodes: list[Node],
+    loss_ids: tuple[int, ...],
+    variable_reads: dict[str, tuple[int, ...]],
+    outside_values: dict[int, tuple[int | None, ...]] | None = None,
+) -> list[PathBreak]:
+    """Group the variables by where their path to the loss breaks.
+
+    Args:
+        nodes: the step's ops in creation/execution order.
+        loss_ids: the tensor(s) that were differentiated.
+        variable_reads: for each variable without a gradient, the ids of the
+            tensors the step read from it (empty when never read).
+        outside_values: tensors that no op of the step produced and that are not
+            the step's inputs or small constants, with their shapes: where a value
+            that left the framework (a numpy round trip) may have come back.
+
+    Returns:
+        One `PathBreak` per distinct break, variables in the given order.
+    """
+    producer = {t: n for n in nodes for t in n.output_ids}
+    consumers: dict[int, list[Node]] = {}
+    for node in nodes:
+        for tensor in set(node.input_ids):
+            consumers.setdefault(tensor, []).append(node)
+    loss_ancestors = _ancestors(loss_ids, producer)
+
+    groups: dict[tuple, list[str]] = {}
+    found: dict[tuple, PathBreak] = {}
+    for name, reads in variable_reads.items():
+        result = _break_of(reads, producer, consumers, loss_ancestors, outside_values or {})
+        key = (result.kind, result.node.index if result.node else None)
+        groups.setdefault(key, []).append(name)
+        found.setdefault(key, result)
+    return [
+        PathBreak(found[key].kind, found[key].node, tuple(names), found[key].reentry)
+        for key, names in groups.items()
+    ]
+
+
+def _ancestors(tensor_ids, producer) -> set[int]:
+    seen: set[int] = set()
+    pending = list(tensor_ids)
+    while pending:
+        tensor = pending.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        node = producer.get(tensor)
+        if node is not None:
+            pending.extend(node.input_ids)
+    return seen
+
+
+def _break_of(reads, producer, consumers, loss_ancestors, outside_values) -> PathBreak:
+    if not reads:
+        return PathBreak(NEVER_READ, None, ())
+    # Walk forward from the variable's reads, in op order, along tensors the loss uses.
+    reached: set[int] = set(reads)
+    first_users = {n.index: n for t in reads for n in consumers.get(t, [])}
+    frontier = deque(sorted(first_users.values(), key=lambda n: n.index))
+    blocking: list[Node] = []
+    sinks: list[Node] = []
+    visited: set[int] = set()
+    while frontier:
+        node = frontier.popleft()
+        if node.index in visited:
+            continue
+        visited.add(node.index)
+        feeds_loss = any(t in loss_ancestors for t in node.output_ids)
+        if feeds_loss and (not node.differentiable or not node.recorded):
+            blocking.append(node)
+            continue
+        reached.update(node.output_ids)
+        next_nodes = [c for t in node.output_ids for c in consumers.get(t, [])]
+        if not next_nodes:
+            sinks.append(node)
+        frontier.extend(next_nodes)
+    if blocking:
+        first = min(blocking, key=lambda n: n.index)
+        kind = NON_DIFFERENTIABLE if not first.differentiable else OUTSIDE_TAPE
+        return PathBreak(kind, first, ())
+    reentry = _reentry(sinks, consumers, loss_ancestors, outside_values)
+    if reentry is not None:
+        return PathBreak(LEFT_FRAMEWORK, max(sinks, key=lambda n: n.index), (), reentry)
+    last = max((producer[t] for t in reached if t in producer), key=lambda n: n.index, default=None)
+    return PathBreak(NOT_USED, last, ())
+
+
+def _reentry(sinks, consumers, loss_ancestors, outside_values) -> SourceLine | None:
+    """The user's line where a value shaped like one of `sinks` came back into the loss."""
+    sink_shapes = {shape for node in sinks for shape in node.output_shapes if shape is not None}
+    for tensor in sorted(t for t in loss_ancestors if t in outside_values):
+        if outside_values[tensor] not in sink_shapes:
+            continue
+        for user in consumers.get(tensor, []):
+            if any(o in loss_ancestors for o in user.output_ids):
+                return user.source
+    return None
