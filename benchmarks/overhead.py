@@ -65,8 +65,8 @@ class RunConfig:
     timed_steps: int
 
 
-FULL = RunConfig(rounds=10, warmup_steps=10, timed_steps=20)
-QUICK = RunConfig(rounds=3, warmup_steps=8, timed_steps=12)
+FULL = RunConfig(rounds=12, warmup_steps=5, timed_steps=15)
+QUICK = RunConfig(rounds=3, warmup_steps=5, timed_steps=10)
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,19 @@
 """Conditional WGAN-GP on tabular "credit card" data whose critic gradients turn NaN.
 
 Story 2 of gradient-doctor: a conditional WGAN-GP in the style of the Keras website
-example (a `keras.Model` subclass with its own `train_step`, critic steps and a
-generator step, each with its own `tf.GradientTape`), trained with `model.fit` to
-generate fraud transactions. The critic ends in a 2-unit tanh, and its loss pushes
-its scores for fake rows towards -1. After a few hundred steps the tanh saturates:
-tanh(x) rounds to exactly -1.0 in float32, so for some interpolated rows the
-critic's gradient with respect to its input is exactly the zero vector. The penalty
-itself is still finite (norm 0 gives (0 - 1)^2 = 1), but the gradient of
-`tf.norm` at a zero vector is x / ||x|| = 0 / 0: the backward pass of the penalty
-produces -inf (the gradient of its Sqrt) and then NaN, and every critic weight,
-then every generator weight, becomes NaN.
+example (a `keras.Model` subclass with its own `train_step`: three critic steps and
+one generator step, each with its own `tf.GradientTape`), trained with `model.fit`
+to generate fraud transactions. The critic ends in a 2-unit tanh and its loss pushes
+its scores towards -1 and +1; the unscaled "Amount" column lets it get there with
+small weights. After a few hundred steps both tanh units saturate for some
+interpolated row: tanh rounds to exactly +-1.0 in float32, so the critic's gradient
+with respect to that row is exactly the zero vector. The penalty itself stays finite
+(norm 0 gives (0 - 1)^2 = 1), but the gradient of `tf.norm` at a zero vector is
+x / ||x|| = 0 / 0: in the backward pass the gradient of its Sqrt is -inf (step 362,
+second critic step), then NaN, and every critic weight, then every generator
+weight, becomes NaN. Removing the penalty "fixes" it, which hides the real cause.
 
-Expected: category=backward_singularity op=SqrtGrad phase=backward line=0
+Expected: category=backward_singularity op=SqrtGrad phase=backward line=100
 """
 
 import keras

@@ -38,7 +38,8 @@ class Guard:
     def __init__(self, on_missing=None) -> None:
         self._stats: tf.Variable | None = None
         # Called as on_missing(variables, all_missing, loss, tape_window) when an
-        # update is asked for with some gradients None (once per trace in graphs).
+        # update is asked for with some gradients None (once per trace in graphs);
+        # returns True when the update must be skipped.
         self.on_missing = on_missing
 
     def _variable(self) -> tf.Variable:
@@ -76,12 +77,14 @@ class Guard:
         if recorder is not None:
             recorder.record_gradients(list(grads), trainable_variables)
             return None
+        step_context.mark_applied()
         grads = list(grads)
         loss, tape_window = step_context.take_loss()
         variables = _variables_of(optimizer, trainable_variables)
         missing = [v for g, v in zip(grads, variables) if g is None]
         if missing and self.on_missing is not None:
-            self.on_missing(missing, len(missing) == len(grads), loss, tape_window)
+            if self.on_missing(missing, len(missing) == len(grads), loss, tape_window):
+                return None  # nothing to update; the step's check stops training
         float_grads = [gradient_values(g) for g in grads if g is not None and g.dtype.is_floating]
         if not float_grads:
             return original_apply(grads, trainable_variables)
@@ -121,7 +124,6 @@ class Guard:
 
         tf.cond(ok, update, skip)
         stats.assign(tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss]))
-        step_context.mark_applied()
         return None
 
 

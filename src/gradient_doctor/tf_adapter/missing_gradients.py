@@ -10,7 +10,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops
 
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.gradient_paths import NOT_USED, Node, PathBreak, find_breaks
+from gradient_doctor.core.gradient_paths import Node, PathBreak, find_breaks
 from gradient_doctor.tf_adapter import step_context
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
 from gradient_doctor.tf_adapter.replay import ReplayResult, replay_step
@@ -38,8 +38,10 @@ def variable_name(variable) -> str:
 
 
 def _handle(variable):
-    inner = getattr(variable, "value", variable)
-    return getattr(variable, "handle", None) or getattr(inner, "handle", None)
+    handle = getattr(variable, "handle", None)
+    if handle is None:  # a wrapper around the framework variable
+        handle = getattr(getattr(variable, "value", None), "handle", None)
+    return handle
 
 
 def differentiable(op_type: str, output_dtypes: list) -> bool:
@@ -142,7 +144,10 @@ def find_missing_gradient_breaks(variables, loss, tape_window) -> list[PathBreak
     if call is None:
         call, _ = enclosing_step(sys._getframe(1))
     if call is None:
-        return [PathBreak(NOT_USED, None, tuple(variable_name(v) for v in variables))]
+        raise RuntimeError(
+            "the update is made at the top level of the script, so the step cannot be run "
+            "again; put the step in a function to let the doctor trace it"
+        )
     return breaks_in_replay(replay_step(call), variables, call)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from collections import deque
 from collections.abc import Callable
 
@@ -10,7 +11,6 @@ from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import BreakPoint, Disconnected, Finding
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.report import Report
-from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.localize import localize
 from gradient_doctor.tf_adapter.missing_gradients import (
@@ -60,6 +60,7 @@ class Watcher:
         self.steps_watched = 0
         self.problems: list[Finding] = []
         self._disconnected_seen: set[frozenset[str]] = set()
+        self._pending_stop: Finding | None = None
         self._history: deque[tuple[int, float, float]] = deque(maxlen=HISTORY_SIZE)
         self.optimizer = None
 
@@ -82,9 +83,10 @@ class Watcher:
         stats = self.guard.read()
         step = self.steps_watched
         self.steps_watched += 1
+        pending, self._pending_stop = self._pending_stop, None
         if not stats.tripped:
             self._history.append((step, stats.loss, stats.grad_norm))
-            return None
+            return pending
         evidence = localize(
             replay_call(),
             step,
@@ -97,17 +99,39 @@ class Watcher:
             self.guard.reset()
         return finding
 
-    def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> None:
+    def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:
         """Diagnose an update asked for with `None` gradients (once per group of variables).
 
-        Raises:
-            TrainingStopped: no variable has a gradient (Keras would raise
-                "No gradients provided for any variable").
+        Returns:
+            True when the update must be skipped: no variable has a gradient
+            (Keras would raise "No gradients provided for any variable"); the
+            step's check then stops training with this diagnosis instead.
         """
         key = frozenset(variable_name(v) for v in variables)
         if key in self._disconnected_seen:
-            return
+            return all_missing
         self._disconnected_seen.add(key)
+        integers = [v for v in variables if not _is_floating(v)]
+        if integers:
+            warnings.warn(
+                f"gradient-doctor: {len(integers)} variable(s) handed to the optimizer are not "
+                f"floating point ({', '.join(f'{variable_name(v)}: {v.dtype}' for v in integers)}"
+                "). TensorFlow does not differentiate integer variables, so they never get a "
+                "gradient. Make them float32, or do not pass them to the optimizer.",
+                stacklevel=2,
+            )
+            variables = [v for v in variables if _is_floating(v)]
+            if not variables:
+                return False
+        try:
+            breaks = find_missing_gradient_breaks(variables, loss, tape_window)
+        except Exception as error:  # never let the doctor's analysis break the user's run
+            warnings.warn(
+                f"gradient-doctor could not trace where the gradients of {len(variables)} "
+                f"variables are lost ({type(error).__name__}: {error}).",
+                stacklevel=2,
+            )
+            return False
         findings = [
             self._record(
                 Evidence(
@@ -118,10 +142,11 @@ class Watcher:
                     all_disconnected=all_missing,
                 )
             )
-            for path_break in find_missing_gradient_breaks(variables, loss, tape_window)
+            for path_break in breaks
         ]
-        if all_missing and findings:
-            raise TrainingStopped(findings[0])
+        if all_missing and findings and self.stop_on_problem:
+            self._pending_stop = findings[0]
+        return all_missing and bool(findings)
 
     def _record(self, evidence: Evidence) -> Finding:
         diagnosis = diagnose(evidence)
@@ -174,6 +199,11 @@ class Watcher:
             problems=tuple(self.problems),
             script_error=script_error,
         )
+
+
+def _is_floating(variable) -> bool:
+    dtype = getattr(variable, "dtype", None)
+    return getattr(dtype, "is_floating", None) or str(dtype).startswith(("float", "bfloat"))
 
 
 def print_finding(finding: Finding) -> None:

@@ -54,3 +54,44 @@ def nan_gradient_not_fixes(cause: str) -> tuple[NotFix, ...]:
             "computed, and a NaN times a smaller rate is still NaN.",
         ),
     )
+
+
+def missing_gradient_not_fixes(reason: str) -> tuple[NotFix, ...]:
+    """The tape tricks users try on `None` gradients, none of which changes the path.
+
+    Args:
+        reason: str, a clause saying why the path is broken, e.g. "ArgMax at
+            train.py:141 has no gradient" or "the loss does not depend on these
+            variables".
+
+    Returns:
+        tape_watch, watch_accessed_variables, reorder_tapes, persistent_tape and
+        use_model_fit, each with its reason.
+    """
+    return (
+        NotFix(
+            "tape_watch",
+            f"tape.watch only adds tensors for the tape to record; {reason}, so watching "
+            "more tensors changes nothing.",
+        ),
+        NotFix(
+            "watch_accessed_variables",
+            "The tape already watches the trainable variables read inside it; turning that "
+            f"off and watching them by hand records the same ops, and {reason}.",
+        ),
+        NotFix(
+            "reorder_tapes",
+            "Nesting or reordering tapes changes which tape records what, not the ops on the "
+            f"path: {reason}.",
+        ),
+        NotFix(
+            "persistent_tape",
+            "A persistent tape only lets you call `gradient` more than once; it records the "
+            f"same ops, and {reason}.",
+        ),
+        NotFix(
+            "use_model_fit",
+            "model.fit's train_step runs the same forward pass under the same kind of tape: "
+            f"{reason} there too.",
+        ),
+    )

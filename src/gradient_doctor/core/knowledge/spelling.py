@@ -10,6 +10,8 @@ from gradient_doctor.core.knowledge.source_rewrite import Call
 _SPELLINGS = {
     "tf": {
         "max": "tf.reduce_max",
+        "min": "tf.reduce_min",
+        "mean": "tf.reduce_mean",
         "sum": "tf.reduce_sum",
         "softmax": "tf.nn.softmax",
         "logsumexp": "tf.reduce_logsumexp",
@@ -21,12 +23,16 @@ _SPELLINGS = {
     "keras": {
         **{
             name: "{p}" + name
-            for name in ("max", "sum", "softmax", "logsumexp", "clip", "divide_no_nan", "log")
+            for name in (
+                "max", "min", "mean", "sum", "softmax", "logsumexp", "clip", "divide_no_nan", "log"
+            )
         },
         "l2_normalize": "{p}normalize",
     },
     "np": {
         "max": "np.max",
+        "min": "np.min",
+        "mean": "np.mean",
         "sum": "np.sum",
         "softmax": "scipy.special.softmax",
         "logsumexp": "scipy.special.logsumexp",
@@ -34,6 +40,10 @@ _SPELLINGS = {
         "log": "np.log",
     },
 }
+# NumPy functions that TensorFlow spells the same way under `tf.`.
+_SAME_IN_TF = frozenset(
+    {"exp", "sqrt", "square", "abs", "tanh", "maximum", "minimum", "where", "matmul", "stack"}
+)
 
 
 def spell(call: Call | None, helper: str) -> str:
@@ -78,3 +88,18 @@ def fill(template: str, call: Call | None, arg: str) -> str:
     helpers = {field for _, field, _, _ in Formatter().parse(template) if field}
     names = {helper: spell(call, helper) for helper in helpers - {"arg"}}
     return template.format(arg=arg, **names)
+
+
+def tensorflow_name(numpy_name: str) -> str | None:
+    """The TensorFlow function that does what a NumPy one does, or None when none is known.
+
+    Args:
+        numpy_name: str, the NumPy function's name without its prefix, e.g. "clip".
+
+    Returns:
+        The TensorFlow name, e.g. "tf.clip_by_value" for "clip", "tf.exp" for "exp".
+    """
+    for helper, spelled in _SPELLINGS["np"].items():
+        if spelled == f"np.{numpy_name}":
+            return _SPELLINGS["tf"].get(helper, f"tf.{helper}")
+    return f"tf.{numpy_name}" if numpy_name in _SAME_IN_TF else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gradient_doctor.core.findings import Origin, TensorStats
+from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
 
 
 def format_number(value: float | None, digits: int = 4) -> str:
@@ -52,6 +52,16 @@ def listing(items: Sequence[object], limit: int = 5) -> str:
 def at_step(step: int | None) -> str:
     """Return " at step 57", or "" when the step is unknown."""
     return "" if step is None else f" at step {step}"
+
+
+def line_ref(source: SourceLine) -> str:
+    """Point at a user's line: "train.py:141"."""
+    return f"{source.file}:{source.line}"
+
+
+def quoted_line(source: SourceLine) -> str:
+    """Point at a user's line and quote it: "train.py:141 `tokens = tf.argmax(logits)`"."""
+    return f"{line_ref(source)} `{source.code.strip()}`"
 
 
 def op_place(origin: Origin, op: str | None = None) -> str:
