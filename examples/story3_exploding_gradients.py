@@ -2,11 +2,17 @@
 
 Story 3 of gradient-doctor: a 10-layer ReLU MLP with no normalization, trained with
 plain SGD in a hand-written `@tf.function` step (`tf.GradientTape` +
-`optimizer.apply_gradients`) over a `tf.data` dataset. The learning rate is too high
-for this depth: every update overshoots, the weights grow, and the gradient norm
-grows by orders of magnitude over a few dozen steps until a value overflows float32.
+`optimizer.apply_gradients`) over a `tf.data` dataset. The learning rate warms up
+linearly to a peak of 2.0, far too high for this depth. Training is fine until the
+learning rate passes ~1.0 (around step 205); from then on every update overshoots,
+the weights grow, and the gradient norm grows ~25% per step: ~1 at step 205, ~10 at
+step 220, ~100 at step 230, ~700 at step 236, ~70000 at step 237. That last update
+blows the weights up, and at step 238 the predictions are so large that squaring the
+error in the mean-squared-error loss overflows float32 to inf (the loss is inf, the
+gradients NaN). The loss is only where the overflow shows; the cause is the
+learning rate (gradient clipping or a lower learning rate would help here).
 
-Expected: category=exploding_gradients op=TBD phase=TBD line=0
+Expected: category=exploding_gradients op=Square phase=forward line=68
 """
 
 import keras
@@ -18,8 +24,9 @@ NUM_FEATURES = 20
 DEPTH = 10
 WIDTH = 64
 BATCH_SIZE = 64
-EPOCHS = 5
-LEARNING_RATE = 0.05  # too high for a deep net without normalization
+EPOCHS = 10
+PEAK_LEARNING_RATE = 2.0  # too high for a deep net without normalization
+WARMUP_STEPS = 400
 
 
 def make_data(rng):
@@ -44,7 +51,14 @@ def main():
     dataset = dataset.batch(BATCH_SIZE)
 
     model = build_model()
-    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
+    # Linear warmup from 0.01 to the peak learning rate, then a (very slow) cosine decay.
+    schedule = keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.01,
+        decay_steps=100_000,
+        warmup_target=PEAK_LEARNING_RATE,
+        warmup_steps=WARMUP_STEPS,
+    )
+    optimizer = keras.optimizers.SGD(learning_rate=schedule)
     loss_fn = keras.losses.MeanSquaredError()
 
     @tf.function

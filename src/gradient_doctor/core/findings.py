@@ -57,6 +57,7 @@ FIX_FAMILIES = (
     "reorder_tapes",
     "persistent_tape",
     "use_model_fit",
+    "remove_stop_gradient",
 )
 
 

@@ -30,6 +30,8 @@ class Node:
             (no gradient registered, integer or boolean outputs, stop_gradient).
         recorded: False when the op ran while the tape that computed the
             gradients was not recording.
+        structural: the op reads only its input's shape (never where a value's
+            gradient is lost, though it has none).
     """
 
     index: int
@@ -39,6 +41,7 @@ class Node:
     source: SourceLine | None
     differentiable: bool = True
     recorded: bool = True
+    structural: bool = False
     output_shapes: tuple[tuple[int | None, ...] | None, ...] = ()
 
 
@@ -89,7 +92,10 @@ def find_breaks(
     groups: dict[tuple, list[str]] = {}
     found: dict[tuple, PathBreak] = {}
     for name, reads in variable_reads.items():
-        result = _break_of(reads, producer, consumers, loss_ancestors, outside_values or {})
+        loss_made_outside = bool(loss_ids) and not any(t in producer for t in loss_ids)
+        result = _break_of(
+            reads, producer, consumers, loss_ancestors, outside_values or {}, loss_made_outside
+        )
         key = (result.kind, result.node.index if result.node else None)
         groups.setdefault(key, []).append(name)
         found.setdefault(key, result)
@@ -113,7 +119,9 @@ def _ancestors(tensor_ids, producer) -> set[int]:
     return seen
 
 
-def _break_of(reads, producer, consumers, loss_ancestors, outside_values) -> PathBreak:
+def _break_of(
+    reads, producer, consumers, loss_ancestors, outside_values, loss_made_outside
+) -> PathBreak:
     if not reads:
         return PathBreak(NEVER_READ, None, ())
     # Walk forward from the variable's reads, in op order, along tensors the loss uses.
@@ -138,11 +146,14 @@ def _break_of(reads, producer, consumers, loss_ancestors, outside_values) -> Pat
             sinks.append(node)
         frontier.extend(next_nodes)
     if blocking:
-        first = min(blocking, key=lambda n: n.index)
-        kind = NON_DIFFERENTIABLE if not first.differentiable else OUTSIDE_TAPE
-        return PathBreak(kind, first, ())
+        # Every path is blocked somewhere; side paths (a stop_gradient inside a
+        # normalisation, a shape read) are blocked early, the main flow last.
+        candidates = [n for n in blocking if not n.structural] or blocking
+        last = max(candidates, key=lambda n: n.index)
+        kind = NON_DIFFERENTIABLE if not last.differentiable else OUTSIDE_TAPE
+        return PathBreak(kind, last, ())
     reentry = _reentry(sinks, consumers, loss_ancestors, outside_values)
-    if reentry is not None:
+    if reentry is not None or (loss_made_outside and sinks):
         return PathBreak(LEFT_FRAMEWORK, max(sinks, key=lambda n: n.index), (), reentry)
     last = max((producer[t] for t in reached if t in producer), key=lambda n: n.index, default=None)
     return PathBreak(NOT_USED, last, ())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import gc
 import inspect
+import textwrap
 from types import FrameType
 
 from gradient_doctor.tf_adapter.source_frames import user_frame
@@ -20,8 +22,8 @@ def enclosing_step(frame: FrameType | None = None) -> tuple[StepCall | None, lis
     if frame is None or frame.f_code.co_name == "<module>":
         return None, []
     function = _function_of(frame)
-    if function is None:
-        return None, []
+    if function is None or _update_is_inside_a_loop(function, frame.f_lineno):
+        return None, []  # the function is the training loop, not one step
     info = inspect.getargvalues(frame)
     names = list(info.args)
     values = [info.locals[n] for n in names]
@@ -31,6 +33,21 @@ def enclosing_step(frame: FrameType | None = None) -> tuple[StepCall | None, lis
     kwargs = dict(info.locals.get(info.keywords, {})) if info.keywords else {}
     named = list(zip(names, values))
     return StepCall(function, args, kwargs), named
+
+
+def _update_is_inside_a_loop(function, lineno: int) -> bool:
+    """True when line `lineno` of `function` sits in a `for`/`while` loop of its own body."""
+    try:
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return True  # cannot tell: running it again could run the whole loop
+    target = lineno - first + 1
+    return any(
+        isinstance(node, ast.For | ast.AsyncFor | ast.While)
+        and node.lineno <= target <= (node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+    )
 
 
 def _function_of(frame: FrameType):

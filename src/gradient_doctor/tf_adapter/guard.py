@@ -76,7 +76,8 @@ class Guard:
         recorder = step_context.current_recorder()
         if recorder is not None:
             recorder.record_gradients(list(grads), trainable_variables)
-            return None
+            if not recorder.live:
+                return None  # a replay: nothing is applied
         step_context.mark_applied()
         grads = list(grads)
         loss, tape_window = step_context.take_loss()

@@ -10,10 +10,10 @@ import tensorflow as tf
 from tensorflow.python.framework import ops
 
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.gradient_paths import Node, PathBreak, find_breaks
+from gradient_doctor.core.gradient_paths import LEFT_FRAMEWORK, Node, PathBreak, find_breaks
 from gradient_doctor.tf_adapter import step_context
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
-from gradient_doctor.tf_adapter.replay import ReplayResult, replay_step
+from gradient_doctor.tf_adapter.replay import LiveRecording, ReplayResult, replay_step
 from gradient_doctor.tf_adapter.source_frames import display_path, is_user_file
 from gradient_doctor.tf_adapter.step_context import StepCall
 
@@ -29,7 +29,7 @@ NO_GRADIENT_OPS = frozenset(
     }
 )  # fmt: skip
 # Ops that read only a tensor's shape: never the place a value's gradient is lost.
-SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastArgs"})
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastArgs", "ZerosLike", "OnesLike"})
 
 
 def variable_name(variable) -> str:
@@ -81,6 +81,7 @@ def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
                 source=_graph_source(op),
                 differentiable=differentiable(op.type, [t.dtype for t in op.outputs]),
                 recorded=recorded,
+                structural=op.type in SHAPE_OPS,
             )
         )
     captured = {id(external): internal for external, internal in graph.captures}
@@ -92,7 +93,7 @@ def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
     return find_breaks(nodes, loss_ids, reads)
 
 
-def breaks_in_replay(result: ReplayResult, variables, call: StepCall) -> list[PathBreak]:
+def breaks_in_replay(result: ReplayResult, variables, call: StepCall | None) -> list[PathBreak]:
     """Find the breaks in the op trace of a replayed eager step."""
     missing = {id(v) for v in variables}
     update = next((u for u in result.updates if any(id(v) in missing for v in u[1])), None)
@@ -110,6 +111,7 @@ def breaks_in_replay(result: ReplayResult, variables, call: StepCall) -> list[Pa
                 event.op_type, [tf.as_dtype(s.dtype) for s in event.outputs]
             ),
             recorded=start is None or end is None or start <= event.index < end,
+            structural=event.op_type in SHAPE_OPS,
             output_shapes=tuple(s.shape for s in event.outputs),
         )
         for event in result.events
@@ -128,14 +130,29 @@ def breaks_in_replay(result: ReplayResult, variables, call: StepCall) -> list[Pa
         and stats.dtype.startswith("float")
     }
     loss_ids = (id(loss),) if loss is not None else ()
-    return find_breaks(nodes, loss_ids, reads, outside)
+    return [_at_numpy_exit(b, result.exits) for b in find_breaks(nodes, loss_ids, reads, outside)]
 
 
-def find_missing_gradient_breaks(variables, loss, tape_window) -> list[PathBreak]:
+def _at_numpy_exit(path_break: PathBreak, exits: dict) -> PathBreak:
+    """Point a break where a value left for NumPy at the `.numpy()` line itself."""
+    node = path_break.node
+    if path_break.kind != LEFT_FRAMEWORK or node is None:
+        return path_break
+    line = next((exits[t] for t in node.output_ids if t in exits), None)
+    if line is None:
+        return path_break
+    exit_node = Node(node.index, "numpy", node.output_ids, (), line)
+    return PathBreak(path_break.kind, exit_node, path_break.variables, path_break.reentry)
+
+
+def find_missing_gradient_breaks(variables, loss, tape_window, on_later) -> list[PathBreak] | None:
     """Where the paths to `variables` break, for the update being asked for right now.
 
     While tracing, the graph under construction is analysed; in eager code the
-    current step is replayed (once) and its op trace analysed.
+    current step is replayed (once) and its op trace analysed. A step that
+    cannot be run again (the update is in the training loop's own body) is
+    recorded the next time it runs instead: then this returns None and
+    `on_later(breaks)` is called from that step's update.
     """
     if not tf.executing_eagerly():
         return breaks_in_graph(tf.compat.v1.get_default_graph(), loss, variables, tape_window)
@@ -144,10 +161,10 @@ def find_missing_gradient_breaks(variables, loss, tape_window) -> list[PathBreak
     if call is None:
         call, _ = enclosing_step(sys._getframe(1))
     if call is None:
-        raise RuntimeError(
-            "the update is made at the top level of the script, so the step cannot be run "
-            "again; put the step in a function to let the doctor trace it"
+        step_context.request_live_recording(
+            LiveRecording(lambda result: on_later(breaks_in_replay(result, variables, None)))
         )
+        return None
     return breaks_in_replay(replay_step(call), variables, call)
 
 

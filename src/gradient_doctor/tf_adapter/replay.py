@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -36,6 +36,7 @@ class ReplayResult:
         stats: the summary of every tensor id (None for non-numeric tensors).
         updates: each optimizer update the step asked for, in order:
             (gradients, variables, [(loss, tape window), ...] noted before it).
+        exits: tensor id -> the user's line that converted it to NumPy.
         error: an exception the step raised while replaying, if any.
     """
 
@@ -45,6 +46,7 @@ class ReplayResult:
     stats: dict[int, TensorStats | None]
     updates: list[tuple[list, list, list]]
     error: BaseException | None
+    exits: dict[int, object]
 
     @property
     def reproduced(self) -> bool:
@@ -63,12 +65,17 @@ def _layer_path() -> str | None:
 class _Recorder:
     """Op callback, gradient-function wrapper and optimizer stand-in during a replay."""
 
-    def __init__(self) -> None:
+    def __init__(self, live: bool = False) -> None:
+        # A live recorder watches a real step (updates go through); otherwise the
+        # step is a replay and its updates are only recorded.
+        self.live = live
+        self.after_update = None
         self.events: list[OpEvent] = []
         self.tensors: dict[int, object] = {}
         self.stats: dict[int, TensorStats | None] = {}
         self.applies: list[tuple[list, list, list]] = []
         self.losses: list[object] = []
+        self.exits: dict[int, object] = {}  # tensor id -> user line where it left for NumPy
         self.windows: list[tuple | None] = []
         self._backward_depth = 0
         self._gradient_of: list[tuple[str, int | None]] = []
@@ -156,6 +163,8 @@ class _Recorder:
     def record_gradients(self, grads, variables) -> None:
         losses = list(zip(self.losses, self.windows))
         self.applies.append((list(grads), list(variables) if variables is not None else [], losses))
+        if self.after_update is not None:
+            self.after_update()
 
     def bad_ids(self) -> list[int]:
         """Non-finite gradients (and losses) of the first update that had any."""
@@ -182,15 +191,55 @@ class _Recorder:
 
 
 @contextmanager
-def _snapshot_variable_writes() -> Iterator[None]:
-    """Undo every variable write the replay makes (BatchNorm statistics, metrics, seeds)."""
+def _watch_numpy_exits(recorder: _Recorder) -> Iterator[None]:
+    """Note where the step converts a tensor to NumPy (the tape cannot follow it there)."""
+    cls = ops._EagerTensorBase
+    originals = {name: cls.__dict__[name] for name in ("numpy", "__array__")}
+
+    def make(original):
+        def convert(self, *args, **kwargs):
+            recorder.exits.setdefault(id(self), user_line())
+            return original(self, *args, **kwargs)
+
+        return convert
+
+    for name, original in originals.items():
+        setattr(cls, name, make(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(cls, name, original)
+
+
+_WRITE_METHODS = ("assign", "assign_add", "assign_sub")
+
+
+def _resource_variable_classes() -> list[type]:
+    """`BaseResourceVariable` and every subclass (each may define its own `assign`)."""
+    found, pending = [], [resource_variable_ops.BaseResourceVariable]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+@contextmanager
+def _snapshot_variable_writes() -> Iterator[dict]:
+    """Undo every variable write the replay makes (BatchNorm statistics, metrics, seeds).
+
+    Yields the variables written so far, as {id: (variable, value before)}.
+    """
     saved: dict[int, tuple[object, object]] = {}
-    cls = resource_variable_ops.BaseResourceVariable
-    originals = {name: getattr(cls, name) for name in ("assign", "assign_add", "assign_sub")}
+    patched = [
+        (cls, name, cls.__dict__[name])
+        for cls in _resource_variable_classes()
+        for name in _WRITE_METHODS
+        if name in cls.__dict__
+    ]
 
-    def make(name):
-        original = originals[name]
-
+    def make(original):
         def write(self, *args, **kwargs):
             if id(self) not in saved:
                 saved[id(self)] = (self, tf.identity(self.read_value()))
@@ -198,12 +247,12 @@ def _snapshot_variable_writes() -> Iterator[None]:
 
         return write
 
-    for name in originals:
-        setattr(cls, name, make(name))
+    for cls, name, original in patched:
+        setattr(cls, name, make(original))
     try:
-        yield
+        yield saved
     finally:
-        for name, original in originals.items():
+        for cls, name, original in patched:
             setattr(cls, name, original)
         for variable, value in saved.values():
             variable.assign(value)
@@ -211,6 +260,7 @@ def _snapshot_variable_writes() -> Iterator[None]:
 
 @contextmanager
 def _instrumented(recorder: _Recorder) -> Iterator[None]:
+    """Record every op while the block runs; a replay also undoes its variable writes."""
     registry = ops._gradient_registry  # eager backprop looks gradient functions up here
 
     class _WrappingRegistry:
@@ -226,7 +276,7 @@ def _instrumented(recorder: _Recorder) -> Iterator[None]:
     tf.config.run_functions_eagerly(True)
     op_callbacks.add_op_callback(recorder.on_op)
     try:
-        with step_context.recording(recorder), _snapshot_variable_writes():
+        with step_context.recording(recorder), _watch_numpy_exits(recorder):
             yield
     finally:
         op_callbacks.remove_op_callback(recorder.on_op)
@@ -240,15 +290,73 @@ def replay_step(call: StepCall) -> ReplayResult:
     Optimizer updates are not applied: the guard hands their gradients to the
     recorder instead. Variables the step writes (BatchNorm moving statistics,
     metric totals, RNG seeds) are restored afterwards.
+
+    The failing step already advanced the integer state it keeps (Keras's
+    `SeedGenerator` counters), so a first pass measures by how much, and the
+    replay runs again from that state rewound: the same dropout masks and
+    random draws as the step that failed.
+    """
+    with _replay_lock:
+        result, advanced = _replay_once(call, {})
+        if advanced:
+            result, _ = _replay_once(call, advanced)
+    return result
+
+
+def _replay_once(call: StepCall, rewind: dict) -> tuple[ReplayResult, dict]:
+    """One recorded pass, after stepping the variables in `rewind` back by their deltas.
+
+    Returns the result and, for each integer variable the pass advanced, by how much.
     """
     recorder = _Recorder()
     error = None
-    with _replay_lock, _instrumented(recorder):
-        try:
-            call.fn(*call.args, **call.kwargs)
-        except Exception as exc:  # the user's step may raise on the bad values it sees
-            error = exc
-    bad = recorder.bad_ids()
+    with _snapshot_variable_writes() as saved:
+        for variable, delta in rewind.values():
+            variable.assign(variable.read_value() - delta)
+        with _instrumented(recorder):
+            try:
+                call.fn(*call.args, **call.kwargs)
+            except Exception as exc:  # the user's step may raise on the bad values it sees
+                error = exc
+        advanced = {}
+        for key, (variable, before) in saved.items():
+            if variable.dtype.is_integer and key not in rewind:
+                delta = variable.read_value() - before
+                if bool(tf.reduce_any(delta != 0)):
+                    advanced[key] = (variable, delta)
+    return _result(recorder, error), advanced
+
+
+def _result(recorder: _Recorder, error: BaseException | None) -> ReplayResult:
     return ReplayResult(
-        recorder.events, bad, recorder.tensors, recorder.stats, recorder.applies, error
+        recorder.events,
+        recorder.bad_ids(),
+        recorder.tensors,
+        recorder.stats,
+        recorder.applies,
+        error,
+        recorder.exits,
     )
+
+
+class LiveRecording:
+    """Record the next real step as it runs, for loops that cannot be run again.
+
+    `start` is called when the next step begins (its tape opens); recording ends
+    at that step's first optimizer update, which goes through as usual, and
+    `on_done` receives the `ReplayResult`.
+    """
+
+    def __init__(self, on_done) -> None:
+        self._recorder = _Recorder(live=True)
+        self._recorder.after_update = self._finish
+        self._stack = ExitStack()
+        self._on_done = on_done
+
+    def start(self) -> None:
+        self._stack.enter_context(_instrumented(self._recorder))
+
+    def _finish(self) -> None:
+        self._recorder.after_update = None
+        self._stack.close()
+        self._on_done(_result(self._recorder, None))

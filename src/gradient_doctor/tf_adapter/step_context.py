@@ -99,3 +99,15 @@ def recording(recorder) -> Iterator[None]:
         yield
     finally:
         _local.recorder = previous
+
+
+def request_live_recording(recording) -> None:
+    """Ask for the next step (from its tape's opening) to be recorded as it runs."""
+    _local.live_request = recording
+
+
+def take_live_request():
+    """The pending live recording, if any (then forgotten)."""
+    recording = getattr(_local, "live_request", None)
+    _local.live_request = None
+    return recording

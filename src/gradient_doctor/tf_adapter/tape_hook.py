@@ -26,6 +26,10 @@ def position():
 
 @functools.wraps(_original_enter)
 def _enter(self):
+    if step_context.current_recorder() is None:
+        live = step_context.take_live_request()
+        if live is not None:
+            live.start()
     setattr(self, _WINDOW, [position(), None])
     return _original_enter(self)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import BreakPoint, Disconnected, Finding
 from gradient_doctor.core.knowledge import diagnose
+from gradient_doctor.core.knowledge.rules import default as default_rule
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.localize import localize
@@ -123,8 +124,26 @@ class Watcher:
             variables = [v for v in variables if _is_floating(v)]
             if not variables:
                 return False
+
+        def record(breaks) -> bool:
+            findings = [
+                self._record(
+                    Evidence(
+                        step=self.steps_watched,
+                        phase=None,
+                        origin=None,
+                        path_break=path_break,
+                        all_disconnected=all_missing,
+                    )
+                )
+                for path_break in breaks
+            ]
+            if all_missing and findings and self.stop_on_problem:
+                self._pending_stop = findings[0]
+            return bool(findings)
+
         try:
-            breaks = find_missing_gradient_breaks(variables, loss, tape_window)
+            breaks = find_missing_gradient_breaks(variables, loss, tape_window, record)
         except Exception as error:  # never let the doctor's analysis break the user's run
             warnings.warn(
                 f"gradient-doctor could not trace where the gradients of {len(variables)} "
@@ -132,24 +151,21 @@ class Watcher:
                 stacklevel=2,
             )
             return False
-        findings = [
-            self._record(
-                Evidence(
-                    step=self.steps_watched,
-                    phase=None,
-                    origin=None,
-                    path_break=path_break,
-                    all_disconnected=all_missing,
-                )
-            )
-            for path_break in breaks
-        ]
-        if all_missing and findings and self.stop_on_problem:
-            self._pending_stop = findings[0]
-        return all_missing and bool(findings)
+        if breaks is None:  # the next run of the step is being recorded instead
+            self._disconnected_seen.discard(key)
+            return all_missing
+        return record(breaks) and all_missing
 
     def _record(self, evidence: Evidence) -> Finding:
-        diagnosis = diagnose(evidence)
+        try:
+            diagnosis = diagnose(evidence)
+        except Exception as error:  # a gap in the knowledge base must not end the user's run
+            warnings.warn(
+                f"gradient-doctor could not explain step {evidence.step} "
+                f"({type(error).__name__}: {error}); giving the generic diagnosis.",
+                stacklevel=2,
+            )
+            diagnosis = default_rule.diagnose(evidence)
         path_break = evidence.path_break
         finding = Finding(
             category=diagnosis.category,

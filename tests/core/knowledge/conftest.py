@@ -6,6 +6,7 @@ import pytest
 
 from gradient_doctor.core.evidence import BadInput, Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
+from gradient_doctor.core.gradient_paths import NON_DIFFERENTIABLE, OUTSIDE_TAPE, Node, PathBreak
 
 
 def _stats(
@@ -62,6 +63,42 @@ def _evidence(
         setup=TrainingSetup(learning_rate=learning_rate, clipping=clipping),
         reproduced=reproduced,
     )
+
+
+def _break_evidence(
+    kind: str = NON_DIFFERENTIABLE,
+    op: str | None = "ArgMax",
+    code: str | None = "generated_text = tf.argmax(gen_logits, axis=-1)",
+    variables: tuple[str, ...] = ("generator/vocab_logits/kernel", "generator/vocab_logits/bias"),
+    all_disconnected: bool = True,
+    reentry: str | None = None,
+    step: int | None = 0,
+) -> Evidence:
+    node = None
+    if op is not None:
+        node = Node(
+            index=7,
+            op_type=op,
+            input_ids=(1,),
+            output_ids=(2,),
+            source=SourceLine("story4.py", 141, code) if code is not None else None,
+            differentiable=kind != NON_DIFFERENTIABLE,
+            recorded=kind != OUTSIDE_TAPE,
+        )
+    back = SourceLine("story4.py", 150, reentry) if reentry is not None else None
+    return Evidence(
+        step=step,
+        phase=None,
+        origin=None,
+        path_break=PathBreak(kind, node, variables, back),
+        all_disconnected=all_disconnected,
+    )
+
+
+@pytest.fixture
+def make_break_evidence():
+    """Build an `Evidence` of variables without gradients; defaults describe story 4's argmax."""
+    return _break_evidence
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Group variable names by the layer that owns them: `generator/dense/kernel` -> `generator/dense`."""
+"""Group variable names by the layer that owns them: `gen/dense/kernel` -> `gen/dense`."""
 
 from __future__ import annotations
 

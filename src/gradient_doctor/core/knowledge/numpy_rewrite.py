@@ -1,4 +1,4 @@
-"""Rewrite a line that leaves TensorFlow (`.numpy()`, `np.*`) into TensorFlow ops the tape records."""
+"""Rewrite a line that leaves TensorFlow (`.numpy()`, `np.*`) into ops the tape records."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from gradient_doctor.core.knowledge.rules import (
     backward_singularity,
     bad_input,
     default,
+    disconnected,
     division,
     exp_overflow,
     exploding_gradients,
@@ -104,9 +105,10 @@ def family_for(evidence: Evidence) -> Family | None:
 def diagnose(evidence: Evidence) -> Diagnosis:
     """Turn the evidence of a failing step into a diagnosis.
 
-    Rules are asked in order of precedence: bad input, the tf.where trap, exploding
-    gradients and half-precision range (unless the origin op has its own singular
-    point), then the origin's op family, then the default rule.
+    Rules are asked in order of precedence: a broken gradient path (variables with
+    no gradient), bad input, the tf.where trap, exploding gradients and
+    half-precision range (unless the origin op has its own singular point), then the
+    origin's op family, then the default rule.
 
     Args:
         evidence: everything known about the failing step.
@@ -116,7 +118,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     """
     family = family_for(evidence)
     singular = (family is not None and family.singular) or mentions_norm(source_code(evidence))
-    rules: list[Rule] = [bad_input.diagnose, where_trap.diagnose]
+    rules: list[Rule] = [disconnected.diagnose, bad_input.diagnose, where_trap.diagnose]
     if not singular:
         rules += [exploding_gradients.diagnose, float16_range.diagnose]
     if family is not None:

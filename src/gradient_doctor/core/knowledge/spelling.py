@@ -24,7 +24,15 @@ _SPELLINGS = {
         **{
             name: "{p}" + name
             for name in (
-                "max", "min", "mean", "sum", "softmax", "logsumexp", "clip", "divide_no_nan", "log"
+                "max",
+                "min",
+                "mean",
+                "sum",
+                "softmax",
+                "logsumexp",
+                "clip",
+                "divide_no_nan",
+                "log",
             )
         },
         "l2_normalize": "{p}normalize",

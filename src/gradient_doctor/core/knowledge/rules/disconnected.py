@@ -1,0 +1,190 @@
+"""Variables that get no gradient: where the path from the loss to them breaks, and why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Fix, SourceLine
+from gradient_doctor.core.gradient_paths import (
+    LEFT_FRAMEWORK,
+    NEVER_READ,
+    NON_DIFFERENTIABLE,
+    NOT_USED,
+    OUTSIDE_TAPE,
+    PathBreak,
+)
+from gradient_doctor.core.knowledge import path_remedies
+from gradient_doctor.core.knowledge.blockers import blocker_for
+from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.layer_groups import LayerGroup, describe_layers, group_by_layer
+from gradient_doctor.core.knowledge.not_fixes import missing_gradient_not_fixes
+from gradient_doctor.core.knowledge.source_rewrite import find_call
+from gradient_doctor.core.knowledge.wording import at_step, count, line_ref, quoted_line
+
+# What Keras does with the gradients: every one None, or only some.
+_ALL_MISSING = (
+    'With no gradient for any variable, Keras raises "No gradients provided for any variable".'
+)
+_SOME_MISSING = (
+    'Keras only warns ("Gradients do not exist for variables ...") and trains the rest, '
+    "so these layers silently never train."
+)
+
+
+@dataclass(frozen=True)
+class Account:
+    """What one kind of break says and proposes.
+
+    Attributes:
+        story: one or two sentences: where the path breaks and why.
+        reason: a clause the not-fixes reuse, e.g. "ArgMax at train.py:141 has no gradient".
+        fixes: the remedies, most specific first.
+    """
+
+    story: str
+    reason: str
+    fixes: tuple[Fix, ...]
+
+
+def diagnose(evidence: Evidence) -> Diagnosis | None:
+    """Explain why some variables get no gradient; decline when no path break was found."""
+    path_break = evidence.path_break
+    if path_break is None:
+        return None
+    groups = group_by_layer(path_break.variables)
+    account = _ACCOUNTS[path_break.kind](path_break, groups)
+    sentences = (
+        _who(len(path_break.variables), groups, evidence),
+        account.story,
+        _ALL_MISSING if evidence.all_disconnected else _SOME_MISSING,
+    )
+    return Diagnosis(
+        category="disconnected_gradients",
+        explanation=" ".join(sentences),
+        not_fixes=missing_gradient_not_fixes(account.reason),
+        fixes=account.fixes,
+    )
+
+
+def _who(number: int, groups: Sequence[LayerGroup], evidence: Evidence) -> str:
+    """ "None of the 19 variables handed to the optimizer gets a gradient at step 0 (...)."."""
+    layers = f" ({describe_layers(groups)})" if groups else ""
+    step = at_step(evidence.step)
+    if number == 0:
+        return f"Variables handed to the optimizer get no gradient{step}."
+    if evidence.all_disconnected and number == 1:
+        return f"The only variable handed to the optimizer gets no gradient{step}{layers}."
+    if evidence.all_disconnected:
+        return (
+            f"None of the {number} variables handed to the optimizer gets a gradient{step}{layers}."
+        )
+    verb = "gets" if number == 1 else "get"
+    return f"{count(number, 'variable')} handed to the optimizer {verb} no gradient{step}{layers}."
+
+
+def _non_differentiable(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    op, source = _op_and_source(path_break)
+    blocker = blocker_for(op)
+    code = source.code.strip() if source is not None else ""
+    call = find_call(code, blocker.calls) if blocker.calls else None
+    fixes = blocker.fixes(code, call)
+    if blocker.often_intended:
+        fixes += (
+            path_remedies.exclude_unused_variables(
+                groups,
+                "If the block is intended, stop training these variables",
+                "if the block is intended, do not hand these variables to the optimizer:",
+            ),
+        )
+    return Account(
+        story=f"Their path to the loss breaks at {op}{_on(source)}. {blocker.why.format(op=op)}",
+        reason=f"{op}{_at(source)} has no gradient",
+        fixes=fixes,
+    )
+
+
+def _outside_tape(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    op, source = _op_and_source(path_break)
+    return Account(
+        story=f"Their path to the loss runs through {op}{_on(source)}, which ran while the "
+        "tape was not recording: it was computed before or after the `with "
+        "tf.GradientTape()` block, so the tape has no record linking the loss to them.",
+        reason=f"{op}{_at(source)} ran while no tape was recording",
+        fixes=(path_remedies.compute_inside_tape(source),),
+    )
+
+
+def _left_framework(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    op, source = _op_and_source(path_break)
+    return Account(
+        story=f"The value left TensorFlow (`.numpy()`/NumPy) after {op}{_on(source)} and came "
+        f"back as a constant{_on(path_break.reentry)}; the tape cannot follow it through "
+        "NumPy, so to the tape the loss does not depend on them.",
+        reason=f"the value that left TensorFlow{_at(source)} came back as a constant the tape "
+        "cannot trace",
+        fixes=(path_remedies.numpy_round_trip_fix(source, path_break.reentry),),
+    )
+
+
+def _not_used(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    story = "The loss does not depend on the output of their layer"
+    if path_break.node is not None:
+        op, source = _op_and_source(path_break)
+        story += (
+            f": the last op their values reach is {op}{_on(source)}, and nothing from there "
+            "leads to the loss"
+        )
+    return Account(
+        story=story + ".",
+        reason="the loss does not depend on these variables",
+        fixes=(
+            path_remedies.exclude_unused_variables(
+                groups,
+                "Use the layer on the way to the loss, or stop training it",
+                "if these layers should train, use their output on the way to the loss; otherwise:",
+            ),
+        ),
+    )
+
+
+def _never_read(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    source = path_break.node.source if path_break.node is not None else None
+    built = f" (on your line {quoted_line(source)})" if source is not None else ""
+    return Account(
+        story=f"The step never reads these variables: their layer is built{built} but not "
+        "called in the forward pass.",
+        reason="the step never reads these variables",
+        fixes=(
+            path_remedies.exclude_unused_variables(
+                groups,
+                "Call the layer in the forward pass, or stop training it",
+                "call the layer in the forward pass if it should train, or remove it; otherwise:",
+            ),
+        ),
+    )
+
+
+_ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
+    NON_DIFFERENTIABLE: _non_differentiable,
+    OUTSIDE_TAPE: _outside_tape,
+    LEFT_FRAMEWORK: _left_framework,
+    NOT_USED: _not_used,
+    NEVER_READ: _never_read,
+}
+
+
+def _op_and_source(path_break: PathBreak) -> tuple[str, SourceLine | None]:
+    node = path_break.node
+    return (node.op_type, node.source) if node is not None else ("an op", None)
+
+
+def _on(source: SourceLine | None) -> str:
+    """ " on your line train.py:141 `tokens = tf.argmax(logits)`", or "" when unknown."""
+    return f" on your line {quoted_line(source)}" if source is not None else ""
+
+
+def _at(source: SourceLine | None) -> str:
+    """ " at train.py:141", or "" when unknown."""
+    return f" at {line_ref(source)}" if source is not None else ""

@@ -1,0 +1,37 @@
+"""`safe_sqrt`: a square root whose gradient at 0 is 0 instead of infinite."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from gradient_doctor.ops._arguments import floating_tensor
+from gradient_doctor.ops._where import safe_where
+
+
+def safe_sqrt(x) -> tf.Tensor:
+    """Return `sqrt(max(x, 0))`, with gradient 0 wherever `x <= 0`.
+
+    `tf.sqrt`'s gradient `0.5 / sqrt(x)` is infinite at 0, which is where square
+    roots of squared distances and variances sit in practice. Here the root is
+    taken through `safe_where`, so `x <= 0` gives the value 0 and the gradient 0
+    (the subgradient at the boundary), and the value elsewhere is exactly `tf.sqrt`'s.
+
+    Args:
+        x: floating tensor (float16, bfloat16, float32 or float64).
+
+    Returns:
+        A tensor of `x`'s shape and dtype.
+
+    Raises:
+        TypeError: `x` is not a floating tensor.
+
+    Example:
+        >>> x = tf.constant([0.0, 4.0])
+        >>> with tf.GradientTape() as tape:
+        ...     tape.watch(x)
+        ...     y = safe_sqrt(x)
+        >>> y.numpy(), tape.gradient(y, x).numpy()
+        (array([0., 2.], dtype=float32), array([0.  , 0.25], dtype=float32))
+    """
+    x = floating_tensor(x, "x")
+    return safe_where(x > 0, tf.sqrt, x, fallback=0.0)

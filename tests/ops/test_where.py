@@ -1,0 +1,78 @@
+"""`safe_where`: the double-where pattern, so the branch not taken cannot poison gradients."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gradient_doctor.ops import safe_where
+from tests.ops.conftest import as_float64, value_and_gradients
+
+
+def guarded_log(x):
+    return safe_where(x > 0, tf.math.log, x, fallback=0.0)
+
+
+def test_value_and_gradient_of_the_taken_branch_match_the_analytic_ones(precision):
+    x = precision.constant([0.5, 2.0, 10.0])
+    value, (gradient,) = value_and_gradients(guarded_log, x)
+    exact = as_float64(x)
+    precision.check(value, np.log(exact))
+    precision.check(gradient, 1 / exact)
+    assert guarded_log(x).dtype == precision.dtype
+
+
+def test_branch_not_taken_gives_zero_gradient_where_a_single_where_gives_nan(precision):
+    x = precision.constant([0.0, -1.0, 1.0])
+    value, (gradient,) = value_and_gradients(guarded_log, x)
+    precision.check(value, [0.0, 0.0, 0.0])
+    precision.check(gradient, [0.0, 0.0, 1.0])
+
+    def single_where(v):
+        return tf.where(v > 0, tf.math.log(v), tf.zeros_like(v))
+
+    raw_value, (raw_gradient,) = value_and_gradients(single_where, x)
+    precision.check(raw_value, [0.0, 0.0, 0.0])  # the value was never the problem
+    assert np.isnan(raw_gradient[:2]).all()
+
+
+def test_fallback_tensor_receives_the_gradient_where_the_condition_fails(float32):
+    x = tf.constant([0.0, 4.0])
+    fallback = tf.constant([3.0, 3.0])
+    value, (_, dfallback) = value_and_gradients(
+        lambda v, f: safe_where(v > 0, tf.sqrt, v, f), x, fallback
+    )
+    float32.check(value, [3.0, 2.0])
+    float32.check(dfallback, [1.0, 0.0])
+
+
+def test_safe_value_is_what_fn_sees_in_the_branch_not_taken():
+    # acos has an infinite gradient at the default stand-in 1.0; 0.0 is safe for it.
+    x = tf.constant([1.0, 0.5])
+
+    def guarded_acos(safe_value):
+        def fn(v):
+            return safe_where(tf.abs(v) < 1, tf.acos, v, fallback=0.0, safe_value=safe_value)
+
+        return value_and_gradients(fn, x)[1][0]
+
+    assert np.isnan(guarded_acos(1.0)[0])
+    np.testing.assert_allclose(guarded_acos(0.0), [0.0, -1 / np.sqrt(0.75)], rtol=1e-6)
+
+
+def test_condition_broadcasts_against_x():
+    x = tf.constant([[0.0, 4.0], [9.0, 16.0]])
+    value = safe_where(tf.constant([True, False]), tf.sqrt, x, fallback=-1.0)
+    np.testing.assert_array_equal(value.numpy(), [[0.0, -1.0], [3.0, -1.0]])
+
+
+def test_branch_not_taken_in_every_execution_mode(mode):
+    value, (gradient,) = value_and_gradients(guarded_log, tf.constant([0.0, 2.0]), mode=mode)
+    np.testing.assert_allclose(value, [0.0, np.log(2.0)], rtol=1e-6)
+    np.testing.assert_array_equal(gradient, [0.0, 0.5])
+
+
+def test_invalid_arguments_fail_early():
+    with pytest.raises(TypeError, match=r"`fn` must be a callable .*Received: fn=2.0"):
+        safe_where(tf.constant([True]), 2.0, tf.ones([1]))
+    with pytest.raises(TypeError, match=r"`condition` must be a bool .*condition.dtype=float32"):
+        safe_where(tf.ones([1]), tf.sqrt, tf.ones([1]))
