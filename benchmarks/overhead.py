@@ -51,25 +51,6 @@ SETUPS = ("plain", "doctor", "check_numerics")
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """How long to measure.
-
-    Attributes:
-        rounds: rounds of interleaved fits per model.
-        warmup_steps: steps dropped at the start of each fit.
-        timed_steps: steps timed in each fit after the warm-up.
-    """
-
-    rounds: int
-    warmup_steps: int
-    timed_steps: int
-
-
-FULL = RunConfig(rounds=12, warmup_steps=5, timed_steps=15)
-QUICK = RunConfig(rounds=3, warmup_steps=5, timed_steps=10)
-
-
-@dataclass(frozen=True)
 class ModelSpec:
     """One benchmark model.
 
@@ -78,12 +59,39 @@ class ModelSpec:
         build: returns a new, uncompiled model.
         input_shape: shape of one example.
         batch_size: examples per step.
+        timed_steps: steps timed per fit in a full run (about 1-1.5 s of steps
+            here), so that a fit's median averages over the machine's short
+            slow spells.
     """
 
     name: str
     build: Callable[[], keras.Model]
     input_shape: tuple[int, ...]
     batch_size: int
+    timed_steps: int
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How long to measure.
+
+    Attributes:
+        rounds: rounds of interleaved fits per model.
+        warmup_steps: steps dropped at the start of each fit.
+        step_scale: multiplies each model's `timed_steps`.
+    """
+
+    rounds: int
+    warmup_steps: int
+    step_scale: float
+
+    def timed_steps(self, spec: ModelSpec) -> int:
+        """Steps timed in each fit of `spec` after the warm-up."""
+        return max(5, round(spec.timed_steps * self.step_scale))
+
+
+FULL = RunConfig(rounds=10, warmup_steps=5, step_scale=1.0)
+QUICK = RunConfig(rounds=3, warmup_steps=5, step_scale=0.5)
 
 
 @dataclass
@@ -95,6 +103,9 @@ class Samples:
     def median_ms(self) -> float:
         """Median step time over all rounds, in milliseconds."""
         return 1000.0 * statistics.median(t for r in self.rounds for t in r)
+
+
+Results = list[tuple[ModelSpec, dict[str, Samples]]]
 
 
 def build_mlp() -> keras.Model:
@@ -129,9 +140,9 @@ def build_transformer() -> keras.Model:
 
 
 MODELS = (
-    ModelSpec("MLP 784-3x512-10, batch 128", build_mlp, (784,), 128),
-    ModelSpec("CNN conv32-conv64-pool-dense, batch 64", build_cnn, (28, 28, 1), 64),
-    ModelSpec("transformer block d128 h4 seq32, batch 32", build_transformer, (32, 128), 32),
+    ModelSpec("MLP 784-3x512-10, batch 128", build_mlp, (784,), 128, timed_steps=60),
+    ModelSpec("CNN conv32-conv64-pool-dense, batch 64", build_cnn, (28, 28, 1), 64, 15),
+    ModelSpec("transformer block d128 h4 seq32, batch 32", build_transformer, (32, 128), 32, 40),
 )
 
 
@@ -188,14 +199,15 @@ def check_numerics_on() -> Iterator[None]:
         tf.debugging.disable_check_numerics()
 
 
-def timed_fit(
-    model: keras.Model, dataset: tf.data.Dataset, setup: str, config: RunConfig
-) -> list[float]:
-    """Run one `model.fit` under `setup` and return its timed step durations (s)."""
-    timer = StepTimer(skip=config.warmup_steps)
+def timed_fit(model: keras.Model, dataset: tf.data.Dataset, setup: str, steps: int, skip: int):
+    """Run one `model.fit` of `steps` steps under `setup`.
+
+    Returns:
+        The durations (seconds) of the steps after the first `skip`.
+    """
+    timer = StepTimer(skip=skip)
     callbacks = [gradient_doctor.Doctor(verbose=False)] if setup == "doctor" else []
     callbacks.append(timer)
-    steps = config.warmup_steps + config.timed_steps
     guard = check_numerics_on() if setup == "check_numerics" else contextlib.nullcontext()
     with guard:
         model.fit(
@@ -218,7 +230,7 @@ def new_model_set(spec: ModelSpec) -> dict[str, keras.Model]:
     return {setup: make_model(spec) for setup in SETUPS}
 
 
-def measure_all(config: RunConfig) -> list[tuple[ModelSpec, dict[str, Samples]]]:
+def measure_all(config: RunConfig) -> Results:
     """All rounds for all models.
 
     Each round runs every model once under every setup; the setup order
@@ -231,9 +243,11 @@ def measure_all(config: RunConfig) -> list[tuple[ModelSpec, dict[str, Samples]]]
     results = [(spec, {setup: Samples() for setup in SETUPS}) for spec in MODELS]
     for round_index in range(config.rounds):
         order = SETUPS if round_index % 2 == 0 else tuple(reversed(SETUPS))
-        for dataset, models, (_, samples) in zip(datasets, model_sets, results, strict=True):
+        for dataset, models, (spec, samples) in zip(datasets, model_sets, results, strict=True):
+            steps = config.warmup_steps + config.timed_steps(spec)
             for setup in order:
-                samples[setup].rounds.append(timed_fit(models[setup], dataset, setup, config))
+                times = timed_fit(models[setup], dataset, setup, steps, config.warmup_steps)
+                samples[setup].rounds.append(times)
         elapsed = time.perf_counter() - started
         print(f"round {round_index + 1}/{config.rounds} done ({elapsed:.0f} s)", file=sys.stderr)
     return results
@@ -275,10 +289,10 @@ TABLE_HEADER = (
 )
 
 
-def table_row(name: str, samples: dict[str, Samples]) -> str:
+def table_row(spec: ModelSpec, samples: dict[str, Samples], config: RunConfig) -> str:
     """One Markdown table row for a model."""
     cells = [
-        name,
+        f"{spec.name} ({config.timed_steps(spec)} timed steps/fit)",
         f"{samples['plain'].median_ms():.2f}",
         f"{samples['doctor'].median_ms():.2f}",
         str(ratio_to_plain(samples, "doctor")),
@@ -286,6 +300,11 @@ def table_row(name: str, samples: dict[str, Samples]) -> str:
         str(ratio_to_plain(samples, "check_numerics")),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def table_lines(results: Results, config: RunConfig) -> list[str]:
+    """The results table, header included."""
+    return [TABLE_HEADER, *(table_row(spec, samples, config) for spec, samples in results)]
 
 
 def cpu_model() -> str:
@@ -316,28 +335,24 @@ def environment_lines() -> list[str]:
 def method_lines(config: RunConfig, mode: str) -> list[str]:
     """The measuring method in a few sentences."""
     return [
-        f"In one process, {config.rounds} rounds each run one `model.fit` per model and "
-        "setup (setup order alternating between rounds), each fit "
-        f"{config.warmup_steps + config.timed_steps} steps with the first "
-        f"{config.warmup_steps} (tracing, warm-up) dropped; a step is the wall time from "
-        "`on_train_batch_begin` to `on_train_batch_end` of a timing callback placed last "
-        "(so it includes Keras's per-step host sync and the doctor's read-back). "
-        "ms/step is the median over all rounds; a ratio is the median of the per-round "
-        "ratios of median step times to plain's, with their interquartile range in "
-        "brackets.",
+        f"In one process, each of {config.rounds} rounds runs one `model.fit` per model and "
+        "setup (setup order alternating between rounds; synthetic data, fixed seeds, Adam), "
+        f"and times each step after the first {config.warmup_steps} (tracing) from "
+        "`on_train_batch_begin` to `on_train_batch_end` of a callback placed last, so a step "
+        "includes Keras's per-step host sync and the doctor's read-back. "
+        "ms/step is the median over all rounds; a ratio is the median of the per-round ratios "
+        "of median step times to plain's, with their interquartile range in brackets "
+        "(on a noisy machine, read a ratio together with its bracket).",
         "",
-        "`tf.debugging.enable_check_numerics()` is switched on only around its own fits "
-        "(and off again with `disable_check_numerics()`), on separate model instances "
-        "traced while it was on; plain and doctor models are traced and run with it off. "
-        f"Synthetic data, fixed seeds, Adam, batch sizes as in the table; run mode: {mode}.",
+        "`tf.debugging.enable_check_numerics()` is switched on only around its own fits and "
+        "off again with `disable_check_numerics()`, on separate model instances traced while "
+        "it was on; plain and doctor models are traced and run with it off. "
+        f"Run mode: {mode}.",
     ]
 
 
-def render_markdown(
-    results: list[tuple[str, dict[str, Samples]]], config: RunConfig, mode: str
-) -> str:
+def render_markdown(results: Results, config: RunConfig, mode: str, seconds: float) -> str:
     """The whole performance page."""
-    rows = [table_row(name, samples) for name, samples in results]
     lines = [
         "# Performance: overhead of watching `model.fit`",
         "",
@@ -346,6 +361,7 @@ def render_markdown(
         "Generated by `benchmarks/overhead.py` (do not edit by hand; rerun it).",
         "",
         *environment_lines(),
+        f"- Benchmark run time: {seconds:.0f} s",
         "",
         "## Method",
         "",
@@ -353,8 +369,7 @@ def render_markdown(
         "",
         "## Results",
         "",
-        TABLE_HEADER,
-        *rows,
+        *table_lines(results, config),
         "",
     ]
     return "\n".join(lines)
@@ -374,14 +389,13 @@ def main(argv: list[str] | None = None) -> int:
     config = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
-    results = [(spec.name, samples) for spec, samples in measure_all(config)]
-    print(TABLE_HEADER)
-    for name, samples in results:
-        print(table_row(name, samples))
-    print(f"total time: {time.perf_counter() - started:.0f} s ({mode})", file=sys.stderr)
+    results = measure_all(config)
+    seconds = time.perf_counter() - started
+    print("\n".join(table_lines(results, config)))
+    print(f"total time: {seconds:.0f} s ({mode})", file=sys.stderr)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
-            out.write(render_markdown(results, config, mode))
+            out.write(render_markdown(results, config, mode, seconds))
     return 0
 
 

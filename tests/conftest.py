@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -58,9 +59,20 @@ def run_doctor(script: Path | str, *args: str, tmp: Path, options: tuple = ()) -
 
 
 def line_of(relative: str, text: str) -> int:
-    """The 1-based number of the only line of a repository file that contains `text`."""
-    lines = (ROOT / relative).read_text().splitlines()
-    matches = [number for number, line in enumerate(lines, start=1) if text in line]
+    """The 1-based number of the only code line of a repository file that contains `text`.
+
+    The module docstring (where examples state what they expect) is not searched.
+    """
+    source = (ROOT / relative).read_text()
+    body = ast.parse(source).body
+    has_docstring = (
+        body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    )
+    after = body[0].end_lineno if has_docstring else 0
+    lines = source.splitlines()
+    matches = [
+        number for number, line in enumerate(lines, start=1) if number > after and text in line
+    ]
     assert len(matches) == 1, f"{text!r} is on lines {matches} of {relative}"
     return matches[0]
 

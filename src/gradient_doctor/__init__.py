@@ -3,6 +3,7 @@
 Public API (everything else is internal):
 - `Doctor`: the Keras callback for `model.fit`.
 - `watch`: the wrapper for custom `tf.GradientTape` training steps.
+- `ops`: numerically safe drop-ins (`safe_norm`, `stable_softmax`, ...).
 - `Report`, `Finding`: the results.
 - `DoctorError`, `TrainingStopped`, `UsageError`: the exceptions.
 """
@@ -18,6 +19,7 @@ __all__ = [
     "Report",
     "TrainingStopped",
     "UsageError",
+    "ops",
     "watch",
 ]
 
@@ -30,6 +32,10 @@ def __getattr__(name: str):
         from gradient_doctor.tf_adapter.callback import Doctor
 
         return Doctor
+    if name == "ops":
+        from gradient_doctor import ops
+
+        return ops
     if name == "watch":
         from gradient_doctor.tf_adapter.watch_api import watch
 

@@ -34,3 +34,45 @@ def test_story1_terminal_diagnosis_names_the_line_and_the_value(doctor_run):
     assert "-> examples/story1_gnn_softmax_overflow.py:" in run.stderr
     assert "w = tf.exp(scores)" in run.stderr
     assert "Will not help" in run.stderr
+
+
+STORY2 = "examples/story2_wgan_gp_norm.py"
+STORY3 = "examples/story3_exploding_gradients.py"
+
+
+def test_story2_norm_at_zero_is_a_backward_singularity_at_the_norm_line(doctor_run):
+    run = doctor_run(STORY2)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert problem["category"] == "backward_singularity"
+    assert problem["phase"] == "backward"
+    origin = problem["origin"]
+    assert origin["op"] == "SqrtGrad"
+    assert origin["gradient_of"] == "Sqrt"
+    assert origin["file"] == STORY2
+    assert origin["line"] == line_of(STORY2, "norm = tf.norm(grads, axis=-1)")
+    assert origin["inputs"][0]["zeros"] > 0  # the norm that was exactly zero
+    assert "safe_norm" in [f["family"] for f in problem["fixes"]]
+    assert "gradient_clipping" in [n["remedy"] for n in problem["not_fixes"]]
+
+
+def test_story3_growing_gradients_are_exploding_gradients(doctor_run):
+    run = doctor_run(STORY3)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert problem["category"] == "exploding_gradients"
+    assert problem["origin"]["file"] == STORY3
+    assert problem["origin"]["line"] == line_of(STORY3, "loss = loss_fn(y, pred)")
+    assert problem["phase"] == "forward"
+    families = [f["family"] for f in problem["fixes"]]
+    assert families[:2] == ["lower_learning_rate", "gradient_clipping"]
+    assert "grew from" in problem["explanation"]
+
+
+@pytest.mark.parametrize("script", ["examples/healthy_mlp.py", "examples/healthy_custom_loop.py"])
+def test_healthy_examples_are_healthy(doctor_run, script):
+    run = doctor_run(script)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.report["status"] == "healthy"
+    assert run.report["problems"] == []
+    assert run.report["steps_watched"] > 100

@@ -43,6 +43,7 @@ def precision(request) -> Precision:
 
 @pytest.fixture
 def float32() -> Precision:
+    """float32 alone, for the tests that need one dtype."""
     return PRECISIONS["float32"]
 
 
@@ -74,9 +75,8 @@ def value_and_gradients(fn, *inputs, mode: str = "eager"):
         with tf.GradientTape() as tape:
             tape.watch(args)
             value = fn(*args)
-        gradients = tape.gradient(
-            tf.reduce_sum(value), args, unconnected_gradients=tf.UnconnectedGradients.ZERO
-        )
+            total = tf.reduce_sum(value)
+        gradients = tape.gradient(total, args, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return value, gradients
 
     if mode != "eager":

@@ -4,7 +4,6 @@ import pytest
 import tensorflow as tf
 
 from gradient_doctor.ops._arguments import floating_tensor, is_number
-from gradient_doctor.ops._reduction import drop_reduced_axes
 
 
 def test_python_numbers_become_float32_and_tensors_keep_their_dtype():
@@ -22,10 +21,3 @@ def test_non_floating_dtypes_are_refused_with_the_fix(dtype):
 def test_is_number_excludes_booleans_and_non_finite_values():
     assert is_number(1) and is_number(0.5)
     assert not any(is_number(v) for v in (True, float("nan"), float("inf"), "1", None))
-
-
-def test_drop_reduced_axes_undoes_keepdims():
-    kept = tf.zeros([2, 1, 3, 1])
-    assert drop_reduced_axes(kept, -1).shape == [2, 1, 3]
-    assert drop_reduced_axes(kept, [1, 3]).shape == [2, 3]
-    assert drop_reduced_axes(tf.zeros([1, 1]), None).shape == []

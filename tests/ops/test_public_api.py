@@ -1,5 +1,7 @@
 """`gradient_doctor.ops` exports exactly the safe ops."""
 
+import inspect
+
 from gradient_doctor import ops
 
 
@@ -17,5 +19,11 @@ def test_all_lists_every_public_op_and_each_is_documented():
     ]
     for name in ops.__all__:
         function = getattr(ops, name)
-        for section in ("Args:", "Returns:", "Example:", "Defaults to"):
+        for section in ("Args:", "Returns:", "Raises:", "Example:"):
             assert section in function.__doc__, (name, section)
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.default is not inspect.Parameter.empty:
+                assert "Defaults to" in function.__doc__.split(f"{parameter.name}:", 1)[1], (
+                    name,
+                    parameter.name,
+                )

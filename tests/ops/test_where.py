@@ -32,7 +32,7 @@ def test_branch_not_taken_gives_zero_gradient_where_a_single_where_gives_nan(pre
 
     raw_value, (raw_gradient,) = value_and_gradients(single_where, x)
     precision.check(raw_value, [0.0, 0.0, 0.0])  # the value was never the problem
-    assert np.isnan(raw_gradient[:2]).all()
+    assert np.isnan(raw_gradient[0])
 
 
 def test_fallback_tensor_receives_the_gradient_where_the_condition_fails(float32):
@@ -45,18 +45,23 @@ def test_fallback_tensor_receives_the_gradient_where_the_condition_fails(float32
     float32.check(dfallback, [1.0, 0.0])
 
 
-def test_safe_value_is_what_fn_sees_in_the_branch_not_taken():
-    # acos has an infinite gradient at the default stand-in 1.0; 0.0 is safe for it.
-    x = tf.constant([1.0, 0.5])
+def test_safe_value_keeps_the_gradient_of_tensors_fn_closes_over_finite():
+    # The gradient with respect to `x` is masked whatever the stand-in, but a tensor
+    # that `fn` closes over sees fn's gradient at the stand-in: 1/0 for a stand-in of 0.
+    numerator, divisor = tf.constant([6.0, 6.0]), tf.constant([0.0, 3.0])
 
-    def guarded_acos(safe_value):
-        def fn(v):
-            return safe_where(tf.abs(v) < 1, tf.acos, v, fallback=0.0, safe_value=safe_value)
+    def numerator_gradient(safe_value):
+        def fn(n, d):
+            return safe_where(tf.not_equal(d, 0), lambda u: n / u, d, safe_value=safe_value)
 
-        return value_and_gradients(fn, x)[1][0]
+        return value_and_gradients(fn, numerator, divisor)[1]
 
-    assert np.isnan(guarded_acos(1.0)[0])
-    np.testing.assert_allclose(guarded_acos(0.0), [0.0, -1 / np.sqrt(0.75)], rtol=1e-6)
+    bad_numerator, bad_divisor = numerator_gradient(0.0)
+    assert np.isnan(bad_numerator[0])
+    assert bad_divisor[0] == 0.0
+    numerator_good, divisor_good = numerator_gradient(1.0)
+    np.testing.assert_allclose(numerator_good, [0.0, 1 / 3], rtol=1e-6)
+    np.testing.assert_allclose(divisor_good, [0.0, -6 / 9], rtol=1e-6)
 
 
 def test_condition_broadcasts_against_x():

@@ -1,6 +1,7 @@
 """A subclassed model whose loss uses `tf.where` to guard a log: the gradient still NaNs.
 
-Expected: category=backward_singularity op=Reciprocal phase=backward gradient_of=Log (the tf.math.log line)
+Expected: category=backward_singularity op=Reciprocal phase=backward gradient_of=Log
+(on the tf.math.log line)
 """
 
 import keras

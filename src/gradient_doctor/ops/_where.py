@@ -35,8 +35,11 @@ def safe_where(
         fallback: tensor or float, the result where `condition` is False; it receives
             the gradient there. Defaults to 0.0.
         safe_value: tensor or float, what `fn` receives instead of `x` where
-            `condition` is False; `fn` and its gradient must be finite there
-            (for `tf.acos`, pass 0.0). Defaults to 1.0.
+            `condition` is False. The gradient with respect to `x` is 0 there
+            whatever it is, but `fn` and its gradient must be finite at it, or the
+            NaN reaches the tensors `fn` closes over or mixes entries with (a
+            reduction, a matmul): e.g. 1.0 for a divisor, 0.0 for `tf.acos`.
+            Defaults to 1.0.
 
     Returns:
         A tensor of `fn`'s dtype; its gradient with respect to `x` is 0 wherever

@@ -1,0 +1,88 @@
+"""Missing gradients through the real CLI: which variables, where the path breaks, healthy cases."""
+
+import pytest
+
+from tests.conftest import line_of
+
+pytestmark = pytest.mark.slow
+
+
+def _disconnected(run):
+    problem = run.problem
+    assert problem["category"] == "disconnected_gradients", problem
+    return problem, problem["disconnected"]
+
+
+def test_story4_argmax_breaks_every_generator_variable_at_one_line(doctor_run):
+    script = "examples/story4_text_gan_argmax.py"
+    run = doctor_run(script)
+    assert run.exit_code == 1
+    assert len(run.report["problems"]) == 1  # 29 variables, one finding
+    problem, disconnected = _disconnected(run)
+    assert len(disconnected["variables"]) == 29
+    assert disconnected["all"] is True
+    assert disconnected["break"]["op"] == "ArgMax"
+    assert disconnected["break"]["file"] == script
+    assert disconnected["break"]["line"] == line_of(
+        script, "generated_text = tf.argmax(gen_logits, axis=-1)"
+    )
+    families = [f["family"] for f in problem["fixes"]]
+    assert {"soft_embedding", "gumbel_softmax", "reinforce"} <= set(families)
+    remedies = [n["remedy"] for n in problem["not_fixes"]]
+    assert {"tape_watch", "persistent_tape", "use_model_fit"} <= set(remedies)
+    assert "No gradients provided" not in run.stderr  # the doctor spoke first
+
+
+def test_cast_to_integer_in_a_custom_layer_breaks_the_layers_before_it(doctor_run):
+    script = "examples/disconnected_cast.py"
+    problem, disconnected = _disconnected(doctor_run(script))
+    assert len(disconnected["variables"]) == 4
+    assert disconnected["all"] is False
+    assert disconnected["break"]["op"] == "Cast"
+    assert disconnected["break"]["line"] == line_of(script, "steps = tf.cast(h * 8.0, tf.int32)")
+    assert "remove_cast" in [f["family"] for f in problem["fixes"]]
+
+
+def test_numpy_round_trip_is_found_at_the_numpy_line(doctor_run):
+    script = "examples/disconnected_numpy_roundtrip.py"
+    problem, disconnected = _disconnected(doctor_run(script))
+    assert len(disconnected["variables"]) == 6
+    assert disconnected["all"] is True
+    assert disconnected["break"]["line"] == line_of(
+        script, "probs = np.clip(pred.numpy(), EPS, 1.0 - EPS)"
+    )
+    assert "stay_in_tensorflow" in [f["family"] for f in problem["fixes"]]
+
+
+def test_loss_computed_after_the_tape_block_is_outside_the_tape(doctor_run):
+    script = "examples/loss_outside_tape.py"
+    problem, disconnected = _disconnected(doctor_run(script))
+    assert len(disconnected["variables"]) == 4
+    assert disconnected["all"] is True
+    assert disconnected["break"]["line"] == line_of(
+        script, "loss = tf.reduce_mean(tf.square(forecast - target))"
+    )
+    assert "compute_inside_tape" in [f["family"] for f in problem["fixes"]]
+
+
+def test_layer_never_called_in_fit_is_the_partial_case(doctor_run):
+    run = doctor_run("examples/unused_layer_fit.py")
+    problem, disconnected = _disconnected(run)
+    assert disconnected["variables"] == [
+        "churn_model/tenure_head/kernel",
+        "churn_model/tenure_head/bias",
+    ]
+    assert disconnected["all"] is False
+    assert disconnected["break"] is None
+    assert "exclude_unused_variables" in [f["family"] for f in problem["fixes"]]
+    assert run.report["steps_watched"] > 1  # training went on, as Keras would
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["examples/healthy_dqn_target_network.py", "examples/healthy_gan_discriminator.py"],
+)
+def test_variables_never_handed_to_the_optimizer_are_not_flagged(doctor_run, script):
+    run = doctor_run(script)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.report["status"] == "healthy"
