@@ -33,6 +33,10 @@ MAX_TENSORS_SHOWN = 4
 
 # Fix code starts under the fix's title, after "  1. ".
 CODE_INDENT = 5
+# Fixes shown with their code; the rest are named (the JSON report has all the code).
+FIXES_WITH_CODE = 3
+# Beyond this many variables the terminal counts layers instead of naming variables.
+NAMES_LISTED = 5
 
 # Styles keyed by how a line's text begins (after its indent), so the plain text
 # stays the one source of truth.
@@ -85,10 +89,21 @@ def format_finding_lines(finding: Finding) -> list[str]:
     lines = [finding_title(finding), *diagnosis_lines(finding)]
     if finding.fixes:
         lines.append(FIXES_HEADING)
-    for number, fix in enumerate(finding.fixes, start=1):
+    for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):
         lines += fix_heading_lines(number, fix)
         lines += [" " * CODE_INDENT + line for line in fix.code.strip("\n").splitlines()]
+    lines += more_fixes_lines(finding)
     return lines
+
+
+def more_fixes_lines(finding: Finding) -> list[str]:
+    """Name the fixes beyond the first few, whose code only the JSON report carries."""
+    rest = finding.fixes[FIXES_WITH_CODE:]
+    if not rest:
+        return []
+    return [
+        f"  also: {', '.join(f'{fix.title} [{fix.family}]' for fix in rest)} (code in the JSON)"
+    ]
 
 
 def diagnosis_lines(finding: Finding) -> list[str]:
@@ -206,7 +221,14 @@ def disconnected_lines(disconnected: Disconnected) -> list[str]:
     variables = disconnected.variables
     amount = f"all {len(variables)}" if disconnected.all else str(len(variables))
     noun = "trained variable" if len(variables) == 1 else "trained variables"
-    lines = [f"no gradient reaches {amount} {noun}: {listing(variables)}"]
+    if len(variables) <= NAMES_LISTED:
+        lines = [f"no gradient reaches {amount} {noun}: {listing(variables)}"]
+    else:
+        layers = {name.rsplit("/", 1)[0] for name in variables}
+        lines = [
+            f"no gradient reaches {amount} {noun} in {count(len(layers), 'layer')} "
+            "(the names are in the JSON report)"
+        ]
     point = disconnected.break_point
     if point is not None:
         lines.append(f"path from the loss breaks at {point.op}")
@@ -219,7 +241,16 @@ def not_fix_lines(not_fixes: Sequence[NotFix]) -> list[str]:
     """List the remedies that will not help: "Will not help:" then "  - remedy: why"."""
     if not not_fixes:
         return []
-    return [NOT_FIXES_HEADING, *(f"  - {item.remedy}: {item.why}" for item in not_fixes)]
+    return [
+        NOT_FIXES_HEADING,
+        *(f"  - {item.remedy}: {first_sentence(item.why)}" for item in not_fixes),
+    ]
+
+
+def first_sentence(text: str) -> str:
+    """The text up to its first full stop (the terminal keeps to one screen; JSON has all)."""
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
 
 
 def fix_heading_lines(number: int, fix: Fix) -> list[str]:
@@ -332,9 +363,10 @@ def finding_panel(finding: Finding, title: str) -> Panel:
     parts: list[RenderableType] = [styled_line(line) for line in diagnosis_lines(finding)]
     if finding.fixes:
         parts.append(styled_line(FIXES_HEADING))
-    for number, fix in enumerate(finding.fixes, start=1):
+    for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):
         parts += [styled_line(line) for line in fix_heading_lines(number, fix)]
         parts.append(Padding(fix_syntax(fix.code), (0, 0, 0, CODE_INDENT)))
+    parts += [styled_line(line) for line in more_fixes_lines(finding)]
     return Panel(
         Group(*parts), title=Text(title, style="bold red"), title_align="left", border_style="red"
     )

@@ -55,13 +55,13 @@ class TokenChoice:
 
 
 def argmax_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
-    """Fixes for tokens picked by argmax, the soft embedding first."""
+    """Fixes for tokens picked by argmax: soft embedding, Gumbel-softmax, policy gradient."""
     choice = _chosen(code, call, "input", sampled=False)
     return (
         soft_embedding(choice),
         gumbel_softmax(choice),
-        straight_through(choice),
         reinforce(choice),
+        straight_through(choice),
     )
 
 
@@ -82,8 +82,8 @@ def lookup_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
     return (
         soft_embedding(choice),
         gumbel_softmax(choice),
-        straight_through(choice),
         reinforce(choice),
+        straight_through(choice),
     )
 
 
