@@ -86,3 +86,14 @@ def test_variables_never_handed_to_the_optimizer_are_not_flagged(doctor_run, scr
     run = doctor_run(script)
     assert run.exit_code == 0, run.stderr[-3000:]
     assert run.report["status"] == "healthy"
+
+
+def test_gradient_exactly_zero_for_a_window_is_reported_once(doctor_run):
+    run = doctor_run("tests/scripts/sign_zero_gradient_fit.py")
+    assert run.exit_code == 1
+    assert len(run.report["problems"]) == 1
+    problem, disconnected = _disconnected(run)
+    assert disconnected["variables"] == ["sequential/dense/kernel", "sequential/dense/bias"]
+    assert disconnected["all"] is False
+    assert "exactly zero" in problem["explanation"]
+    assert run.report["steps_watched"] == 128  # training is not stopped

@@ -13,7 +13,15 @@ OUTSIDE_TAPE = "outside_tape"  # an op on the path ran while no tape was recordi
 LEFT_FRAMEWORK = "left_framework"  # the value left the framework (numpy) and came back
 NOT_USED = "not_used"  # the variable is read, but the loss does not depend on it
 NEVER_READ = "never_read"  # the step never reads the variable (a layer not called)
-BREAK_KINDS = (NON_DIFFERENTIABLE, OUTSIDE_TAPE, LEFT_FRAMEWORK, NOT_USED, NEVER_READ)
+ZERO_GRADIENT = "zero_gradient"  # a gradient exists but was exactly zero on every step
+BREAK_KINDS = (
+    NON_DIFFERENTIABLE,
+    OUTSIDE_TAPE,
+    LEFT_FRAMEWORK,
+    NOT_USED,
+    NEVER_READ,
+    ZERO_GRADIENT,
+)
 
 
 @dataclass(frozen=True)

@@ -248,9 +248,9 @@ def not_fix_lines(not_fixes: Sequence[NotFix]) -> list[str]:
 
 
 def first_sentence(text: str) -> str:
-    """The text up to its first full stop (the terminal keeps to one screen; JSON has all)."""
-    end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
+    """The text's first clause (the terminal keeps to one screen; the JSON report has all)."""
+    ends = [i for i in (text.find(". "), text.find("; "), text.find(": ")) if i >= 0]
+    return text if not ends else text[: min(ends)] + "."
 
 
 def fix_heading_lines(number: int, fix: Fix) -> list[str]:

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
-_TRIPPED, _GRAD_NORM, _LOSS = 0, 1, 2
-_STATS_SIZE = 3
+_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK = 0, 1, 2, 3
+_STATS_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class StepStats:
     tripped: bool
     grad_norm: float
     loss: float
+    zero_streak: int = 0
 
 
 def gradient_values(gradient):
@@ -41,6 +43,7 @@ class Guard:
         # update is asked for with some gradients None (once per trace in graphs);
         # returns True when the update must be skipped.
         self.on_missing = on_missing
+        self.zero_streaks = ZeroStreaks()
 
     def _variable(self) -> tf.Variable:
         if self._stats is None:
@@ -58,7 +61,10 @@ class Guard:
             return StepStats(False, 0.0, 0.0)
         values = self._stats.numpy()
         return StepStats(
-            bool(values[_TRIPPED] > 0), float(values[_GRAD_NORM]), float(values[_LOSS])
+            bool(values[_TRIPPED] > 0),
+            float(values[_GRAD_NORM]),
+            float(values[_LOSS]),
+            int(values[_ZERO_STREAK]),
         )
 
     def reset(self) -> None:
@@ -86,7 +92,12 @@ class Guard:
         if missing and self.on_missing is not None:
             if self.on_missing(missing, len(missing) == len(grads), loss, tape_window):
                 return None  # nothing to update; the step's check stops training
-        float_grads = [gradient_values(g) for g in grads if g is not None and g.dtype.is_floating]
+        float_pairs = [
+            (gradient_values(g), v)
+            for g, v in zip(grads, variables)
+            if g is not None and g.dtype.is_floating
+        ]
+        float_grads = [g for g, _ in float_pairs]
         if not float_grads:
             return original_apply(grads, trainable_variables)
         _build_optimizer(optimizer, grads, trainable_variables)
@@ -124,7 +135,10 @@ class Guard:
             return tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
 
         tf.cond(ok, update, skip)
-        stats.assign(tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss]))
+        zero_streak = self.zero_streaks.update([v for _, v in float_pairs], squares)
+        stats.assign(
+            tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss, zero_streak])
+        )
         return None
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import BreakPoint, Disconnected, Finding
+from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.rules import default as default_rule
 from gradient_doctor.core.report import Report
@@ -47,13 +48,22 @@ class Watcher:
         stop_on_problem: bool. Stop training at the first problem (the update
             is skipped either way). Defaults to True.
         on_finding: called with each new finding (the terminal prints it).
+        zero_gradient_window: int. Report a variable whose gradient is exactly
+            zero on this many steps in a row. Defaults to 50.
     """
 
     def __init__(
         self,
         stop_on_problem: bool = True,
         on_finding: Callable[[Finding], None] | None = None,
+        zero_gradient_window: int = 50,
     ) -> None:
+        if not isinstance(zero_gradient_window, int) or zero_gradient_window < 2:
+            raise ValueError(
+                "`zero_gradient_window` must be an int of at least 2. "
+                f"Received: zero_gradient_window={zero_gradient_window!r}"
+            )
+        self.zero_gradient_window = zero_gradient_window
         install_tape_hook()
         self.guard = Guard(on_missing=self.on_missing_gradients)
         self.stop_on_problem = stop_on_problem
@@ -87,6 +97,8 @@ class Watcher:
         pending, self._pending_stop = self._pending_stop, None
         if not stats.tripped:
             self._history.append((step, stats.loss, stats.grad_norm))
+            if stats.zero_streak >= self.zero_gradient_window:
+                self._zero_gradients(step)
             return pending
         evidence = localize(
             replay_call(),
@@ -198,6 +210,25 @@ class Watcher:
         if self.guard.read().tripped and not self.problems:
             self.steps_watched = max(self.steps_watched - 1, 0)
             self.after_step(lambda: None, list)
+
+    def _zero_gradients(self, step: int) -> None:
+        """Report variables whose gradient was exactly zero for a whole window (once each)."""
+        streaks = self.guard.zero_streaks
+        variables = streaks.variables_at_least(self.zero_gradient_window)
+        streaks.reset()
+        key = frozenset(variable_name(v) for v in variables)
+        if not variables or key in self._disconnected_seen:
+            return
+        self._disconnected_seen.add(key)
+        names = tuple(variable_name(v) for v in variables)
+        self._record(
+            Evidence(
+                step=step - self.zero_gradient_window + 1,
+                phase=None,
+                origin=None,
+                path_break=PathBreak(ZERO_GRADIENT, None, names),
+            )
+        )
 
     def _step_history(self) -> StepHistory:
         rows = list(self._history)

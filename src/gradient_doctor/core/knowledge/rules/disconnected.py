@@ -13,6 +13,7 @@ from gradient_doctor.core.gradient_paths import (
     NON_DIFFERENTIABLE,
     NOT_USED,
     OUTSIDE_TAPE,
+    ZERO_GRADIENT,
     PathBreak,
 )
 from gradient_doctor.core.knowledge import path_remedies
@@ -31,6 +32,9 @@ _SOME_MISSING = (
     'Keras only warns ("Gradients do not exist for variables ...") and trains the rest, '
     "so these layers silently never train."
 )
+
+
+_ZERO_SILENT = "Keras gives no warning: the gradients exist, they are only zero."
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,11 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return None
     groups = group_by_layer(path_break.variables)
     account = _ACCOUNTS[path_break.kind](path_break, groups)
-    sentences = (
-        _who(len(path_break.variables), groups, evidence),
-        account.story,
-        _ALL_MISSING if evidence.all_disconnected else _SOME_MISSING,
-    )
+    if path_break.kind == ZERO_GRADIENT:
+        keras_says = _ZERO_SILENT
+    else:
+        keras_says = _ALL_MISSING if evidence.all_disconnected else _SOME_MISSING
+    sentences = (_who(len(path_break.variables), groups, evidence), account.story, keras_says)
     return Diagnosis(
         category="disconnected_gradients",
         explanation=" ".join(sentences),
@@ -166,12 +170,40 @@ def _never_read(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     )
 
 
+def _zero_gradient(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    return Account(
+        story="Their gradient exists but was exactly zero on every step of a long window: "
+        "their values reach the loss only through ops whose derivative is zero there "
+        "(tf.sign or a rounding trick, a ReLU that is off for every input, a clip whose "
+        "bound is always hit), so the optimizer never moves them.",
+        reason="the gradient through these ops is exactly zero",
+        fixes=(
+            Fix(
+                "straight_through",
+                "Give a piecewise-constant op the identity's gradient (straight-through)",
+                "y = x + tf.stop_gradient(tf.sign(x) - x)  # sign forward, identity backward",
+            ),
+            Fix(
+                "activation_change",
+                "Use an activation whose gradient is never exactly zero",
+                "keras.layers.Dense(units, activation=keras.activations.leaky_relu)",
+            ),
+            Fix(
+                "better_init",
+                "Re-initialise so the units start in their active range",
+                'keras.layers.Dense(units, kernel_initializer="he_normal")',
+            ),
+        ),
+    )
+
+
 _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     NON_DIFFERENTIABLE: _non_differentiable,
     OUTSIDE_TAPE: _outside_tape,
     LEFT_FRAMEWORK: _left_framework,
     NOT_USED: _not_used,
     NEVER_READ: _never_read,
+    ZERO_GRADIENT: _zero_gradient,
 }
 
 

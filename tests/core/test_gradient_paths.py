@@ -1,0 +1,92 @@
+"""Where gradient paths break, on hand-built dataflow graphs (no TensorFlow)."""
+
+from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.gradient_paths import (
+    LEFT_FRAMEWORK,
+    NEVER_READ,
+    NON_DIFFERENTIABLE,
+    NOT_USED,
+    OUTSIDE_TAPE,
+    Node,
+    find_breaks,
+)
+
+
+def node(index, op, inputs, outputs, **flags):
+    return Node(index, op, tuple(inputs), tuple(outputs), SourceLine("gan.py", index, op), **flags)
+
+
+def test_argmax_on_the_main_path_wins_over_an_earlier_stop_gradient_on_a_side_path():
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "MatMul", [1, 50], [2]),
+        node(3, "StopGradient", [2], [3], differentiable=False),  # inside a normalisation
+        node(4, "Sub", [2, 3], [4]),
+        node(5, "ArgMax", [4], [5], differentiable=False),
+        node(6, "ResourceGather", [200, 5], [6]),
+        node(7, "Mean", [6], [7]),
+    ]
+    (found,) = find_breaks(nodes, (7,), {"gen/kernel": (100,)})
+    assert found.kind == NON_DIFFERENTIABLE
+    assert found.node.op_type == "ArgMax"
+    assert found.variables == ("gen/kernel",)
+
+
+def test_variables_breaking_at_the_same_op_are_grouped():
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "ReadVariableOp", [101], [2]),
+        node(3, "AddV2", [1, 2], [3]),
+        node(4, "Cast", [3], [4], differentiable=False),
+        node(5, "Mean", [4], [5]),
+    ]
+    breaks = find_breaks(nodes, (5,), {"a/kernel": (100,), "a/bias": (101,)})
+    assert [(b.kind, b.node.op_type, b.variables) for b in breaks] == [
+        (NON_DIFFERENTIABLE, "Cast", ("a/kernel", "a/bias"))
+    ]
+
+
+def test_shape_reads_are_not_blamed_when_a_value_op_blocks():
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "Round", [1], [2], differentiable=False),
+        node(3, "Shape", [1], [3], differentiable=False, structural=True),
+        node(4, "RealDiv", [2, 3], [4]),
+    ]
+    (found,) = find_breaks(nodes, (4,), {"v": (100,)})
+    assert found.node.op_type == "Round"
+
+
+def test_op_run_after_the_tape_closed_is_outside_the_tape():
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "MatMul", [1, 50], [2]),
+        node(3, "Sub", [2, 51], [3], recorded=False),
+        node(4, "Mean", [3], [4], recorded=False),
+    ]
+    (found,) = find_breaks(nodes, (4,), {"v": (100,)})
+    assert (found.kind, found.node.op_type) == (OUTSIDE_TAPE, "Sub")
+
+
+def test_unread_and_unused_variables():
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "MatMul", [1, 50], [2]),  # its output goes nowhere
+        node(3, "Mean", [60], [3]),
+    ]
+    breaks = find_breaks(nodes, (3,), {"used/kernel": (100,), "aux/kernel": ()})
+    kinds = {b.variables: b.kind for b in breaks}
+    assert kinds == {("used/kernel",): NOT_USED, ("aux/kernel",): NEVER_READ}
+
+
+def test_value_that_comes_back_from_outside_is_a_round_trip():
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "Sigmoid", [1], [2], output_shapes=((32, 1),)),
+        node(3, "Sub", [70, 71], [3]),  # 70: a constant made from NumPy, shaped like 2
+        node(4, "Mean", [3], [4]),
+    ]
+    (found,) = find_breaks(nodes, (4,), {"v": (100,)}, outside_values={70: (32, 1)})
+    assert found.kind == LEFT_FRAMEWORK
+    assert found.node.op_type == "Sigmoid"
+    assert found.reentry.line == 3
