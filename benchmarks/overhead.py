@@ -32,6 +32,7 @@ import datetime
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -319,6 +320,22 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def source_revision() -> str:
+    """The checkout's git revision (with `-dirty` for uncommitted changes), or "unknown"."""
+    try:
+        found = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return found.stdout.strip() or "unknown"
+
+
 def environment_lines() -> list[str]:
     """Date, versions and CPU, as Markdown list items."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -326,7 +343,7 @@ def environment_lines() -> list[str]:
         f"- Date: {now}",
         f"- Python {platform.python_version()}, TensorFlow {tf.__version__}, "
         f"Keras {keras.__version__}, NumPy {np.__version__}, "
-        f"gradient_doctor {gradient_doctor.__version__}",
+        f"gradient_doctor {gradient_doctor.__version__} (git {source_revision()})",
         f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores (nproc), "
         f"platform.processor() = {platform.processor() or 'n/a'!r}, {platform.platform()}",
     ]

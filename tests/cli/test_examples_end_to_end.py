@@ -76,3 +76,10 @@ def test_healthy_examples_are_healthy(doctor_run, script):
     assert run.report["status"] == "healthy"
     assert run.report["problems"] == []
     assert run.report["steps_watched"] > 100
+
+
+def test_story1_max_shift_uses_the_softmax_axis_of_the_users_code(doctor_run):
+    # The scores are (batch, nodes, neighbours, 1) and the softmax sums over axis 2: a
+    # max over the last axis would subtract each score from itself and flatten the softmax.
+    stable = next(f for f in doctor_run(STORY1).problem["fixes"] if f["family"] == "stable_softmax")
+    assert "tf.reduce_max(scores, axis=2, keepdims=True)" in stable["code"]

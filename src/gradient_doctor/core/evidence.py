@@ -60,6 +60,9 @@ class Evidence:
         path_break: for missing gradients, where the path from the loss to a
             group of variables breaks.
         all_disconnected: every variable handed to the optimizer lacks a gradient.
+        reduction_axis: the axis along which the origin's output is summed next
+            (the normalisation of a hand-written softmax), when the replay saw it;
+            a max-shift must use this axis to leave the softmax unchanged.
     """
 
     step: int | None
@@ -75,3 +78,4 @@ class Evidence:
     loss_only: bool = False
     path_break: PathBreak | None = None
     all_disconnected: bool = False
+    reduction_axis: int | None = None

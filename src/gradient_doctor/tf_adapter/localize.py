@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Origin
 from gradient_doctor.core.op_trace import OpEvent
@@ -47,6 +49,7 @@ def localize(
     origin_event = search.origin
     origin = _origin(origin_event, result) if origin_event is not None else None
     forward = search.forward_op
+    axis = _reduction_axis(origin_event, result) if origin_event is not None else None
     return Evidence(
         step=step,
         phase=origin_event.phase if origin_event is not None else None,
@@ -59,7 +62,23 @@ def localize(
         setup=setup,
         reproduced=result.reproduced,
         loss_only=loss_only,
+        reduction_axis=axis,
     )
+
+
+# Reductions whose axis a max-shift of their input must respect.
+_REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Prod"})
+
+
+def _reduction_axis(origin: OpEvent, result: ReplayResult) -> int | None:
+    """The axis along which the origin's output is reduced next (e.g. a softmax's sum)."""
+    outputs = set(origin.output_ids)
+    for event in result.events[origin.index + 1 :]:
+        if event.op_type in _REDUCTIONS and event.input_ids and event.input_ids[0] in outputs:
+            axes = np.asarray(result.tensors[event.input_ids[1]]).ravel()
+            if axes.size == 1:
+                return int(axes[0])  # as the user wrote it
+    return None
 
 
 def _origin(event: OpEvent, result: ReplayResult) -> Origin:

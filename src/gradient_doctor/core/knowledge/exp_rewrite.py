@@ -25,11 +25,14 @@ def looks_like_softmax(code: str) -> bool:
     return "softmax" in lowered or ("exp(" in lowered and "sum(" in lowered and "/" in code)
 
 
-def stable_softmax(code: str) -> Fix:
+def stable_softmax(code: str, axis: int = -1) -> Fix:
     """Shift the exp's input by its maximum; offer the library softmax for a softmax line.
 
     Args:
         code: str, the user's line, e.g. "w = tf.exp(scores)" ("" when unknown).
+        axis: int, the axis the exp's result is normalised over: the shift must
+            be constant along it (a max over another axis changes the softmax).
+            Defaults to -1.
 
     Returns:
         A `stable_softmax` fix; a generic one when the line has no parsable exp call.
@@ -39,12 +42,12 @@ def stable_softmax(code: str) -> Fix:
         return Fix(
             "stable_softmax",
             _SHIFT_TITLE,
-            "x = x - tf.reduce_max(x, axis=-1, keepdims=True)  # just before exp(x)\n"
+            f"x = x - tf.reduce_max(x, axis={axis}, keepdims=True)  # just before exp(x)\n"
             "# or, for a softmax, let the library do it:\n"
-            "probs = tf.nn.softmax(x, axis=-1)",
+            f"probs = tf.nn.softmax(x, axis={axis})",
         )
     arg = call.args[0]
-    shift = f"{spell(call, 'max')}({arg}, axis=-1, keepdims=True)"
+    shift = f"{spell(call, 'max')}({arg}, axis={axis}, keepdims=True)"
     if is_identifier(arg):
         lines = [f"{arg} = {arg} - {shift}", code]
     else:
@@ -54,7 +57,7 @@ def stable_softmax(code: str) -> Fix:
         target = assigned_name(code) or "probs"
         lines += [
             "# or let the library do it:",
-            f"{target} = {spell(call, 'softmax')}({arg}, axis=-1)",
+            f"{target} = {spell(call, 'softmax')}({arg}, axis={axis})",
         ]
     return Fix("stable_softmax", _SHIFT_TITLE, "\n".join(lines))
 

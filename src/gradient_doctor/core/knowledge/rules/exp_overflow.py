@@ -40,7 +40,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         category="forward_overflow",
         explanation=explain(origin, evidence.step),
         not_fixes=forward_not_fixes(f"the overflow in {origin.op}"),
-        fixes=_fixes(origin, code),
+        fixes=_fixes(origin, code, evidence.reduction_axis),
     )
 
 
@@ -65,14 +65,14 @@ def explain(origin: Origin, step: int | None) -> str:
     return explain_input(origin, step, subject, format_number(reached), rule)
 
 
-def _fixes(origin: Origin, code: str) -> tuple[Fix, ...]:
+def _fixes(origin: Origin, code: str, axis: int | None) -> tuple[Fix, ...]:
     """Most specific first: a rewrite of the user's line, then the upstream causes."""
     names = call_names(origin.op)
     fixes: list[Fix | None] = []
     if origin_dtype(origin) in HALF_PRECISION:
         fixes.append(remedies.float32_island(code, names))
     if origin.op in _EXP_LIKE:
-        fixes += [stable_logsumexp(code), stable_softmax(code)]
+        fixes += [stable_logsumexp(code), stable_softmax(code, -1 if axis is None else axis)]
     fixes += [remedies.constrain_weights(origin), remedies.normalize_input()]
     fixes.append(clip_exp_input(code, origin.op, limits_of(origin)))
     return tuple(fix for fix in fixes if fix is not None)
