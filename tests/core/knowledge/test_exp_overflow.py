@@ -1,5 +1,7 @@
 """Exp, Expm1, Cosh, Sinh and Pow overflowing in the forward pass (the GNN softmax story)."""
 
+import dataclasses
+
 from gradient_doctor.core.knowledge import diagnose
 
 FORWARD_NOT_FIXES = ["gradient_clipping", "lower_learning_rate", "larger_batch"]
@@ -109,3 +111,9 @@ def test_pow_overflow_names_base_and_exponent(make_evidence, make_stats, not_fix
 def test_exp_overflow_wins_over_a_growing_gradient_norm(make_evidence):
     norms = tuple(0.8 * 2.0**i for i in range(20))
     assert diagnose(make_evidence(grad_norms=norms)).category == "forward_overflow"
+
+
+def test_max_shift_is_taken_along_the_axis_the_softmax_sums_over(make_evidence):
+    evidence = dataclasses.replace(make_evidence(), reduction_axis=2)
+    stable = {fix.family: fix for fix in diagnose(evidence).fixes}["stable_softmax"]
+    assert "tf.reduce_max(scores, axis=2, keepdims=True)" in stable.code
