@@ -200,8 +200,17 @@ def check_numerics_on() -> Iterator[None]:
         tf.debugging.disable_check_numerics()
 
 
-def timed_fit(model: keras.Model, dataset: tf.data.Dataset, setup: str, steps: int, skip: int):
+def timed_fit(
+    model: keras.Model, dataset: tf.data.Dataset, setup: str, steps: int, skip: int
+) -> list[float]:
     """Run one `model.fit` of `steps` steps under `setup`.
+
+    Args:
+        model: the setup's own compiled model.
+        dataset: the repeating training data.
+        setup: one of `SETUPS`.
+        steps: steps in the fit.
+        skip: warm-up steps not timed.
 
     Returns:
         The durations (seconds) of the steps after the first `skip`.

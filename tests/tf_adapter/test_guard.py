@@ -80,3 +80,16 @@ def test_doctor_stops_fit_at_the_bad_batch_with_weights_intact():
     assert report.problems[0].category == "bad_input"
     assert report.problems[0].step == 2
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+
+
+def test_doctor_leaves_nothing_behind_after_fit():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.ones((32, 4), "float32"), np.ones((32, 1), "float32")
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[gradient_doctor.Doctor(verbose=False)])
+    assert "apply" not in vars(model.optimizer)  # the guard is off: nobody would read it
+    assert "train_step" not in vars(model)
+    before = model.get_weights()
+    model.fit(x, y * 2, epochs=1, verbose=0)  # unwatched training still updates
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))

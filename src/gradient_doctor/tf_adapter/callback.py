@@ -8,7 +8,7 @@ import keras
 
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter.input_scan import keras_batch_names
-from gradient_doctor.tf_adapter.model_hooks import ModelHook
+from gradient_doctor.tf_adapter.model_hooks import ModelHook, attach
 from gradient_doctor.tf_adapter.watcher import Watcher, print_finding
 
 
@@ -38,6 +38,9 @@ class Doctor(keras.callbacks.Callback):
             raise TypeError(
                 f"`stop_on_problem` must be a bool. Received: stop_on_problem={stop_on_problem!r}"
             )
+        # Given a session's watcher (`gradient-doctor run`), the hooks stay on the model
+        # between fits, so a script that calls fit once per epoch traces its step once.
+        self._persistent = watcher is not None
         self.watcher = watcher or Watcher(stop_on_problem, print_finding if verbose else None)
         self._hook: ModelHook | None = None
 
@@ -50,7 +53,7 @@ class Doctor(keras.callbacks.Callback):
             )
             return
         if self._hook is None or self._hook.model is not self.model:
-            self._hook = ModelHook(self.model, self.watcher)
+            self._hook = attach(self.model, self.watcher)
 
     def on_train_batch_end(self, batch, logs=None) -> None:
         if self._hook is None:
@@ -63,7 +66,7 @@ class Doctor(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_train_end(self, logs=None) -> None:
-        if self._hook is not None:
+        if self._hook is not None and not self._persistent:
             self._hook.detach()
             self._hook = None
 

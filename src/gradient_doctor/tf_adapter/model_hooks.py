@@ -10,12 +10,16 @@ from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_sc
 _HOOKED = "_gradient_doctor_hooked"
 
 
-def guard_optimizer(optimizer, watcher) -> None:
-    """Route this optimizer's `apply` (and so `apply_gradients`) through the guard."""
+def guard_optimizer(optimizer, watcher) -> bool:
+    """Route this optimizer's `apply` (and so `apply_gradients`) through the guard.
+
+    Returns:
+        True when this call installed the hook (undo it with `unguard_optimizer`).
+    """
     if optimizer is None or getattr(optimizer, _HOOKED, None) is watcher:
-        return
+        return False
     if getattr(type(optimizer).apply, "_gradient_doctor_guarded", False):
-        return  # `gradient-doctor run` already guards every optimizer
+        return False  # `gradient-doctor run` already guards every optimizer
     original = type(optimizer).apply.__get__(optimizer)
 
     @functools.wraps(original)
@@ -24,6 +28,13 @@ def guard_optimizer(optimizer, watcher) -> None:
 
     optimizer.apply = apply
     setattr(optimizer, _HOOKED, watcher)
+    return True
+
+
+def unguard_optimizer(optimizer) -> None:
+    """Give the optimizer back its own `apply`: nobody reads the guard any more."""
+    optimizer.__dict__.pop("apply", None)
+    optimizer.__dict__.pop(_HOOKED, None)
 
 
 class ModelHook:
@@ -34,6 +45,7 @@ class ModelHook:
         self.watcher = watcher
         self.stash = BatchStash()
         self.original_train_step = model.train_step
+        self._own_train_step = "train_step" in vars(model)  # set on the instance by the user
 
         @functools.wraps(self.original_train_step)
         def train_step(data):
@@ -42,8 +54,7 @@ class ModelHook:
                 return self.original_train_step(data)
 
         model.train_step = train_step
-        for optimizer in _optimizers_of(model):
-            guard_optimizer(optimizer, watcher)
+        self.guarded = [o for o in _optimizers_of(model) if guard_optimizer(o, watcher)]
         watcher.optimizer = getattr(model, "optimizer", None)
         # fit() built its step before callbacks run: build it again around the hook.
         model.make_train_function(force=True)
@@ -58,8 +69,18 @@ class ModelHook:
         return self.stash.restore()
 
     def detach(self) -> None:
-        """Give the model back its own `train_step`."""
-        self.model.train_step = self.original_train_step
+        """Give the model back its own `train_step` and its optimizers their `apply`.
+
+        A guard left on an optimizer that no callback reads could close its latch
+        and silently skip every later update.
+        """
+        if self._own_train_step:
+            self.model.train_step = self.original_train_step
+        else:
+            self.model.__dict__.pop("train_step", None)
+        self.model.__dict__.pop("_gradient_doctor_model_hook", None)
+        for optimizer in self.guarded:
+            unguard_optimizer(optimizer)
         self.model.make_train_function(force=True)
 
 
@@ -72,3 +93,12 @@ def _optimizers_of(model) -> list:
         if isinstance(value, keras.optimizers.Optimizer) and value not in found:
             found.append(value)
     return found
+
+
+def attach(model, watcher) -> ModelHook:
+    """The model's hook for `watcher`, made on first use and kept on the model."""
+    hook = getattr(model, "_gradient_doctor_model_hook", None)
+    if hook is None or hook.watcher is not watcher:
+        hook = ModelHook(model, watcher)
+        model._gradient_doctor_model_hook = hook
+    return hook

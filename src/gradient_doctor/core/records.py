@@ -1,0 +1,197 @@
+"""What a framework adapter records per watched step, and the log that keeps those records.
+
+Adapters turn framework events into these frozen dataclasses; detectors read nothing
+else. Every measured field is optional (None when the adapter did not measure it, e.g.
+in the cheap mode or between the every-k-steps samples).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gradient_doctor.core.arguments import check_int
+from gradient_doctor.core.thinned_history import ThinnedHistory
+
+# How a risky op's input approaches the value where the op leaves the finite range.
+# "max_input": exp-like ops; value = the largest input, limit = the overflow threshold
+#     (88.72 for float32 exp). The limit is reached from below.
+# "min_input": log/sqrt; value = the smallest input, limit = the domain's edge (0).
+#     The limit is reached from above.
+# "min_abs_denominator": divisions; value = the smallest |denominator|, limit = 0.
+#     The limit is reached from above.
+# "abs_input": acos/asin/atanh; value = the largest |input|, limit = 1. Reached from below.
+# "max_abs_value": casts to float16/bfloat16; value = the largest |value| cast,
+#     limit = the target dtype's largest finite value (65504 for float16). Reached from below.
+HEADROOM_KINDS = (
+    "max_input",
+    "min_input",
+    "min_abs_denominator",
+    "abs_input",
+    "max_abs_value",
+)
+# The kinds whose limit is reached by a value falling to it (the others rise to theirs).
+FALLING_KINDS = frozenset({"min_input", "min_abs_denominator"})
+
+DEFAULT_CAPACITY = 1000
+DEFAULT_HISTORY_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class HeadroomSample:
+    """How far one risky op's input was from its limit at one step.
+
+    Attributes:
+        key: str, a stable id of the op across steps, e.g. its graph name
+            "message_passing/Exp"; detectors track one series per key.
+        op: str, the op type, e.g. "Exp", "Log", "RealDiv", "Cast".
+        layer: str or None, the Keras layer (or module) that ran the op.
+        file: str or None, the user's file that created the op, as the user gave it.
+        line: int or None, the line in `file`.
+        code: str or None, the text of that line.
+        dtype: str, the dtype whose limit applies: the op's compute dtype, or for a
+            cast the target dtype (e.g. "float16").
+        kind: str, how the limit is approached; one of `HEADROOM_KINDS`.
+        value: float, the extreme input of this step, in the units of the op's input
+            (for the abs and denominator kinds, an absolute value).
+        limit: float, where the op leaves the finite range, in the same units.
+        reduction_axis: int or None, the axis along which the op's output is summed
+            next (the normalisation of a hand-written softmax), when the adapter saw it;
+            a fix that shifts the input by its maximum must use this axis.
+
+    Raises:
+        ValueError: when `kind` is not one of `HEADROOM_KINDS`.
+    """
+
+    key: str
+    op: str
+    layer: str | None
+    file: str | None
+    line: int | None
+    code: str | None
+    dtype: str
+    kind: str
+    value: float
+    limit: float
+    reduction_axis: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in HEADROOM_KINDS:
+            raise ValueError(
+                f"`kind` must be one of {HEADROOM_KINDS}. Received: kind={self.kind!r}"
+            )
+
+    @property
+    def gap(self) -> float:
+        """How far the value is from the limit, positive while on the safe side."""
+        if self.kind in FALLING_KINDS:
+            return self.value - self.limit
+        return self.limit - self.value
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """Gradient-flow statistics of one layer at one step; None where not measured.
+
+    Attributes:
+        layer: str, the layer's name.
+        grad_norm: float or None, the L2 norm of the gradients of all the layer's
+            trainable variables together (as `tf.linalg.global_norm` computes it).
+        weight_norm: float or None, the L2 norm of those variables.
+        update_ratio: float or None, the L2 norm of this step's update divided by
+            `weight_norm` (dimensionless; ~1e-3 is typical of healthy training).
+        activation_max_abs: float or None, the largest |activation| of the layer's
+            output in this batch.
+        dead_fraction: float or None, the fraction (0 to 1) of the layer's ReLU-like
+            units whose output was 0 for every example of the batch.
+        saturated_fraction: float or None, the fraction (0 to 1) of the layer's
+            sigmoid/tanh units in the flat part of the curve (e.g. |tanh| > 0.99 or a
+            sigmoid output outside [0.01, 0.99]) for every example of the batch.
+    """
+
+    layer: str
+    grad_norm: float | None = None
+    weight_norm: float | None = None
+    update_ratio: float | None = None
+    activation_max_abs: float | None = None
+    dead_fraction: float | None = None
+    saturated_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Everything an adapter measured at one optimizer step.
+
+    Attributes:
+        step: int, the 0-based count of optimizer steps (batches) across epochs.
+        loss: float or None, the step's loss (the value the optimizer minimised).
+        grad_norm: float or None, the global L2 norm of all gradients.
+        layers: per-layer statistics, in the model's layer order.
+        headroom: one sample per risky op the adapter watches.
+    """
+
+    step: int
+    loss: float | None = None
+    grad_norm: float | None = None
+    layers: tuple[LayerRecord, ...] = ()
+    headroom: tuple[HeadroomSample, ...] = ()
+
+
+class RecordLog:
+    """The records of a run: the recent ones in full, the whole run thinned.
+
+    The last `capacity` records are kept as they came (a ring); every record also goes
+    to a `ThinnedHistory` of at most `history_size` records that spans the whole run,
+    for plots of long runs.
+
+    Args:
+        capacity: int, how many recent records to keep in full. Defaults to 1000.
+        history_size: int, the most records kept to cover the whole run. Defaults to 1000.
+
+    Raises:
+        ValueError: for a `capacity` below 1 or a `history_size` below 2.
+    """
+
+    def __init__(
+        self, capacity: int = DEFAULT_CAPACITY, history_size: int = DEFAULT_HISTORY_SIZE
+    ) -> None:
+        self._recent: deque[StepRecord] = deque(maxlen=check_int(capacity, "capacity", 1))
+        self._history: ThinnedHistory[StepRecord] = ThinnedHistory(
+            check_int(history_size, "history_size", 2)
+        )
+        self._count = 0
+
+    def append(self, record: StepRecord) -> None:
+        """Add the record of the latest step."""
+        self._recent.append(record)
+        self._history.append(record)
+        self._count += 1
+
+    @property
+    def count(self) -> int:
+        """How many records were appended in all."""
+        return self._count
+
+    @property
+    def latest(self) -> StepRecord | None:
+        """The last record appended, or None before the first."""
+        return self._recent[-1] if self._recent else None
+
+    def recent(self) -> tuple[StepRecord, ...]:
+        """The last `capacity` records, oldest first."""
+        return tuple(self._recent)
+
+    def history(self) -> tuple[StepRecord, ...]:
+        """Evenly spaced records over the whole run, oldest first."""
+        return self._history.items()
+
+    def timeline(self) -> tuple[StepRecord, ...]:
+        """The whole run for plotting: thinned history before the recent records, then all
+        the recent records, oldest first."""
+        first_recent = self._recent[0].step if self._recent else None
+        older = tuple(
+            record
+            for record in self._history
+            if first_recent is not None and record.step < first_recent
+        )
+        return older + tuple(self._recent)
