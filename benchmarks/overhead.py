@@ -140,10 +140,43 @@ def build_transformer() -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(10)(x), name="transformer")
 
 
+class MLPWithUnusedHead(keras.Model):
+    """The MLP plus a head that is built but never called: its 2 variables get None.
+
+    Measures that diagnosing missing gradients costs nothing per step: the doctor
+    finds the break once, while the step is traced.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = build_mlp()
+        self.unused_head = keras.layers.Dense(10)
+
+    def build(self, input_shape) -> None:
+        self.body.build(input_shape)
+        self.unused_head.build((None, 512))
+
+    def call(self, x):
+        return self.body(x)
+
+
+def build_mlp_with_unused_head() -> keras.Model:
+    model = MLPWithUnusedHead()
+    model.build((None, 784))
+    return model
+
+
 MODELS = (
     ModelSpec("MLP 784-3x512-10, batch 128", build_mlp, (784,), 128, timed_steps=60),
     ModelSpec("CNN conv32-conv64-pool-dense, batch 64", build_cnn, (28, 28, 1), 64, 15),
     ModelSpec("transformer block d128 h4 seq32, batch 32", build_transformer, (32, 128), 32, 40),
+    ModelSpec(
+        "MLP + unused head (None gradients), batch 128",
+        build_mlp_with_unused_head,
+        (784,),
+        128,
+        timed_steps=60,
+    ),
 )
 
 

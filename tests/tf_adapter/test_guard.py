@@ -93,3 +93,19 @@ def test_doctor_leaves_nothing_behind_after_fit():
     before = model.get_weights()
     model.fit(x, y * 2, epochs=1, verbose=0)  # unwatched training still updates
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+
+
+def test_a_failing_replay_still_reports_the_step_with_a_warning(monkeypatch):
+    import gradient_doctor.tf_adapter.localize as localize_module
+
+    def broken_replay(call):
+        raise RuntimeError("replay exploded")
+
+    monkeypatch.setattr(localize_module, "replay_step", broken_replay)
+    model, step = _loop(stop_on_problem=True)
+    with pytest.warns(UserWarning, match="could not replay step 0 .*replay exploded"):
+        with pytest.raises(TrainingStopped):
+            step(X, tf.constant(1e4))
+    finding = step.report().problems[0]
+    assert finding.step == 0
+    assert finding.origin is None

@@ -7,6 +7,7 @@ in the cheap mode or between the every-k-steps samples).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -135,6 +136,22 @@ class StepRecord:
     grad_norm: float | None = None
     layers: tuple[LayerRecord, ...] = ()
     headroom: tuple[HeadroomSample, ...] = ()
+
+    def layer_values(self, field: str) -> dict[str, float]:
+        """The finite values of one `LayerRecord` field, by layer name.
+
+        Args:
+            field: str, a `LayerRecord` field, e.g. "grad_norm".
+
+        Returns:
+            {layer: value} for the layers where the field was measured and finite.
+        """
+        values = {}
+        for layer in self.layers:
+            value = getattr(layer, field)
+            if value is not None and math.isfinite(value):
+                values[layer.layer] = float(value)
+        return values
 
 
 class RecordLog:

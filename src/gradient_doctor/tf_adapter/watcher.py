@@ -100,13 +100,16 @@ class Watcher:
             if stats.zero_streak >= self.zero_gradient_window:
                 self._zero_gradients(step)
             return pending
-        evidence = localize(
-            replay_call(),
-            step,
-            named_inputs(),
-            self._step_history(),
-            training_setup(self.optimizer),
-        )
+        history, setup = self._step_history(), training_setup(self.optimizer)
+        try:
+            evidence = localize(replay_call(), step, named_inputs(), history, setup)
+        except Exception as error:  # never let the doctor's analysis break the user's run
+            warnings.warn(
+                f"gradient-doctor could not replay step {step} "
+                f"({type(error).__name__}: {error}); reporting it without the op.",
+                stacklevel=2,
+            )
+            evidence = localize(None, step, [], history, setup)
         finding = self._record(evidence)
         if not self.stop_on_problem:
             self.guard.reset()

@@ -59,9 +59,7 @@ def projected_evidence(sample: HeadroomSample) -> Evidence:
         inputs=(at_limit, at_limit),
         outputs=(failed,),
     )
-    return Evidence(
-        step=None, phase="forward", origin=origin, reduction_axis=sample.reduction_axis
-    )
+    return Evidence(step=None, phase="forward", origin=origin, reduction_axis=sample.reduction_axis)
 
 
 def headroom_remedies(sample: HeadroomSample) -> tuple[tuple[Fix, ...], tuple[NotFix, ...]]:
