@@ -95,3 +95,23 @@ def missing_gradient_not_fixes(reason: str) -> tuple[NotFix, ...]:
             f"{reason} there too.",
         ),
     )
+
+
+def vanishing_not_fixes() -> tuple[NotFix, ...]:
+    """Remedies for large gradients that do nothing for gradients that are too small.
+
+    Returns:
+        gradient_clipping and lower_learning_rate, each with its reason.
+    """
+    return (
+        NotFix(
+            "gradient_clipping",
+            "Clipping only scales gradients down when they are too large; these are "
+            "already too small to move the weights.",
+        ),
+        NotFix(
+            "lower_learning_rate",
+            "A smaller learning rate makes the already tiny updates of these layers "
+            "smaller still.",
+        ),
+    )

@@ -103,3 +103,17 @@ def loss_scaling() -> Fix:
         "Use dynamic loss scaling: it skips steps whose gradients overflow and lowers the scale",
         "optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3))",
     )
+
+
+def activation_change(activation: str, why: str) -> Fix:
+    """Use another activation in the hidden layers.
+
+    Args:
+        activation: str, the Keras name of the activation to use, e.g. "leaky_relu".
+        why: str, what it avoids, e.g. "its units keep a small gradient when inactive".
+    """
+    return Fix(
+        "activation_change",
+        f'Use activation="{activation}" in the hidden layers: {why}',
+        f'keras.layers.Dense(units, activation="{activation}", kernel_initializer="he_normal")',
+    )

@@ -1,0 +1,171 @@
+"""Early warning of exploding gradients: a layer's gradient norm growing exponentially."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.evidence import Evidence, TrainingSetup
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.forecast import robust_trend
+from gradient_doctor.core.knowledge.rules.exploding_gradients import GROWTH_FACTOR, exploding_fixes
+from gradient_doctor.core.knowledge.wording import format_number, listing
+from gradient_doctor.core.records import StepRecord
+
+# The log of each layer's gradient norm is fitted over the last WINDOW records, once
+# MIN_POINTS are in; an explosion is a clear rise whose fitted growth across the window
+# is at least GROWTH_FACTOR (100x, the knowledge base's own mark of an explosion: more
+# than six doublings in a row).
+WINDOW = 30
+MIN_POINTS = 10
+# The series name of the global gradient norm (`StepRecord.grad_norm`).
+_GLOBAL = ""
+
+
+@dataclass(frozen=True)
+class Explosion:
+    """How one gradient norm grew across the window, as fitted.
+
+    Attributes:
+        layer: the layer's name ("" for the global gradient norm).
+        start: the window's first step.
+        end: the window's last step.
+        low: the fitted norm at `start`.
+        high: the fitted norm at `end`.
+        rate: the fitted growth per step (0.25 for +25% a step).
+    """
+
+    layer: str
+    start: int
+    end: int
+    low: float
+    high: float
+    rate: float
+
+    @property
+    def factor(self) -> float:
+        """How many times the norm grew across the window."""
+        return self.high / self.low
+
+
+class ExplodingGradientsDetector:
+    """Warns when gradient norms grow exponentially, naming the layers where they do.
+
+    Follows each layer's gradient norm, and the global norm, on a log scale. A series
+    explodes when a robust line through its last `window` log norms rises clearly and
+    its fitted growth across the window reaches `growth_factor`. One warning for the
+    run, listing every layer that exploded, updated as records arrive.
+
+    Args:
+        window: int, records the growth is fitted over. Defaults to 30.
+        min_points: int, records before a series is judged. Defaults to 10.
+        growth_factor: float, the growth across the window that makes an explosion.
+            Defaults to 100.
+        setup: `TrainingSetup` or None, the user's optimizer settings, so that the fixes
+            name the actual learning rate and clipping. Defaults to None (unknown).
+
+    Raises:
+        ValueError: for an argument out of range, e.g. a `growth_factor` of 1 or less.
+    """
+
+    def __init__(
+        self,
+        window: int = WINDOW,
+        min_points: int = MIN_POINTS,
+        growth_factor: float = GROWTH_FACTOR,
+        setup: TrainingSetup | None = None,
+    ) -> None:
+        self._window = check_int(window, "window", 3)
+        self._min_points = check_int(min_points, "min_points", 3)
+        if self._min_points > self._window:
+            raise ValueError(
+                f"`min_points` must be at most `window` ({self._window}). "
+                f"Received: min_points={min_points!r}"
+            )
+        self._growth_factor = check_float(growth_factor, "growth_factor", 1.0)
+        self._setup = setup or TrainingSetup()
+        self._series: dict[str, deque[tuple[int, float]]] = {}
+        self._explosions: dict[str, Explosion] = {}
+        self._first_step: int | None = None
+
+    def observe(self, record: StepRecord) -> None:
+        """Take in the gradient norms of one step; missing, zero and non-finite ones are skipped."""
+        norms = record.layer_values("grad_norm")
+        if record.grad_norm is not None and math.isfinite(record.grad_norm):
+            norms[_GLOBAL] = record.grad_norm
+        for layer, norm in norms.items():
+            if norm <= 0:
+                continue
+            series = self._series.setdefault(layer, deque(maxlen=self._window))
+            series.append((record.step, math.log(norm)))
+            explosion = self._explosion(layer, series)
+            if explosion is not None:
+                self._explosions[layer] = explosion
+                if self._first_step is None:
+                    self._first_step = record.step
+
+    def findings(self) -> list[Finding]:
+        """One warning naming the layers whose gradient norms explode, or none."""
+        if self._first_step is None:
+            return []
+        return [
+            Finding(
+                category="exploding_gradients",
+                step=self._first_step,
+                phase=None,
+                origin=None,
+                explanation=explain(tuple(self._explosions.values())),
+                fixes=exploding_fixes(
+                    Evidence(step=None, phase=None, origin=None, setup=self._setup)
+                ),
+            )
+        ]
+
+    def _explosion(self, layer: str, series: deque[tuple[int, float]]) -> Explosion | None:
+        """The series' growth across the window when it is an explosion, else None."""
+        if len(series) < self._min_points:
+            return None
+        trend = robust_trend([step for step, _ in series], [value for _, value in series])
+        if trend is None or not trend.is_clear() or trend.slope <= 0:
+            return None
+        if trend.change < math.log(self._growth_factor):
+            return None
+        return Explosion(
+            layer=layer,
+            start=int(trend.start),
+            end=int(trend.end),
+            low=math.exp(trend.value_at(trend.start)),
+            high=math.exp(trend.level),
+            rate=math.expm1(trend.slope),
+        )
+
+
+def explain(explosions: tuple[Explosion, ...]) -> str:
+    """Name the exploding layers and describe the fastest growth.
+
+    Example: "Gradient norms are growing exponentially in 3 layers (`dense`, `dense_1`
+    and `dense_2`): in `dense_2` from 0.98 at step 205 to 700 at step 236 (x714, ~24% per
+    step). Left alone, the updates grow with them until the weights overflow."
+    """
+    in_layers = [explosion for explosion in explosions if explosion.layer != _GLOBAL]
+    layers = [explosion.layer for explosion in in_layers]
+    worst = max(in_layers or explosions, key=lambda explosion: explosion.factor)
+    growth = (
+        f"from {format_number(worst.low, digits=2)} at step {worst.start} to "
+        f"{format_number(worst.high, digits=2)} at step {worst.end} "
+        f"(x{format_number(worst.factor, digits=2)}, "
+        f"~{format_number(100 * worst.rate, digits=2)}% per step)"
+    )
+    if not layers:
+        subject = f"The global gradient norm is growing exponentially: {growth}"
+    elif len(layers) == 1:
+        subject = f"The gradient norm of layer `{layers[0]}` is growing exponentially: {growth}"
+    else:
+        named = listing([f"`{layer}`" for layer in layers])
+        subject = (
+            f"Gradient norms are growing exponentially in {len(layers)} layers ({named}): "
+            f"in `{worst.layer}` {growth}"
+        )
+    return f"{subject}. Left alone, the updates grow with them until the weights overflow."

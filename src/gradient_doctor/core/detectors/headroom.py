@@ -1,0 +1,268 @@
+"""Early warnings for risky ops (exp, log, division, ...) whose inputs near their limits."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.detectors.headroom_remedies import headroom_remedies, source_of
+from gradient_doctor.core.findings import Finding, Headroom, Origin
+from gradient_doctor.core.forecast import crossing_step, robust_trend, step_spread
+from gradient_doctor.core.knowledge.wording import format_number, line_ref, op_place
+from gradient_doctor.core.records import FALLING_KINDS, HeadroomSample, StepRecord
+from gradient_doctor.core.thinned_history import ThinnedHistory
+
+# The trend is fitted over the last WINDOW samples of each op, once MIN_POINTS are in.
+WINDOW = 100
+MIN_POINTS = 20
+# A forecast is a warning when the limit is expected within HORIZON_FACTOR times the
+# span of steps already observed: the doctor never extrapolates a trend further ahead
+# than the history it has seen behind.
+HORIZON_FACTOR = 1.0
+# Near the limit, warn whatever the trend (a value can rise, linger just below the
+# limit, then cross): within NEAR_FRACTION of a non-zero limit, or within NOISE_MULTIPLE
+# times the typical step-to-step change. 0.10 leaves the doctor's own clip fix (0.9 x
+# the exp limit, rounded down: 79 for float32) unflagged, while story 1's plateau
+# (~83.5 below 88.72) is flagged.
+NEAR_FRACTION = 0.10
+NOISE_MULTIPLE = 3.0
+# Points of each op's whole-run history kept to estimate its long-run rate.
+LONG_RUN_POINTS = 64
+# Slopes are reported per this many steps.
+RATE_STEPS = 100
+
+
+@dataclass(frozen=True)
+class _Words:
+    """How explanations speak of one headroom kind."""
+
+    measure: str  # e.g. "largest input"
+    event: str  # what happens at the limit, before "expected near step N"
+    threshold: str  # the limit, after "only 5.2 from"
+
+
+_WORDS = {
+    "max_input": _Words(
+        "largest input", "{dtype} overflow", "the {dtype} {op} overflow threshold {limit}"
+    ),
+    "max_abs_value": _Words("largest |value|", "{dtype} overflow", "{dtype}'s largest value {limit}"),
+    "min_input": _Words(
+        "smallest input", "{op} leaving its domain", "the edge of {op}'s domain ({limit})"
+    ),
+    "min_abs_denominator": _Words(
+        "smallest |denominator|", "division by zero", "a zero denominator"
+    ),
+    "abs_input": _Words(
+        "largest |input|", "{op} leaving its domain", "the edge of {op}'s domain ({limit})"
+    ),
+}
+_CATEGORY = {
+    "max_input": "forward_overflow",
+    "max_abs_value": "forward_overflow",
+    "min_input": "forward_domain",
+    "min_abs_denominator": "forward_domain",
+    "abs_input": "forward_domain",
+}
+
+
+@dataclass
+class _Track:
+    """What the detector keeps about one risky op (one key)."""
+
+    first_step: int
+    recent: deque[tuple[int, float]]
+    long_run: ThinnedHistory[tuple[int, float]]
+    warning: Finding | None = None
+    remedies: tuple = field(default=())
+
+
+class HeadroomDetector:
+    """Warns when a risky op's input approaches the value where the op leaves the finite range.
+
+    For each op (each `HeadroomSample.key`) the detector follows the gap between the
+    input's extreme and the limit. It warns when a clear trend of that gap (a robust
+    line over the last `window` samples) reaches the limit within `horizon_factor`
+    times the steps observed so far, or when the value is already near the limit,
+    whatever the trend. One warning per op, updated as samples arrive.
+
+    Args:
+        window: int, samples per op the trend is fitted over. Defaults to 100.
+        min_points: int, samples before a trend is trusted. Defaults to 20.
+        horizon_factor: float, how far ahead, in multiples of the steps observed, a
+            forecast crossing is worth a warning. Defaults to 1.0.
+        near_fraction: float, warn when the value is within this fraction of a
+            non-zero limit. Defaults to 0.10.
+        noise_multiple: float, warn when the value is within this many typical
+            step-to-step changes of the limit. Defaults to 3.0.
+
+    Raises:
+        ValueError: for an argument out of range, e.g. a `window` below 3.
+
+    Example:
+        >>> detector = HeadroomDetector()
+        >>> for record in records:
+        ...     detector.observe(record)
+        >>> warnings = detector.findings()
+    """
+
+    def __init__(
+        self,
+        window: int = WINDOW,
+        min_points: int = MIN_POINTS,
+        horizon_factor: float = HORIZON_FACTOR,
+        near_fraction: float = NEAR_FRACTION,
+        noise_multiple: float = NOISE_MULTIPLE,
+    ) -> None:
+        self._window = check_int(window, "window", 3)
+        self._min_points = check_int(min_points, "min_points", 3)
+        if self._min_points > self._window:
+            raise ValueError(
+                f"`min_points` must be at most `window` ({self._window}). "
+                f"Received: min_points={min_points!r}"
+            )
+        self._horizon_factor = check_float(horizon_factor, "horizon_factor")
+        self._near_fraction = check_float(near_fraction, "near_fraction", 0.0, 1.0, True)
+        self._noise_multiple = check_float(noise_multiple, "noise_multiple", 0.0, math.inf, True)
+        self._tracks: dict[str, _Track] = {}
+
+    def observe(self, record: StepRecord) -> None:
+        """Take in the headroom samples of one step; non-finite samples are skipped."""
+        for sample in record.headroom:
+            if math.isfinite(sample.value) and math.isfinite(sample.limit):
+                self._observe_sample(record.step, sample)
+
+    def findings(self) -> list[Finding]:
+        """One warning per op that came near its limit, in the order first raised."""
+        warned = [track.warning for track in self._tracks.values() if track.warning]
+        return sorted(warned, key=lambda finding: finding.step)
+
+    def _observe_sample(self, step: int, sample: HeadroomSample) -> None:
+        track = self._tracks.get(sample.key)
+        if track is None:
+            track = _Track(step, deque(maxlen=self._window), ThinnedHistory(LONG_RUN_POINTS))
+            self._tracks[sample.key] = track
+        gap = sample.gap
+        track.recent.append((step, gap))
+        track.long_run.append((step, gap))
+        steps, gaps = zip(*track.recent)
+        near = gap <= 0 or gap < self._noise_multiple * step_spread(gaps)
+        if sample.limit != 0:
+            near = near or gap <= self._near_fraction * abs(sample.limit)
+        forecast, rate = self._approach(steps, gaps)
+        horizon = self._horizon_factor * max(step - track.first_step, 1)
+        soon = forecast is not None and forecast - step <= horizon
+        if not (near or soon):
+            return
+        if forecast is not None:
+            explanation = _explain_trend(sample, rate, forecast)
+        else:
+            forecast, rate = self._long_run_forecast(track, step, gap)
+            explanation = _explain_near(sample, gap, len(gaps), rate, forecast)
+        self._warn(track, step, sample, explanation, forecast)
+
+    def _approach(self, steps: tuple[int, ...], gaps: tuple[float, ...]) -> tuple[int | None, float]:
+        """The forecast crossing and the rate of approach (per step) of a clear recent trend."""
+        if len(gaps) < self._min_points:
+            return None, 0.0
+        trend = robust_trend(steps, gaps)
+        if trend is None or not trend.is_clear() or trend.slope >= 0:
+            return None, 0.0
+        return crossing_step(trend, 0.0), -trend.slope
+
+    def _long_run_forecast(self, track: _Track, step: int, gap: float) -> tuple[int | None, float]:
+        """When the value lingers near the limit: where the run's average rate would take it."""
+        points = track.long_run.items()
+        trend = robust_trend([p[0] for p in points], [p[1] for p in points])
+        if trend is None or not trend.is_clear() or trend.slope >= 0:
+            return None, 0.0
+        return step + math.ceil(max(gap, 0.0) / -trend.slope), -trend.slope
+
+    def _warn(
+        self,
+        track: _Track,
+        step: int,
+        sample: HeadroomSample,
+        explanation: str,
+        forecast: int | None,
+    ) -> None:
+        """Raise the op's warning, or update the one already raised."""
+        headroom = Headroom(limit=sample.limit, value=sample.value)
+        if track.warning is not None:
+            track.warning = replace(
+                track.warning, explanation=explanation, forecast_step=forecast, headroom=headroom
+            )
+            return
+        fixes, not_fixes = headroom_remedies(sample)
+        track.warning = Finding(
+            category=_CATEGORY[sample.kind],
+            step=step,
+            phase="forward",
+            origin=Origin(
+                op=sample.op,
+                op_name=sample.key,
+                layer=sample.layer,
+                source=source_of(sample),
+                gradient_of=None,
+                inputs=(),
+                outputs=(),
+            ),
+            explanation=explanation,
+            not_fixes=not_fixes,
+            fixes=fixes,
+            forecast_step=forecast,
+            headroom=headroom,
+        )
+
+
+def _place(sample: HeadroomSample) -> str:
+    """ "Exp in layer `message_passing` (train.py:42)"."""
+    origin = Origin(sample.op, sample.key, sample.layer, source_of(sample), None, (), ())
+    where = f" ({line_ref(origin.source)})" if origin.source else ""
+    return f"{op_place(origin)}{where}"
+
+
+def _fill(template: str, sample: HeadroomSample) -> str:
+    return template.format(dtype=sample.dtype, op=sample.op, limit=format_number(sample.limit))
+
+
+def _rate(rate: float) -> str:
+    """ "~2.1 per 100 steps"."""
+    return f"~{format_number(rate * RATE_STEPS, digits=2)} per {RATE_STEPS} steps"
+
+
+def _explain_trend(sample: HeadroomSample, rate: float, forecast: int) -> str:
+    """E.g. "Exp in layer `mp` (train.py:42): largest input 61.3 and growing ~2.1 per
+    100 steps; float32 overflow expected near step 2400."."""
+    words = _WORDS[sample.kind]
+    moving = "falling" if sample.kind in FALLING_KINDS else "growing"
+    return (
+        f"{_place(sample)}: {words.measure} {format_number(sample.value)} and {moving} "
+        f"{_rate(rate)}; {_fill(words.event, sample)} expected near step {forecast}."
+    )
+
+
+def _explain_near(
+    sample: HeadroomSample, gap: float, points: int, rate: float, forecast: int | None
+) -> str:
+    """E.g. "Exp in layer `mp` (train.py:42): largest input 83.5, only 5.2 (6%) from the
+    float32 Exp overflow threshold 88.72, with no clear trend toward it over the last
+    100 samples;
+    at its average rate over the run (~8.1 per 100 steps), float32 overflow expected
+    near step 1230."."""
+    words = _WORDS[sample.kind]
+    distance = format_number(max(gap, 0.0), digits=2)
+    if sample.limit != 0:
+        distance += f" ({format_number(100 * max(gap, 0.0) / abs(sample.limit), digits=2)}%)"
+    start = (
+        f"{_place(sample)}: {words.measure} {format_number(sample.value)}, only {distance} "
+        f"from {_fill(words.threshold, sample)}, with no clear trend toward it over the "
+        f"last {points} samples"
+    )
+    if forecast is None:
+        return f"{start}; noise or a small drift is enough to cross it."
+    return (
+        f"{start}; at its average rate over the run ({_rate(rate)}), "
+        f"{_fill(words.event, sample)} expected near step {forecast}."
+    )
