@@ -60,7 +60,9 @@ class Doctor(keras.callbacks.Callback):
             return
         hook = self._hook
         finding = self.watcher.after_step(
-            hook.replay_call, lambda: keras_batch_names(hook.kept_batch())
+            hook.replay_call,
+            lambda: keras_batch_names(hook.kept_batch()),
+            hook.take_stats(),
         )
         if finding is not None and self.watcher.stop_on_problem:
             self.model.stop_training = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
 
 from gradient_doctor.tf_adapter import step_context
@@ -55,17 +56,29 @@ class Guard:
                 )
         return self._stats
 
-    def read(self) -> StepStats:
-        """Read the statistics back (one small host copy)."""
-        if self._stats is None:
-            return StepStats(False, 0.0, 0.0)
-        values = self._stats.numpy()
+    def read(self, fetched=None) -> StepStats:
+        """The statistics of the last step.
+
+        Args:
+            fetched: the values of `stats_tensor()` when the step already returned
+                them (they then ride along with Keras's own per-step copy of its
+                logs); otherwise the variable is read back (one small host copy).
+        """
+        if fetched is None:
+            if self._stats is None:
+                return StepStats(False, 0.0, 0.0)
+            fetched = self._stats.numpy()
+        values = np.asarray(fetched)
         return StepStats(
             bool(values[_TRIPPED] > 0),
             float(values[_GRAD_NORM]),
             float(values[_LOSS]),
             int(values[_ZERO_STREAK]),
         )
+
+    def stats_tensor(self) -> tf.Tensor:
+        """The statistics as a tensor of the step being traced (after its updates)."""
+        return self._variable().read_value()
 
     def reset(self) -> None:
         """Open the latch again, so that training can go on."""

@@ -8,6 +8,9 @@ from gradient_doctor.tf_adapter.batch_stash import BatchStash
 from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
 
 _HOOKED = "_gradient_doctor_hooked"
+# The key under which the step hands the guard's statistics out with its logs; it is
+# taken out again before any callback, progress bar or History sees the logs.
+STATS_KEY = "_gradient_doctor_stats"
 
 
 def guard_optimizer(optimizer, watcher) -> bool:
@@ -50,14 +53,33 @@ class ModelHook:
         @functools.wraps(self.original_train_step)
         def train_step(data):
             call = StepCall(self.original_train_step, (data,))
-            with step_scope(StepScope(batch=data, stash=self.stash, call=call)):
-                return self.original_train_step(data)
+            with step_scope(StepScope(batch=data, stash=self.stash, call=call)) as scope:
+                logs = self.original_train_step(data)
+            if isinstance(logs, dict) and scope.applied:
+                logs = {**logs, STATS_KEY: watcher.guard.stats_tensor()}
+            return logs
 
         model.train_step = train_step
         self.guarded = [o for o in _optimizers_of(model) if guard_optimizer(o, watcher)]
         watcher.optimizer = getattr(model, "optimizer", None)
         # fit() built its step before callbacks run: build it again around the hook.
         model.make_train_function(force=True)
+        self._fetched = None
+        compiled = model.train_function
+
+        def train_function(iterator):
+            logs = compiled(iterator)
+            if isinstance(logs, dict) and STATS_KEY in logs:
+                logs = dict(logs)
+                self._fetched = logs.pop(STATS_KEY).numpy()
+            return logs
+
+        model.train_function = train_function
+
+    def take_stats(self):
+        """The guard's statistics the last step returned (then forgotten), or None."""
+        fetched, self._fetched = self._fetched, None
+        return fetched
 
     def replay_call(self) -> StepCall | None:
         """The failing step, ready to run again on the kept batch."""

@@ -79,6 +79,7 @@ class Watcher:
         self,
         replay_call: Callable[[], StepCall | None],
         named_inputs: Callable[[], list[tuple[str, object]]],
+        fetched_stats=None,
     ) -> Finding | None:
         """Read the guard after one step; diagnose the step when it tripped.
 
@@ -87,11 +88,12 @@ class Watcher:
                 be); only called when the step failed.
             named_inputs: returns the step's inputs with readable names; only
                 called when the step failed.
+            fetched_stats: the guard's statistics when the step returned them.
 
         Returns:
             The new finding, or None when the step was finite.
         """
-        stats = self.guard.read()
+        stats = self.guard.read(fetched_stats)
         step = self.steps_watched
         self.steps_watched += 1
         pending, self._pending_stop = self._pending_stop, None

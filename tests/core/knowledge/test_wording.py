@@ -3,6 +3,7 @@
 import pytest
 
 from gradient_doctor.core.knowledge.wording import (
+    approximately,
     at_step,
     count,
     format_number,
@@ -61,3 +62,13 @@ def test_places_and_values(make_evidence, make_stats):
     assert nonfinite_counts(origin) == "17 inf and 3 NaN values"
     assert value_range(origin.inputs) == "from -3.1 to 712.4 (float32)"
     assert op_place(make_evidence(layer=None).origin) == "Exp"
+
+
+def test_approximately_rounds_and_writes_whole_numbers_out():
+    assert approximately(741.3) == "740"
+    assert approximately(25.4) == "25"
+    assert approximately(0.9812) == "0.98"
+    assert approximately(1.234e-6) == "1.2e-06"
+    assert approximately(3.4e38) == "3.4e+38"
+    assert approximately(float("inf")) == "inf"
+    assert approximately(741.3, significant=3) == "741"

@@ -11,7 +11,7 @@ from gradient_doctor.core.evidence import Evidence, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.forecast import robust_trend
 from gradient_doctor.core.knowledge.rules.exploding_gradients import GROWTH_FACTOR, exploding_fixes
-from gradient_doctor.core.knowledge.wording import format_number, listing
+from gradient_doctor.core.knowledge.wording import approximately, listing
 from gradient_doctor.core.records import StepRecord
 
 # The log of each layer's gradient norm is fitted over the last WINDOW records, once
@@ -116,12 +116,16 @@ class ExplodingGradientsDetector:
                 step=self._first_step,
                 phase=None,
                 origin=None,
-                explanation=explain(tuple(self._explosions.values())),
+                explanation=explain(self._in_record_order()),
                 fixes=exploding_fixes(
                     Evidence(step=None, phase=None, origin=None, setup=self._setup)
                 ),
             )
         ]
+
+    def _in_record_order(self) -> tuple[Explosion, ...]:
+        """The explosions in the order their layers first appeared in the records."""
+        return tuple(self._explosions[name] for name in self._series if name in self._explosions)
 
     def _explosion(self, layer: str, series: deque[tuple[int, float]]) -> Explosion | None:
         """The series' growth across the window when it is an explosion, else None."""
@@ -153,10 +157,10 @@ def explain(explosions: tuple[Explosion, ...]) -> str:
     layers = [explosion.layer for explosion in in_layers]
     worst = max(in_layers or explosions, key=lambda explosion: explosion.factor)
     growth = (
-        f"from {format_number(worst.low, digits=2)} at step {worst.start} to "
-        f"{format_number(worst.high, digits=2)} at step {worst.end} "
-        f"(x{format_number(worst.factor, digits=2)}, "
-        f"~{format_number(100 * worst.rate, digits=2)}% per step)"
+        f"from {approximately(worst.low)} at step {worst.start} to "
+        f"{approximately(worst.high)} at step {worst.end} "
+        f"(x{approximately(worst.factor)}, "
+        f"~{approximately(100 * worst.rate)}% per step)"
     )
     if not layers:
         subject = f"The global gradient norm is growing exponentially: {growth}"

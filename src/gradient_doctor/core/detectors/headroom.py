@@ -10,7 +10,12 @@ from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.headroom_remedies import headroom_remedies, source_of
 from gradient_doctor.core.findings import Finding, Headroom, Origin
 from gradient_doctor.core.forecast import crossing_step, robust_trend, step_spread
-from gradient_doctor.core.knowledge.wording import format_number, line_ref, op_place
+from gradient_doctor.core.knowledge.wording import (
+    approximately,
+    format_number,
+    line_ref,
+    op_place,
+)
 from gradient_doctor.core.records import FALLING_KINDS, HeadroomSample, StepRecord
 from gradient_doctor.core.thinned_history import ThinnedHistory
 
@@ -22,12 +27,15 @@ MIN_POINTS = 20
 # than the history it has seen behind.
 HORIZON_FACTOR = 1.0
 # Near the limit, warn whatever the trend (a value can rise, linger just below the
-# limit, then cross): within NEAR_FRACTION of a non-zero limit, or within NOISE_MULTIPLE
-# times the typical step-to-step change. 0.10 leaves the doctor's own clip fix (0.9 x
-# the exp limit, rounded down: 79 for float32) unflagged, while story 1's plateau
-# (~83.5 below 88.72) is flagged.
+# limit, then cross): within NOISE_MULTIPLE times the typical step-to-step change of
+# the limit, or, for an overflow threshold, within NEAR_FRACTION of it. 0.10 leaves the
+# doctor's own clip fix (0.9 x the exp limit, rounded down: 79 for float32) unflagged,
+# while story 1's plateau (~83.5 below 88.72) is flagged. Domain edges (0 for log, 1
+# for acos) get no relative margin: inputs legitimately live next to them (a cosine
+# similarity of 0.99, a guard such as clip(x, -1 + 1e-7, 1 - 1e-7)).
 NEAR_FRACTION = 0.10
 NOISE_MULTIPLE = 3.0
+_OVERFLOW_KINDS = frozenset({"max_input", "max_abs_value"})
 # Points of each op's whole-run history kept to estimate its long-run rate.
 LONG_RUN_POINTS = 64
 # Slopes are reported per this many steps.
@@ -47,7 +55,9 @@ _WORDS = {
     "max_input": _Words(
         "largest input", "{dtype} overflow", "the {dtype} {op} overflow threshold {limit}"
     ),
-    "max_abs_value": _Words("largest |value|", "{dtype} overflow", "{dtype}'s largest value {limit}"),
+    "max_abs_value": _Words(
+        "largest |value|", "{dtype} overflow", "{dtype}'s largest value {limit}"
+    ),
     "min_input": _Words(
         "smallest input", "{op} leaving its domain", "the edge of {op}'s domain ({limit})"
     ),
@@ -57,13 +67,6 @@ _WORDS = {
     "abs_input": _Words(
         "largest |input|", "{op} leaving its domain", "the edge of {op}'s domain ({limit})"
     ),
-}
-_CATEGORY = {
-    "max_input": "forward_overflow",
-    "max_abs_value": "forward_overflow",
-    "min_input": "forward_domain",
-    "min_abs_denominator": "forward_domain",
-    "abs_input": "forward_domain",
 }
 
 
@@ -92,8 +95,8 @@ class HeadroomDetector:
         min_points: int, samples before a trend is trusted. Defaults to 20.
         horizon_factor: float, how far ahead, in multiples of the steps observed, a
             forecast crossing is worth a warning. Defaults to 1.0.
-        near_fraction: float, warn when the value is within this fraction of a
-            non-zero limit. Defaults to 0.10.
+        near_fraction: float, warn when the value is within this fraction of an
+            overflow threshold. Defaults to 0.10.
         noise_multiple: float, warn when the value is within this many typical
             step-to-step changes of the limit. Defaults to 3.0.
 
@@ -148,7 +151,7 @@ class HeadroomDetector:
         track.long_run.append((step, gap))
         steps, gaps = zip(*track.recent)
         near = gap <= 0 or gap < self._noise_multiple * step_spread(gaps)
-        if sample.limit != 0:
+        if sample.kind in _OVERFLOW_KINDS:
             near = near or gap <= self._near_fraction * abs(sample.limit)
         forecast, rate = self._approach(steps, gaps)
         horizon = self._horizon_factor * max(step - track.first_step, 1)
@@ -162,7 +165,9 @@ class HeadroomDetector:
             explanation = _explain_near(sample, gap, len(gaps), rate, forecast)
         self._warn(track, step, sample, explanation, forecast)
 
-    def _approach(self, steps: tuple[int, ...], gaps: tuple[float, ...]) -> tuple[int | None, float]:
+    def _approach(
+        self, steps: tuple[int, ...], gaps: tuple[float, ...]
+    ) -> tuple[int | None, float]:
         """The forecast crossing and the rate of approach (per step) of a clear recent trend."""
         if len(gaps) < self._min_points:
             return None, 0.0
@@ -196,7 +201,7 @@ class HeadroomDetector:
             return
         fixes, not_fixes = headroom_remedies(sample)
         track.warning = Finding(
-            category=_CATEGORY[sample.kind],
+            category="forward_overflow" if sample.kind in _OVERFLOW_KINDS else "forward_domain",
             step=step,
             phase="forward",
             origin=Origin(
@@ -229,7 +234,7 @@ def _fill(template: str, sample: HeadroomSample) -> str:
 
 def _rate(rate: float) -> str:
     """ "~2.1 per 100 steps"."""
-    return f"~{format_number(rate * RATE_STEPS, digits=2)} per {RATE_STEPS} steps"
+    return f"~{approximately(rate * RATE_STEPS)} per {RATE_STEPS} steps"
 
 
 def _explain_trend(sample: HeadroomSample, rate: float, forecast: int) -> str:
@@ -252,9 +257,9 @@ def _explain_near(
     at its average rate over the run (~8.1 per 100 steps), float32 overflow expected
     near step 1230."."""
     words = _WORDS[sample.kind]
-    distance = format_number(max(gap, 0.0), digits=2)
+    distance = approximately(max(gap, 0.0))
     if sample.limit != 0:
-        distance += f" ({format_number(100 * max(gap, 0.0) / abs(sample.limit), digits=2)}%)"
+        distance += f" ({approximately(100 * max(gap, 0.0) / abs(sample.limit))}%)"
     start = (
         f"{_place(sample)}: {words.measure} {format_number(sample.value)}, only {distance} "
         f"from {_fill(words.threshold, sample)}, with no clear trend toward it over the "

@@ -111,7 +111,6 @@ def vanishing_not_fixes() -> tuple[NotFix, ...]:
         ),
         NotFix(
             "lower_learning_rate",
-            "A smaller learning rate makes the already tiny updates of these layers "
-            "smaller still.",
+            "A smaller learning rate makes the already tiny updates of these layers smaller still.",
         ),
     )

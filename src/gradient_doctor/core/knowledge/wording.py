@@ -119,3 +119,18 @@ def nonfinite_counts(origin: Origin) -> str:
     parts = [f"{inf} inf" if inf else "", f"{nan} NaN" if nan else ""]
     words = " and ".join(part for part in parts if part)
     return f"{words} {'value' if nan + inf == 1 else 'values'}" if words else "non-finite values"
+
+
+def approximately(value: float, significant: int = 2) -> str:
+    """Format a rate or ratio rounded to a few significant digits: 740, 26, 0.98, 1.2e-06.
+
+    Unlike `format_number(value, digits=2)`, whole numbers up to 1e5 are written out
+    (740, not 7.4e+02).
+
+    Args:
+        value: float, the value to round.
+        significant: int, the significant digits kept. Defaults to 2.
+    """
+    if not math.isfinite(value):
+        return format_number(value)
+    return format_number(float(f"{value:.{significant}g}"))

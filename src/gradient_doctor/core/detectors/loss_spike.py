@@ -1,0 +1,173 @@
+"""Loss spikes: a step's loss far above the running median of the recent losses."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, replace
+
+from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.evidence import TrainingSetup
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.forecast import MAD_TO_SIGMA, median
+from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.wording import approximately, count, format_number
+from gradient_doctor.core.records import StepRecord
+
+# Like large-scale trainers, compare each loss with the running window of the last
+# WINDOW losses, once WARMUP are in: a spike is a loss above
+#   median + max(SIGMAS * 1.4826 * MAD, MIN_RISE * |median|).
+# Six robust standard deviations keep the per-batch noise of small batches quiet; the
+# relative floor keeps a loss that has settled to near-constant values (MAD ~ 0) from
+# flagging rounding-sized bumps.
+WINDOW = 100
+WARMUP = 20
+SIGMAS = 6.0
+MIN_RISE = 0.25
+# Episodes beyond this many are counted in the last finding, not reported one by one.
+MAX_EPISODES = 10
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One run of consecutive steps whose loss stayed above the spike threshold.
+
+    Attributes:
+        start: the first step above the threshold.
+        end: the last step seen above it so far.
+        steps: how many records were above it.
+        peak: the highest loss of the episode.
+        peak_step: the step of `peak`.
+        baseline: the running median of the losses before the episode began.
+        threshold: the spike threshold when the episode began.
+        losses: how many losses the running median was taken over.
+    """
+
+    start: int
+    end: int
+    steps: int
+    peak: float
+    peak_step: int
+    baseline: float
+    threshold: float
+    losses: int
+
+
+class LossSpikeDetector:
+    """Warns once per episode in which the loss jumps far above its running median.
+
+    Args:
+        window: int, losses in the running window. Defaults to 100.
+        warmup: int, losses needed before any spike is judged. Defaults to 20.
+        sigmas: float, robust standard deviations (1.4826 * MAD) above the running
+            median that make a spike. Defaults to 6.0.
+        min_rise: float, the least rise above the median, as a fraction of |median|.
+            Defaults to 0.25.
+        setup: `TrainingSetup` or None, the user's optimizer settings, so that the
+            fixes name the actual learning rate and clipping. Defaults to None.
+
+    Raises:
+        ValueError: for an argument out of range, e.g. a `warmup` above `window`.
+    """
+
+    def __init__(
+        self,
+        window: int = WINDOW,
+        warmup: int = WARMUP,
+        sigmas: float = SIGMAS,
+        min_rise: float = MIN_RISE,
+        setup: TrainingSetup | None = None,
+    ) -> None:
+        self._window = check_int(window, "window", 3)
+        self._warmup = check_int(warmup, "warmup", 3)
+        if self._warmup > self._window:
+            raise ValueError(
+                f"`warmup` must be at most `window` ({self._window}). Received: warmup={warmup!r}"
+            )
+        self._sigmas = check_float(sigmas, "sigmas")
+        self._min_rise = check_float(min_rise, "min_rise", 0.0, math.inf, True)
+        self._setup = setup or TrainingSetup()
+        self._losses: deque[float] = deque(maxlen=self._window)
+        self._episodes: list[Episode] = []
+        self._uncounted = 0
+        self._in_episode = False
+
+    def observe(self, record: StepRecord) -> None:
+        """Take in the loss of one step; a missing or non-finite loss is skipped."""
+        loss = record.loss
+        if loss is None or not math.isfinite(loss):
+            return
+        spike = False
+        if len(self._losses) >= self._warmup:
+            baseline = median(self._losses)
+            spread = MAD_TO_SIGMA * median([abs(value - baseline) for value in self._losses])
+            threshold = baseline + max(self._sigmas * spread, self._min_rise * abs(baseline))
+            spike = loss > threshold
+            if spike:
+                self._extend(record.step, loss, baseline, threshold)
+        self._in_episode = spike
+        self._losses.append(loss)
+
+    def findings(self) -> list[Finding]:
+        """One warning per spike episode (at most `MAX_EPISODES`), in order."""
+        findings = [self._finding(episode) for episode in self._episodes]
+        if self._uncounted and findings:
+            last = findings[-1]
+            more = count(self._uncounted, "more spike episode")
+            findings[-1] = replace(last, explanation=f"{last.explanation} {more} followed.")
+        return findings
+
+    def _extend(self, step: int, loss: float, baseline: float, threshold: float) -> None:
+        """Start an episode, or extend the current one."""
+        if not self._in_episode:
+            if len(self._episodes) >= MAX_EPISODES:
+                self._uncounted += 1
+                return
+            self._episodes.append(
+                Episode(step, step, 1, loss, step, baseline, threshold, len(self._losses))
+            )
+            return
+        if self._uncounted:
+            return
+        last = self._episodes[-1]
+        peak, peak_step = (loss, step) if loss > last.peak else (last.peak, last.peak_step)
+        self._episodes[-1] = replace(
+            last, end=step, steps=last.steps + 1, peak=peak, peak_step=peak_step
+        )
+
+    def _finding(self, episode: Episode) -> Finding:
+        return Finding(
+            category="loss_spike",
+            step=episode.start,
+            phase=None,
+            origin=None,
+            explanation=explain(episode),
+            fixes=(
+                remedies.gradient_clipping(self._setup),
+                remedies.lower_learning_rate(self._setup),
+            ),
+        )
+
+
+def explain(episode: Episode) -> str:
+    """Describe one spike episode against the running median.
+
+    Example: "The loss jumped to 7.2 at step 813, 5.5 times the running median 1.3 of
+    the last 100 losses (spike threshold 2.1); it stayed above the threshold for 3
+    steps, from step 812 to step 814."
+    """
+    compared = "against"
+    if episode.baseline > 0:
+        compared = f"{approximately(episode.peak / episode.baseline)} times"
+    text = (
+        f"The loss jumped to {format_number(episode.peak)} at step "
+        f"{episode.peak_step}, {compared} the running median "
+        f"{format_number(episode.baseline)} of the last {episode.losses} losses "
+        f"(spike threshold {format_number(episode.threshold)})"
+    )
+    if episode.steps == 1:
+        return f"{text}."
+    return (
+        f"{text}; it stayed above the threshold for {count(episode.steps, 'step')}, "
+        f"from step {episode.start} to step {episode.end}."
+    )

@@ -1,0 +1,114 @@
+"""The shared logic of dead-unit and saturation warnings: a layer's fraction of stuck units
+staying above a threshold for many records in a row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.findings import Finding, Fix
+from gradient_doctor.core.knowledge.wording import approximately, listing
+from gradient_doctor.core.records import StepRecord
+
+# A layer is stuck when more than THRESHOLD of its units are stuck for WINDOW records in
+# a row: a single batch of unusual inputs can silence most units for one step.
+THRESHOLD = 0.9
+WINDOW = 20
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """One layer whose fraction of stuck units stayed above the threshold.
+
+    Attributes:
+        layer: the layer's name.
+        since: the first step of the run of records above the threshold.
+        fraction: the latest fraction of stuck units (0 to 1).
+    """
+
+    layer: str
+    since: int
+    fraction: float
+
+
+class SustainedFractionDetector:
+    """Warns when a `LayerRecord` fraction stays above a threshold for `window` records.
+
+    Subclasses set `FIELD` (the `LayerRecord` field), `CATEGORY`, `UNITS` and `STATE`
+    (words for the explanation), `CONSEQUENCE` (one sentence) and `fixes()`.
+
+    Args:
+        threshold: float in (0, 1), the fraction above which a layer counts as stuck.
+            Defaults to 0.9.
+        window: int, records in a row the fraction must stay above the threshold.
+            Defaults to 20.
+
+    Raises:
+        ValueError: for a `threshold` outside (0, 1) or a `window` below 1.
+    """
+
+    FIELD = ""
+    CATEGORY = ""
+    UNITS = ""  # e.g. "ReLU units"
+    STATE = ""  # e.g. "output 0 for every example"
+    CONSEQUENCE = ""
+
+    def __init__(self, threshold: float = THRESHOLD, window: int = WINDOW) -> None:
+        self._threshold = check_float(threshold, "threshold", 0.0, 1.0)
+        self._window = check_int(window, "window", 1)
+        self._layers: dict[str, None] = {}  # every layer seen, in record order
+        self._streaks: dict[str, tuple[int, int]] = {}  # layer -> (first step, length)
+        self._stuck: dict[str, Stuck] = {}
+        self._first_step: int | None = None
+
+    def fixes(self) -> tuple[Fix, ...]:
+        """The remedies, most direct first."""
+        raise NotImplementedError
+
+    def observe(self, record: StepRecord) -> None:
+        """Take in the layers' fractions of one step; layers without the field are skipped."""
+        for layer, fraction in record.layer_values(self.FIELD).items():
+            self._layers.setdefault(layer)
+            if fraction <= self._threshold:
+                self._streaks.pop(layer, None)
+                continue
+            since, length = self._streaks.get(layer, (record.step, 0))
+            self._streaks[layer] = (since, length + 1)
+            if length + 1 >= self._window:
+                self._stuck[layer] = Stuck(layer, since, fraction)
+                if self._first_step is None:
+                    self._first_step = record.step
+
+    def findings(self) -> list[Finding]:
+        """One warning naming the stuck layers, or none."""
+        if self._first_step is None:
+            return []
+        return [
+            Finding(
+                category=self.CATEGORY,
+                step=self._first_step,
+                phase="forward",
+                origin=None,
+                explanation=self.explain(
+                    tuple(self._stuck[name] for name in self._layers if name in self._stuck)
+                ),
+                fixes=self.fixes(),
+            )
+        ]
+
+    def explain(self, stuck: tuple[Stuck, ...]) -> str:
+        """E.g. "In 2 layers more than 90% of the ReLU units output 0 for every example,
+        for 20 records in a row: `dense_1` (97% since step 120) and `dense_2` (93% since
+        step 130). Dead units get no gradient, so they never recover."."""
+        where = "1 layer" if len(stuck) == 1 else f"{len(stuck)} layers"
+        layers = listing(
+            [
+                f"`{item.layer}` ({approximately(100 * item.fraction)}% since step {item.since})"
+                for item in stuck
+            ]
+        )
+        return (
+            f"In {where} more than {approximately(100 * self._threshold)}% of the "
+            f"{self.UNITS} {self.STATE}, for {self._window} records in a row: {layers}. "
+            f"{self.CONSEQUENCE}"
+        )

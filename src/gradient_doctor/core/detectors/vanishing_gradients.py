@@ -1,0 +1,130 @@
+"""Early warning of vanishing gradients: a layer whose gradient is orders of magnitude too small."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.forecast import median
+from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.not_fixes import vanishing_not_fixes
+from gradient_doctor.core.knowledge.wording import approximately, listing
+from gradient_doctor.core.records import StepRecord
+
+# A layer's gradient norm is judged over its last WINDOW records (so one quiet batch
+# is not a finding). It vanishes when its median is below RATIO times the median of the
+# other layers' medians (four orders of magnitude), or when its mean is below FLOOR
+# while the other layers' median is not: when every layer is below FLOOR the loss is
+# flat everywhere (converged or stuck), which is not a problem of gradient flow.
+WINDOW = 20
+RATIO = 1e-4
+FLOOR = 1e-7
+
+
+@dataclass(frozen=True)
+class Vanishing:
+    """One layer whose gradient vanished.
+
+    Attributes:
+        layer: the layer's name.
+        step: the step of the last record judged.
+        norm: the layer's median gradient norm over the window.
+        others: the median gradient norm of the other layers over the window.
+    """
+
+    layer: str
+    step: int
+    norm: float
+    others: float
+
+
+class VanishingGradientsDetector:
+    """Warns when a layer's gradient norm stays orders of magnitude below the others'.
+
+    A layer whose gradient norm is exactly 0 over the whole window is left to the
+    zero-gradient check, which names the variables and the break in the path.
+
+    Args:
+        window: int, records each layer is judged over. Defaults to 20.
+        ratio: float, a layer vanishes below this fraction of the other layers'
+            median norm. Defaults to 1e-4.
+        floor: float, or when its mean norm is below this (while the others' is not).
+            Defaults to 1e-7.
+
+    Raises:
+        ValueError: for an argument out of range, e.g. a `ratio` of 1 or more.
+    """
+
+    def __init__(self, window: int = WINDOW, ratio: float = RATIO, floor: float = FLOOR) -> None:
+        self._window = check_int(window, "window", 3)
+        self._ratio = check_float(ratio, "ratio", 0.0, 1.0)
+        self._floor = check_float(floor, "floor")
+        self._series: dict[str, deque[float]] = {}
+        self._vanished: dict[str, Vanishing] = {}
+        self._first_step: int | None = None
+
+    def observe(self, record: StepRecord) -> None:
+        """Take in the layers' gradient norms of one step; skips missing and non-finite ones."""
+        for layer, norm in record.layer_values("grad_norm").items():
+            self._series.setdefault(layer, deque(maxlen=self._window)).append(norm)
+        full = {
+            layer: series
+            for layer, series in self._series.items()
+            if len(series) == self._window and any(series)
+        }
+        if len(full) < 2:
+            return
+        medians = {layer: median(series) for layer, series in full.items()}
+        for layer, series in full.items():
+            others = median([value for name, value in medians.items() if name != layer])
+            low = medians[layer] < self._ratio * others
+            floored = sum(series) / len(series) < self._floor <= others
+            if low or floored:
+                self._vanished[layer] = Vanishing(layer, record.step, medians[layer], others)
+                if self._first_step is None:
+                    self._first_step = record.step
+
+    def findings(self) -> list[Finding]:
+        """One warning naming the layers whose gradients vanish, or none."""
+        if self._first_step is None:
+            return []
+        return [
+            Finding(
+                category="vanishing_gradients",
+                step=self._first_step,
+                phase=None,
+                origin=None,
+                explanation=explain(
+                    tuple(self._vanished[name] for name in self._series if name in self._vanished),
+                    self._window,
+                ),
+                not_fixes=vanishing_not_fixes(),
+                fixes=(
+                    remedies.better_init(),
+                    remedies.batch_normalization("each hidden layer"),
+                    remedies.activation_change("relu", "it does not saturate for positive inputs"),
+                ),
+            )
+        ]
+
+
+def explain(vanished: tuple[Vanishing, ...], window: int) -> str:
+    """Name the layers and compare the smallest gradient with the others'.
+
+    Example: "Gradients vanish in layer `dense`: its gradient norm has a median of
+    3.1e-09 over the last 20 records, 1.2e-06 times the median 0.0026 of the other
+    layers, so its weights barely move."
+    """
+    worst = min(vanished, key=lambda item: item.norm / item.others)
+    names = listing([f"`{item.layer}`" for item in vanished])
+    where = f"layer {names}" if len(vanished) == 1 else f"{len(vanished)} layers ({names})"
+    its = "its" if len(vanished) == 1 else f"`{worst.layer}`'s"
+    return (
+        f"Gradients vanish in {where}: {its} gradient norm has a median of "
+        f"{approximately(worst.norm)} over the last {window} records, "
+        f"{approximately(worst.norm / worst.others)} times the median "
+        f"{approximately(worst.others)} of the other layers, so its weights "
+        "barely move."
+    )

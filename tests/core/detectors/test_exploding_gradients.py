@@ -1,0 +1,106 @@
+"""Exploding gradients: layers whose gradient norm grows exponentially, caught before the NaN."""
+
+import math
+
+import pytest
+
+from gradient_doctor.core.detectors import ExplodingGradientsDetector
+from gradient_doctor.core.evidence import TrainingSetup
+
+DEEP = [f"dense_{index}" for index in range(1, 6)]
+
+
+def _story3(step, layer, rng):
+    """Norms steady near 1 until step 205, then +25% a step in the deep layers (NaN at 238)."""
+    noise = math.exp(rng.gauss(0.0, 0.3))
+    if layer in DEEP and step > 205:
+        return noise * 1.25 ** (step - 205)
+    return noise
+
+
+def _story3_records(layer_record, rng, steps=238):
+    layers = ["dense", *DEEP]
+    return [
+        layer_record(step, **{layer: _story3(step, layer, rng) for layer in layers})
+        for step in range(steps)
+    ]
+
+
+def test_story3_names_the_exploding_layers_before_the_nan(layer_record, run, rng):
+    history = run(ExplodingGradientsDetector(), _story3_records(layer_record, rng))
+    first = next(step for step, findings in enumerate(history) if findings)
+    assert 215 <= first < 238
+    (warning,) = history[-1]
+    assert warning.category == "exploding_gradients"
+    assert warning.step == first
+    assert warning.explanation.startswith(
+        "Gradient norms are growing exponentially in 5 layers (`dense_1`, `dense_2`, `dense_3`,"
+    )
+    assert "`dense`," not in warning.explanation and "(`dense`" not in warning.explanation
+    assert "% per step" in warning.explanation
+    assert [fix.family for fix in warning.fixes][:2] == ["lower_learning_rate", "gradient_clipping"]
+
+
+def test_fixes_name_the_users_learning_rate(layer_record, run, rng):
+    detector = ExplodingGradientsDetector(setup=TrainingSetup(learning_rate=2.0))
+    (warning,) = run(detector, _story3_records(layer_record, rng))[-1]
+    assert "from 2 to 0.2" in warning.fixes[0].title
+
+
+def test_one_warning_updated_not_repeated(layer_record, run, rng):
+    history = run(ExplodingGradientsDetector(), _story3_records(layer_record, rng))
+    first = next(step for step, findings in enumerate(history) if findings)
+    assert all(len(findings) == 1 for findings in history[first:])
+    assert {findings[0].step for findings in history[first:]} == {first}
+
+
+def test_healthy_noisy_norms_are_quiet(layer_record, run, rng):
+    records = [
+        layer_record(step, **{layer: math.exp(rng.gauss(0.0, 1.0)) for layer in DEEP})
+        for step in range(2000)
+    ]
+    assert run(ExplodingGradientsDetector(), records)[-1] == []
+
+
+def test_slow_growth_is_not_an_explosion(layer_record, run, rng):
+    # x10 over 1000 steps: a trend, but nowhere near x100 within a window.
+    records = [
+        layer_record(step, dense=10 ** (step / 1000) * math.exp(rng.gauss(0.0, 0.1)))
+        for step in range(1000)
+    ]
+    assert run(ExplodingGradientsDetector(), records)[-1] == []
+
+
+def test_global_norm_alone(run, rng):
+    from gradient_doctor.core.records import StepRecord
+
+    records = [StepRecord(step, grad_norm=1.3**step) for step in range(40)]
+    (warning,) = run(ExplodingGradientsDetector(), records)[-1]
+    assert warning.explanation.startswith("The global gradient norm is growing exponentially")
+    assert "~30% per step" in warning.explanation
+
+
+def test_one_layer(layer_record, run):
+    records = [layer_record(step, dense_9=1.5**step, dense=1.0) for step in range(30)]
+    (warning,) = run(ExplodingGradientsDetector(), records)[-1]
+    assert warning.explanation.startswith(
+        "The gradient norm of layer `dense_9` is growing exponentially: from "
+    )
+
+
+def test_zero_and_non_finite_norms_are_skipped(layer_record, run):
+    records = [layer_record(step, dense=value) for step, value in enumerate([0.0, math.inf] * 20)]
+    assert run(ExplodingGradientsDetector(), records)[-1] == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": 2}, r"^`window` must be an int of at least 3. Received: window=2$"),
+        ({"min_points": 50}, r"`min_points` must be at most `window` \(30\)"),
+        ({"growth_factor": 1}, r"`growth_factor` must be a float > 1. Received: growth_factor=1"),
+    ],
+)
+def test_arguments_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ExplodingGradientsDetector(**kwargs)

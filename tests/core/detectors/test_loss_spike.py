@@ -1,0 +1,96 @@
+"""Loss spikes against a running median: one warning per spike episode."""
+
+import math
+
+import pytest
+
+from gradient_doctor.core.detectors import LossSpikeDetector
+from gradient_doctor.core.detectors.loss_spike import MAX_EPISODES
+from gradient_doctor.core.records import StepRecord
+
+
+def _decaying(step, rng):
+    """A healthy loss: decaying from 2 toward 0.5 with +-10% batch noise."""
+    return (0.5 + 1.5 * math.exp(-step / 300)) * math.exp(rng.gauss(0.0, 0.1))
+
+
+def _records(losses):
+    return [StepRecord(step, loss=loss) for step, loss in enumerate(losses)]
+
+
+def test_a_spike_is_reported_with_its_values(run, rng):
+    losses = [_decaying(step, rng) for step in range(600)]
+    losses[400] = 5.0 * losses[399]
+    history = run(LossSpikeDetector(), _records(losses))
+    assert history[399] == []
+    (warning,) = history[-1]
+    assert warning.category == "loss_spike" and warning.step == 400
+    assert warning.explanation.startswith("The loss jumped to ")
+    assert "at step 400, 5" in warning.explanation
+    assert "times the running median" in warning.explanation
+    assert "of the last 100 losses (spike threshold " in warning.explanation
+    assert [fix.family for fix in warning.fixes] == ["gradient_clipping", "lower_learning_rate"]
+
+
+def test_an_episode_of_several_steps_is_one_warning(run, rng):
+    losses = [_decaying(step, rng) for step in range(600)]
+    for step in range(400, 405):
+        losses[step] = 4.0 + step - 400
+    history = run(LossSpikeDetector(), _records(losses))
+    assert all(len(findings) == 1 for findings in history[400:])
+    (warning,) = history[-1]
+    assert warning.step == 400
+    assert "The loss jumped to 8 at step 404" in warning.explanation
+    assert "above the threshold for 5 steps, from step 400 to step 404." in warning.explanation
+
+
+def test_separate_episodes_are_separate_warnings(run, rng):
+    losses = [_decaying(step, rng) for step in range(600)]
+    losses[200] = losses[300] = 10.0
+    warnings = run(LossSpikeDetector(), _records(losses))[-1]
+    assert [warning.step for warning in warnings] == [200, 300]
+
+
+def test_many_episodes_are_capped(run, rng):
+    losses = [_decaying(step, rng) for step in range(1000)]
+    for step in range(100, 1000, 50):
+        losses[step] = 20.0
+    warnings = run(LossSpikeDetector(), _records(losses))[-1]
+    assert len(warnings) == MAX_EPISODES
+    assert warnings[-1].explanation.endswith(" 8 more spike episodes followed.")
+
+
+def test_healthy_and_noisy_losses_are_quiet(run, rng):
+    decaying = [_decaying(step, rng) for step in range(3000)]
+    assert run(LossSpikeDetector(), _records(decaying))[-1] == []
+    noisy = [1.0 + rng.gauss(0.0, 0.2) for _ in range(3000)]
+    assert run(LossSpikeDetector(), _records(noisy))[-1] == []
+
+
+def test_no_spike_during_warmup(run):
+    losses = [1.0, 1.0, 100.0] + [1.0] * 50
+    assert run(LossSpikeDetector(), _records(losses))[-1] == []
+
+
+def test_a_settled_loss_does_not_flag_rounding_bumps(run):
+    losses = [0.1] * 200 + [0.11] + [0.1] * 10
+    assert run(LossSpikeDetector(), _records(losses))[-1] == []
+
+
+def test_missing_and_non_finite_losses_are_skipped(run):
+    records = [StepRecord(step, loss=None if step % 2 else math.nan) for step in range(100)]
+    assert run(LossSpikeDetector(), records)[-1] == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": 2}, r"^`window` must be an int of at least 3. Received: window=2$"),
+        ({"warmup": 200}, r"`warmup` must be at most `window` \(100\). Received: warmup=200"),
+        ({"sigmas": 0}, r"`sigmas` must be a float > 0. Received: sigmas=0"),
+        ({"min_rise": -0.1}, r"`min_rise` must be a float >= 0"),
+    ],
+)
+def test_arguments_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LossSpikeDetector(**kwargs)
