@@ -181,7 +181,7 @@ def test_denominator_near_zero_within_its_noise(headroom_record, run, rng):
     warning = run(HeadroomDetector(), records)[-1][0]
     assert warning.category == "forward_domain"
     assert "smallest |denominator|" in warning.explanation
-    assert "a zero denominator" in warning.explanation
+    assert "from zero, with no clear trend" in warning.explanation
     assert "safe_div" in [fix.family for fix in warning.fixes]
 
 
@@ -213,6 +213,14 @@ def test_float16_cast_nearing_65504(headroom_record, run):
     assert "largest |value|" in warning.explanation
     assert "float16 overflow expected near step 456" in warning.explanation
     assert warning.fixes[0].family == "float32_island"
+
+
+def test_a_value_past_the_limit_says_so(headroom_record, run, rng):
+    records = [headroom_record(step, 40.0 + step / 10 + rng.gauss(0.0, 0.1)) for step in range(500)]
+    (warning,) = run(HeadroomDetector(), records)[-1]
+    assert warning.forecast_step == 499
+    assert warning.explanation.startswith("Exp in layer `message_passing` (train.py:42): largest")
+    assert warning.explanation.endswith(" reached the float32 Exp overflow threshold 88.72.")
 
 
 def test_non_finite_samples_are_skipped(headroom_record):

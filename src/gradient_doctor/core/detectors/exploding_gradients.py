@@ -131,7 +131,12 @@ class ExplodingGradientsDetector:
         """The series' growth across the window when it is an explosion, else None."""
         if len(series) < self._min_points:
             return None
-        trend = robust_trend([step for step, _ in series], [value for _, value in series])
+        values = [value for _, value in series]
+        # A line through evenly spaced points fits at most twice their range, so a series
+        # whose norms span less than sqrt(growth_factor) cannot be an explosion: skip the fit.
+        if max(values) - min(values) < 0.5 * math.log(self._growth_factor):
+            return None
+        trend = robust_trend([step for step, _ in series], values)
         if trend is None or not trend.is_clear() or trend.slope <= 0:
             return None
         if trend.change < math.log(self._growth_factor):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.headroom_remedies import headroom_remedies, source_of
@@ -27,8 +27,8 @@ MIN_POINTS = 20
 # than the history it has seen behind.
 HORIZON_FACTOR = 1.0
 # Near the limit, warn whatever the trend (a value can rise, linger just below the
-# limit, then cross): within NOISE_MULTIPLE times the typical step-to-step change of
-# the limit, or, for an overflow threshold, within NEAR_FRACTION of it. 0.10 leaves the
+# limit, then cross): within NOISE_MULTIPLE typical step-to-step changes of the limit,
+# or, for an overflow threshold, within NEAR_FRACTION of it. 0.10 leaves the
 # doctor's own clip fix (0.9 x the exp limit, rounded down: 79 for float32) unflagged,
 # while story 1's plateau (~83.5 below 88.72) is flagged. Domain edges (0 for log, 1
 # for acos) get no relative margin: inputs legitimately live next to them (a cosine
@@ -36,6 +36,8 @@ HORIZON_FACTOR = 1.0
 NEAR_FRACTION = 0.10
 NOISE_MULTIPLE = 3.0
 _OVERFLOW_KINDS = frozenset({"max_input", "max_abs_value"})
+# Samples of an op between two fits of its trends.
+REFIT_EVERY = 10
 # Points of each op's whole-run history kept to estimate its long-run rate.
 LONG_RUN_POINTS = 64
 # Slopes are reported per this many steps.
@@ -61,9 +63,7 @@ _WORDS = {
     "min_input": _Words(
         "smallest input", "{op} leaving its domain", "the edge of {op}'s domain ({limit})"
     ),
-    "min_abs_denominator": _Words(
-        "smallest |denominator|", "division by zero", "a zero denominator"
-    ),
+    "min_abs_denominator": _Words("smallest |denominator|", "division by zero", "zero"),
     "abs_input": _Words(
         "largest |input|", "{op} leaving its domain", "the edge of {op}'s domain ({limit})"
     ),
@@ -72,13 +72,20 @@ _WORDS = {
 
 @dataclass
 class _Track:
-    """What the detector keeps about one risky op (one key)."""
+    """What the detector keeps about one risky op (one key).
+
+    The fitted quantities are those of the last refit (every `refit_every` samples).
+    """
 
     first_step: int
     recent: deque[tuple[int, float]]
     long_run: ThinnedHistory[tuple[int, float]]
+    samples: int = 0
+    spread: float = 0.0  # the typical step-to-step change of the gap
+    crossing: int | None = None  # where the recent clear trend reaches the limit
+    rate: float = 0.0  # that trend's rate of approach, per step
+    long_rate: float = 0.0  # the whole run's rate of approach, per step (0: none)
     warning: Finding | None = None
-    remedies: tuple = field(default=())
 
 
 class HeadroomDetector:
@@ -99,6 +106,9 @@ class HeadroomDetector:
             overflow threshold. Defaults to 0.10.
         noise_multiple: float, warn when the value is within this many typical
             step-to-step changes of the limit. Defaults to 3.0.
+        refit_every: int, samples of an op between two fits of its trend (a fit
+            costs O(window log window); the near check runs on every sample).
+            Defaults to 10.
 
     Raises:
         ValueError: for an argument out of range, e.g. a `window` below 3.
@@ -117,6 +127,7 @@ class HeadroomDetector:
         horizon_factor: float = HORIZON_FACTOR,
         near_fraction: float = NEAR_FRACTION,
         noise_multiple: float = NOISE_MULTIPLE,
+        refit_every: int = REFIT_EVERY,
     ) -> None:
         self._window = check_int(window, "window", 3)
         self._min_points = check_int(min_points, "min_points", 3)
@@ -128,6 +139,7 @@ class HeadroomDetector:
         self._horizon_factor = check_float(horizon_factor, "horizon_factor")
         self._near_fraction = check_float(near_fraction, "near_fraction", 0.0, 1.0, True)
         self._noise_multiple = check_float(noise_multiple, "noise_multiple", 0.0, math.inf, True)
+        self._refit_every = check_int(refit_every, "refit_every", 1)
         self._tracks: dict[str, _Track] = {}
 
     def observe(self, record: StepRecord) -> None:
@@ -149,40 +161,38 @@ class HeadroomDetector:
         gap = sample.gap
         track.recent.append((step, gap))
         track.long_run.append((step, gap))
-        steps, gaps = zip(*track.recent)
-        near = gap <= 0 or gap < self._noise_multiple * step_spread(gaps)
+        track.samples += 1
+        if track.samples % self._refit_every == 0:
+            self._refit(track)
+        near = gap <= 0 or gap < self._noise_multiple * track.spread
         if sample.kind in _OVERFLOW_KINDS:
             near = near or gap <= self._near_fraction * abs(sample.limit)
-        forecast, rate = self._approach(steps, gaps)
         horizon = self._horizon_factor * max(step - track.first_step, 1)
-        soon = forecast is not None and forecast - step <= horizon
+        soon = track.crossing is not None and track.crossing - step <= horizon
         if not (near or soon):
             return
-        if forecast is not None:
-            explanation = _explain_trend(sample, rate, forecast)
+        if gap <= 0:
+            forecast, explanation = step, _explain_reached(sample)
+        elif track.crossing is not None:
+            forecast = max(track.crossing, step)
+            explanation = _explain_trend(sample, track.rate, forecast)
         else:
-            forecast, rate = self._long_run_forecast(track, step, gap)
-            explanation = _explain_near(sample, gap, len(gaps), rate, forecast)
+            forecast = step + math.ceil(gap / track.long_rate) if track.long_rate else None
+            explanation = _explain_near(sample, gap, len(track.recent), track.long_rate, forecast)
         self._warn(track, step, sample, explanation, forecast)
 
-    def _approach(
-        self, steps: tuple[int, ...], gaps: tuple[float, ...]
-    ) -> tuple[int | None, float]:
-        """The forecast crossing and the rate of approach (per step) of a clear recent trend."""
-        if len(gaps) < self._min_points:
-            return None, 0.0
-        trend = robust_trend(steps, gaps)
-        if trend is None or not trend.is_clear() or trend.slope >= 0:
-            return None, 0.0
-        return crossing_step(trend, 0.0), -trend.slope
-
-    def _long_run_forecast(self, track: _Track, step: int, gap: float) -> tuple[int | None, float]:
-        """When the value lingers near the limit: where the run's average rate would take it."""
+    def _refit(self, track: _Track) -> None:
+        """Fit the recent and the whole-run trends of the op's gap, and its spread."""
+        steps, gaps = zip(*track.recent)
+        track.spread = step_spread(gaps)
+        track.crossing, track.rate = None, 0.0
+        recent = robust_trend(steps, gaps) if len(gaps) >= self._min_points else None
+        if recent is not None and recent.is_clear() and recent.slope < 0:
+            track.crossing, track.rate = crossing_step(recent, 0.0), -recent.slope
         points = track.long_run.items()
-        trend = robust_trend([p[0] for p in points], [p[1] for p in points])
-        if trend is None or not trend.is_clear() or trend.slope >= 0:
-            return None, 0.0
-        return step + math.ceil(max(gap, 0.0) / -trend.slope), -trend.slope
+        long_run = robust_trend([point[0] for point in points], [point[1] for point in points])
+        clear = long_run is not None and long_run.is_clear() and long_run.slope < 0
+        track.long_rate = -long_run.slope if clear else 0.0
 
     def _warn(
         self,
@@ -204,15 +214,7 @@ class HeadroomDetector:
             category="forward_overflow" if sample.kind in _OVERFLOW_KINDS else "forward_domain",
             step=step,
             phase="forward",
-            origin=Origin(
-                op=sample.op,
-                op_name=sample.key,
-                layer=sample.layer,
-                source=source_of(sample),
-                gradient_of=None,
-                inputs=(),
-                outputs=(),
-            ),
+            origin=_origin(sample),
             explanation=explanation,
             not_fixes=not_fixes,
             fixes=fixes,
@@ -221,14 +223,28 @@ class HeadroomDetector:
         )
 
 
+def _origin(sample: HeadroomSample) -> Origin:
+    """The op and the user's line; its values are in the warning's `headroom`."""
+    return Origin(
+        op=sample.op,
+        op_name=sample.key,
+        layer=sample.layer,
+        source=source_of(sample),
+        gradient_of=None,
+        inputs=(),
+        outputs=(),
+    )
+
+
 def _place(sample: HeadroomSample) -> str:
     """ "Exp in layer `message_passing` (train.py:42)"."""
-    origin = Origin(sample.op, sample.key, sample.layer, source_of(sample), None, (), ())
+    origin = _origin(sample)
     where = f" ({line_ref(origin.source)})" if origin.source else ""
     return f"{op_place(origin)}{where}"
 
 
 def _fill(template: str, sample: HeadroomSample) -> str:
+    """Fill a `_Words` template with the sample's dtype, op and limit."""
     return template.format(dtype=sample.dtype, op=sample.op, limit=format_number(sample.limit))
 
 
@@ -248,18 +264,27 @@ def _explain_trend(sample: HeadroomSample, rate: float, forecast: int) -> str:
     )
 
 
+def _explain_reached(sample: HeadroomSample) -> str:
+    """E.g. "Exp in layer `mp` (train.py:42): largest input 88.95 reached the float32 Exp
+    overflow threshold 88.72."."""
+    words = _WORDS[sample.kind]
+    return (
+        f"{_place(sample)}: {words.measure} {format_number(sample.value)} reached "
+        f"{_fill(words.threshold, sample)}."
+    )
+
+
 def _explain_near(
     sample: HeadroomSample, gap: float, points: int, rate: float, forecast: int | None
 ) -> str:
-    """E.g. "Exp in layer `mp` (train.py:42): largest input 83.5, only 5.2 (6%) from the
-    float32 Exp overflow threshold 88.72, with no clear trend toward it over the last
-    100 samples;
-    at its average rate over the run (~8.1 per 100 steps), float32 overflow expected
-    near step 1230."."""
+    """E.g. "Exp in layer `mp` (train.py:42): largest input 83.5, only 5.2 (5.9%) from
+    the float32 Exp overflow threshold 88.72, with no clear trend toward it over the
+    last 100 samples; at its average rate over the run (~8.1 per 100 steps), float32
+    overflow expected near step 1230."."""
     words = _WORDS[sample.kind]
-    distance = approximately(max(gap, 0.0))
+    distance = approximately(gap)
     if sample.limit != 0:
-        distance += f" ({approximately(100 * max(gap, 0.0) / abs(sample.limit))}%)"
+        distance += f" ({approximately(100 * gap / abs(sample.limit))}%)"
     start = (
         f"{_place(sample)}: {words.measure} {format_number(sample.value)}, only {distance} "
         f"from {_fill(words.threshold, sample)}, with no clear trend toward it over the "
