@@ -12,9 +12,11 @@ def watched_run(script: str, args: list[str], report_path: str | None, keep_goin
     from gradient_doctor.render.json_report import write_json_report
     from gradient_doctor.render.terminal import render_report
     from gradient_doctor.tf_adapter.run_patches import RunPatches
-    from gradient_doctor.tf_adapter.watcher import Watcher, print_finding
+    from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
 
-    watcher = Watcher(stop_on_problem=not keep_going, on_finding=print_finding)
+    watcher = Watcher(
+        stop_on_problem=not keep_going, on_finding=print_finding, on_warning=print_warning
+    )
     patches = RunPatches(watcher)
     patches.install()
     try:

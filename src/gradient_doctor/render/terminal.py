@@ -350,6 +350,18 @@ def render_finding(finding: Finding, console: Console | None = None) -> None:
     console.print(finding_panel(finding, f"gradient-doctor: {finding_title(finding)}"))
 
 
+def render_warning(finding: Finding, console: Console | None = None) -> None:
+    """Print one early warning, briefly, when it is first raised.
+
+    Args:
+        finding: Finding, raised while the run was still finite.
+        console: rich Console to print to. Defaults to a Console on stderr.
+    """
+    console = console or Console(stderr=True)
+    console.print(Text("gradient-doctor warning", style="bold yellow"))
+    console.print(Group(*(styled_line(line) for line in warning_lines(finding))))
+
+
 def finding_panel(finding: Finding, title: str) -> Panel:
     """Draw a finding in a red panel, its fix code highlighted as Python.
 

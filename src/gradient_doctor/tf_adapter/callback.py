@@ -9,7 +9,7 @@ import keras
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter.input_scan import keras_batch_names
 from gradient_doctor.tf_adapter.model_hooks import ModelHook, attach
-from gradient_doctor.tf_adapter.watcher import Watcher, print_finding
+from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
 
 
 class Doctor(keras.callbacks.Callback):
@@ -41,7 +41,11 @@ class Doctor(keras.callbacks.Callback):
         # Given a session's watcher (`gradient-doctor run`), the hooks stay on the model
         # between fits, so a script that calls fit once per epoch traces its step once.
         self._persistent = watcher is not None
-        self.watcher = watcher or Watcher(stop_on_problem, print_finding if verbose else None)
+        self.watcher = watcher or Watcher(
+            stop_on_problem,
+            print_finding if verbose else None,
+            on_warning=print_warning if verbose else None,
+        )
         self._hook: ModelHook | None = None
 
     def on_train_begin(self, logs=None) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter.headroom_probe import Probe, find_probes
 from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
@@ -45,6 +46,11 @@ class Guard:
         # returns True when the update must be skipped.
         self.on_missing = on_missing
         self.zero_streaks = ZeroStreaks()
+        # Per traced graph, the risky ops already measured; and every measuring site:
+        # (probes, variable holding their latest values).
+        self._probed: dict[int, set[str]] = {}
+        self._sites: dict[tuple[str, ...], tf.Variable] = {}
+        self.headroom_sites: list[tuple[list[Probe], tf.Variable]] = []
 
     def _variable(self) -> tf.Variable:
         if self._stats is None:
@@ -148,11 +154,48 @@ class Guard:
             return tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
 
         tf.cond(ok, update, skip)
+        if not tf.executing_eagerly():
+            self._measure_headroom(tf.compat.v1.get_default_graph())
         zero_streak = self.zero_streaks.update([v for _, v in float_pairs], squares)
         stats.assign(
             tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss, zero_streak])
         )
         return None
+
+    def _measure_headroom(self, graph) -> None:
+        """Add, once per traced graph, the reductions that measure the user's risky ops.
+
+        `tf.function` traces a step again after the trace that created its
+        variables, so a site is found again by its ops' names and reused.
+        """
+        seen = self._probed.setdefault(id(graph), set())
+        new = [(probe, value) for probe, value in find_probes(graph) if probe.key not in seen]
+        if not new:
+            return
+        seen.update(probe.key for probe, _ in new)
+        keys = tuple(probe.key for probe, _ in new)
+        holder = self._sites.get(keys)
+        if holder is None:
+            try:
+                with tf.init_scope():
+                    holder = tf.Variable(
+                        tf.zeros([len(new)], tf.float32),
+                        trainable=False,
+                        name="gradient_doctor_headroom",
+                    )
+            except ValueError:  # a retrace may not create variables: go unmeasured
+                return
+            self._sites[keys] = holder
+            self.headroom_sites.append(([probe for probe, _ in new], holder))
+        holder.assign(tf.stack([value for _, value in new]))
+
+    def read_headroom(self) -> list[tuple[Probe, float]]:
+        """The latest measured values of every risky op (a small host copy per site)."""
+        return [
+            (probe, value)
+            for probes, holder in self.headroom_sites
+            for probe, value in zip(probes, holder.numpy())
+        ]
 
 
 def _variables_of(optimizer, trainable_variables) -> list:

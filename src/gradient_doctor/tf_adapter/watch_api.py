@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from gradient_doctor.tf_adapter.custom_loop import WatchedStep
 from gradient_doctor.tf_adapter.model_hooks import guard_optimizer
-from gradient_doctor.tf_adapter.watcher import Watcher, print_finding
+from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
 
 
 def watch(
@@ -49,7 +49,11 @@ def watch(
                 "`optimizer` must be a Keras optimizer (or a list of them), the one that "
                 f"applies this step's gradients. Received: optimizer={candidate!r}"
             )
-    watcher = Watcher(stop_on_problem, print_finding if verbose else None)
+    watcher = Watcher(
+        stop_on_problem,
+        print_finding if verbose else None,
+        on_warning=print_warning if verbose else None,
+    )
     for candidate in optimizers:
         guard_optimizer(candidate, watcher)
     watcher.optimizer = optimizers[0]

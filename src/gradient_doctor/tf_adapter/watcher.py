@@ -7,13 +7,17 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 
+from gradient_doctor.core.detectors.exploding_gradients import ExplodingGradientsDetector
+from gradient_doctor.core.detectors.headroom import HeadroomDetector
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import BreakPoint, Disconnected, Finding
 from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.rules import default as default_rule
+from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter.guard import Guard
+from gradient_doctor.tf_adapter.headroom_probe import samples
 from gradient_doctor.tf_adapter.localize import localize
 from gradient_doctor.tf_adapter.missing_gradients import (
     find_missing_gradient_breaks,
@@ -23,6 +27,8 @@ from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tape_hook import install_tape_hook
 
 HISTORY_SIZE = 256
+# Risky ops' headroom is read back every this many steps (a trend needs no more).
+HEADROOM_EVERY = 10
 
 
 def training_setup(optimizer) -> TrainingSetup:
@@ -50,6 +56,7 @@ class Watcher:
         on_finding: called with each new finding (the terminal prints it).
         zero_gradient_window: int. Report a variable whose gradient is exactly
             zero on this many steps in a row. Defaults to 50.
+        on_warning: called with each new early warning (the terminal prints it).
     """
 
     def __init__(
@@ -57,6 +64,7 @@ class Watcher:
         stop_on_problem: bool = True,
         on_finding: Callable[[Finding], None] | None = None,
         zero_gradient_window: int = 50,
+        on_warning: Callable[[Finding], None] | None = None,
     ) -> None:
         if not isinstance(zero_gradient_window, int) or zero_gradient_window < 2:
             raise ValueError(
@@ -74,6 +82,10 @@ class Watcher:
         self._pending_stop: Finding | None = None
         self._history: deque[tuple[int, float, float]] = deque(maxlen=HISTORY_SIZE)
         self.optimizer = None
+        self.on_warning = on_warning
+        self._warned: set[tuple] = set()
+        self._headroom = HeadroomDetector()
+        self._gradient_trend = ExplodingGradientsDetector()
 
     def after_step(
         self,
@@ -101,6 +113,7 @@ class Watcher:
             self._history.append((step, stats.loss, stats.grad_norm))
             if stats.zero_streak >= self.zero_gradient_window:
                 self._zero_gradients(step)
+            self._look_ahead(step, stats)
             return pending
         history, setup = self._step_history(), training_setup(self.optimizer)
         try:
@@ -216,6 +229,23 @@ class Watcher:
             self.steps_watched = max(self.steps_watched - 1, 0)
             self.after_step(lambda: None, list)
 
+    def _look_ahead(self, step: int, stats) -> None:
+        """Feed the early-warning detectors: gradient norms every step, headroom every few."""
+        self._gradient_trend.observe(StepRecord(step, loss=stats.loss, grad_norm=stats.grad_norm))
+        if step % HEADROOM_EVERY == 0 and self.guard.headroom_sites:
+            self._headroom.observe(StepRecord(step, headroom=samples(self.guard.read_headroom())))
+        for warning in self._gradient_trend.findings() + self._headroom.findings():
+            key = (warning.category, warning.origin.op_name if warning.origin else None)
+            if key not in self._warned:
+                self._warned.add(key)
+                if self.on_warning is not None:
+                    self.on_warning(warning)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        """Early warnings raised while the run was finite, each updated to its latest."""
+        return tuple(self._gradient_trend.findings() + self._headroom.findings())
+
     def _zero_gradients(self, step: int) -> None:
         """Report variables whose gradient was exactly zero for a whole window (once each)."""
         streaks = self.guard.zero_streaks
@@ -249,6 +279,7 @@ class Watcher:
             script=script,
             steps_watched=self.steps_watched,
             problems=tuple(self.problems),
+            warnings=self.warnings,
             script_error=script_error,
         )
 
@@ -263,4 +294,12 @@ def print_finding(finding: Finding) -> None:
     from gradient_doctor.render.terminal import render_finding
 
     render_finding(finding)
+    sys.stderr.flush()
+
+
+def print_warning(finding: Finding) -> None:
+    """Print one early warning to stderr when it is first raised."""
+    from gradient_doctor.render.terminal import render_warning
+
+    render_warning(finding)
     sys.stderr.flush()
