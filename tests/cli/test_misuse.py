@@ -88,3 +88,24 @@ def test_model_without_trainable_variables_is_said_clearly(tmp_path):
     assert "the model has no trainable variables" in run.stderr
     assert run.exit_code == 0
     assert run.report["status"] == "healthy"
+
+
+def test_scripts_own_doctor_passed_positionally_reports_to_the_run(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import numpy as np
+        import keras
+        import gradient_doctor
+        keras.utils.set_random_seed(0)
+        x = np.random.randn(64, 3).astype("float32")
+        y = np.random.randn(64, 1).astype("float32")
+        y[20] = np.nan
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(x, y, 16, 2, 0, [gradient_doctor.Doctor()], shuffle=False)
+        """,
+    )
+    run = run_doctor(script, tmp=tmp_path)
+    assert run.exit_code == 1
+    assert [(p["category"], p["step"]) for p in run.report["problems"]] == [("bad_input", 1)]

@@ -48,6 +48,11 @@ class Doctor(keras.callbacks.Callback):
         )
         self._hook: ModelHook | None = None
 
+    def adopt(self, watcher) -> None:
+        """Report to `watcher` (a whole run's) instead of this callback's own."""
+        self.watcher = watcher
+        self._persistent = True
+
     def on_train_begin(self, logs=None) -> None:
         if not self.model.trainable_weights:
             warnings.warn(

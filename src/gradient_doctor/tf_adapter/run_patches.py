@@ -80,12 +80,19 @@ class RunPatches:
 
         original_fit = keras.Model.fit
 
+        fit_signature = inspect.signature(original_fit)
+
         @functools.wraps(original_fit)
         def fit(model, *args, **kwargs):
-            callbacks = list(kwargs.pop("callbacks", None) or [])
-            if not any(isinstance(c, Doctor) for c in callbacks):
+            bound = fit_signature.bind(model, *args, **kwargs)
+            callbacks = list(bound.arguments.get("callbacks") or [])
+            doctors = [c for c in callbacks if isinstance(c, Doctor)]
+            for doctor in doctors:  # the script's own Doctor reports to this run
+                doctor.adopt(watcher)
+            if not doctors:
                 callbacks.append(Doctor(watcher=watcher))
-            return original_fit(model, *args, callbacks=callbacks, **kwargs)
+            bound.arguments["callbacks"] = callbacks
+            return original_fit(*bound.args, **bound.kwargs)
 
         self._replace(keras.Model, "fit", fit)
 
