@@ -109,3 +109,17 @@ def test_a_failing_replay_still_reports_the_step_with_a_warning(monkeypatch):
     finding = step.report().problems[0]
     assert finding.step == 0
     assert finding.origin is None
+
+
+def test_guard_compiles_under_xla_and_still_keeps_the_bad_batch():
+    keras.utils.set_random_seed(0)
+    x = np.random.randn(64, 3).astype("float32")
+    y = np.random.randn(64, 1).astype("float32")
+    y[20] = np.inf  # the second batch of 16
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    doctor = gradient_doctor.Doctor(verbose=False)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[doctor])
+    (finding,) = doctor.report().problems
+    assert (finding.category, finding.step) == ("bad_input", 1)
+    assert "row 4" in finding.explanation

@@ -13,7 +13,10 @@ class BatchStash:
     the happy path never copies the batch.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fixed_shapes: bool = False) -> None:
+        # XLA cannot change a variable's shape: there the stash takes the batch's
+        # static shape (a batch of another shape, like a last partial one, is not kept).
+        self._fixed_shapes = fixed_shapes
         self._structure = None
         self._variables: list[tf.Variable] | None = None
         self.unavailable_reason: str | None = None
@@ -27,25 +30,30 @@ class BatchStash:
         if self._variables is None:
             try:
                 with tf.init_scope():
-                    self._variables = [
-                        tf.Variable(
-                            tf.zeros([0], t.dtype),
-                            shape=tf.TensorShape(None),
-                            trainable=False,
-                            name="gradient_doctor_batch",
-                        )
-                        for t in leaves
-                    ]
+                    self._variables = [self._variable_for(t) for t in leaves]
             except ValueError as error:  # a retrace may not create variables
                 self.unavailable_reason = str(error).splitlines()[0]
                 return []
             self._structure = batch
         if len(leaves) != len(self._variables) or any(
-            v.dtype != t.dtype for v, t in zip(self._variables, leaves)
+            v.dtype != t.dtype or not v.shape.is_compatible_with(t.shape)
+            for v, t in zip(self._variables, leaves)
         ):
-            self.unavailable_reason = "the batch structure changed between steps"
+            self.unavailable_reason = "the batch structure or shape changed between steps"
             return []
         return [v.assign(t) for v, t in zip(self._variables, leaves)]
+
+    def _variable_for(self, leaf) -> tf.Variable:
+        if self._fixed_shapes and leaf.shape.is_fully_defined():
+            return tf.Variable(
+                tf.zeros(leaf.shape, leaf.dtype), trainable=False, name="gradient_doctor_batch"
+            )
+        return tf.Variable(
+            tf.zeros([0], leaf.dtype),
+            shape=tf.TensorShape(None),
+            trainable=False,
+            name="gradient_doctor_batch",
+        )
 
     def restore(self):
         """The kept batch, as concrete tensors in the original structure, or None."""

@@ -46,7 +46,7 @@ class ModelHook:
     def __init__(self, model, watcher) -> None:
         self.model = model
         self.watcher = watcher
-        self.stash = BatchStash()
+        self.stash = BatchStash(fixed_shapes=bool(getattr(model, "jit_compile", False)))
         self.original_train_step = model.train_step
         self._own_train_step = "train_step" in vars(model)  # set on the instance by the user
 

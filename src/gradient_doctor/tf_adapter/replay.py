@@ -260,7 +260,7 @@ def _snapshot_variable_writes() -> Iterator[dict]:
 
 @contextmanager
 def _instrumented(recorder: _Recorder) -> Iterator[None]:
-    """Record every op while the block runs; a replay also undoes its variable writes."""
+    """Record every op while the block runs, with every tf.function run eagerly."""
     registry = ops._gradient_registry  # eager backprop looks gradient functions up here
 
     class _WrappingRegistry:
