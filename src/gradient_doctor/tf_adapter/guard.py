@@ -122,7 +122,8 @@ class Guard:
         _build_optimizer(optimizer, grads, trainable_variables)
         scope = step_context.current_scope()
         squares = [
-            tf.reduce_sum(tf.square(g if g.dtype == tf.float32 else tf.cast(g, tf.float32)))
+            # l2_loss is one fused pass (sum(g**2) / 2) with no temporary tensor.
+            2.0 * tf.nn.l2_loss(g if g.dtype == tf.float32 else tf.cast(g, tf.float32))
             for g in float_grads
         ]
         sum_of_squares = tf.add_n(squares)
