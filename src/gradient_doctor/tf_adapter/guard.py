@@ -94,9 +94,11 @@ class Guard:
     def apply(self, original_apply, optimizer, grads, trainable_variables=None):
         """Run `original_apply(grads, trainable_variables)` only when the step is finite.
 
-        Adds to the step: one sum of squares per gradient (fused into the global
-        norm), an exact finite check that runs only when that norm is not finite,
-        and a `cond` around the update. Nothing is copied on the happy path.
+        Adds to the step: one fused sum of squares per gradient (the global norm;
+        a gradient whose sum is 0 advances its zero streak), an exact finite check
+        that runs only when that norm is not finite, a `cond` around the update,
+        and while tracing, one reduction per risky op of the user's (headroom).
+        Nothing is copied on the happy path.
         """
         recorder = step_context.current_recorder()
         if recorder is not None:
