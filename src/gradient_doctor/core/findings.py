@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PHASES = ("forward", "backward")
-
 CATEGORIES = (
     "forward_overflow",
     "forward_domain",

@@ -18,6 +18,7 @@ class BatchStash:
         # static shape (a batch of another shape, like a last partial one, is not kept).
         self._fixed_shapes = fixed_shapes
         self._structure = None
+        self._kept: tf.Variable | None = None
         self._variables: list[tf.Variable] | None = None
         self.unavailable_reason: str | None = None
 
@@ -31,6 +32,7 @@ class BatchStash:
             try:
                 with tf.init_scope():
                     self._variables = [self._variable_for(t) for t in leaves]
+                    self._kept = tf.Variable(False, trainable=False, name="gradient_doctor_kept")
             except ValueError as error:  # a retrace may not create variables
                 self.unavailable_reason = str(error).splitlines()[0]
                 return []
@@ -41,7 +43,7 @@ class BatchStash:
         ):
             self.unavailable_reason = "the batch structure or shape changed between steps"
             return []
-        return [v.assign(t) for v, t in zip(self._variables, leaves)]
+        return [v.assign(t) for v, t in zip(self._variables, leaves)] + [self._kept.assign(True)]
 
     def _variable_for(self, leaf) -> tf.Variable:
         if self._fixed_shapes and leaf.shape.is_fully_defined():
@@ -56,9 +58,16 @@ class BatchStash:
         )
 
     def restore(self):
-        """The kept batch, as concrete tensors in the original structure, or None."""
-        if self._variables is None:
+        """The kept batch, as concrete tensors in the original structure, or None.
+
+        None when no batch was kept since the last restore (the failing step ran
+        in a trace that could not keep it).
+        """
+        if self._variables is None or not bool(self._kept.numpy()):
+            if self.unavailable_reason is None:
+                self.unavailable_reason = "the failing step did not keep it"
             return None
+        self._kept.assign(False)
         values = iter([tf.identity(v) for v in self._variables])
         leaves = [None if t is None else next(values) for t in tf.nest.flatten(self._structure)]
         return tf.nest.pack_sequence_as(self._structure, leaves)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 
 from gradient_doctor.tf_adapter.batch_stash import BatchStash
 from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
@@ -65,6 +66,7 @@ class ModelHook:
         # fit() built its step before callbacks run: build it again around the hook.
         model.make_train_function(force=True)
         self._fetched = None
+        self._failed_batch = None
         compiled = model.train_function
 
         def train_function(iterator):
@@ -83,12 +85,20 @@ class ModelHook:
 
     def replay_call(self) -> StepCall | None:
         """The failing step, ready to run again on the kept batch."""
-        data = self.stash.restore()
-        return None if data is None else StepCall(self.original_train_step, (data,))
+        data = self._failed_batch = self.stash.restore()
+        if data is None:
+            warnings.warn(
+                "gradient-doctor could not keep the failing batch "
+                f"({self.stash.unavailable_reason or 'it was never traced'}); "
+                "the step is reported without the op that started it.",
+                stacklevel=2,
+            )
+            return None
+        return StepCall(self.original_train_step, (data,))
 
     def kept_batch(self):
-        """The failing batch as kept by the guard, or None."""
-        return self.stash.restore()
+        """The failing batch as kept by the guard (after `replay_call`), or None."""
+        return self._failed_batch
 
     def detach(self) -> None:
         """Give the model back its own `train_step` and its optimizers their `apply`.
