@@ -97,3 +97,12 @@ def test_gradient_exactly_zero_for_a_window_is_reported_once(doctor_run):
     assert disconnected["all"] is False
     assert "exactly zero" in problem["explanation"]
     assert run.report["steps_watched"] == 128  # training is not stopped
+
+
+def test_eager_loop_in_the_script_body_is_traced_on_its_next_step_once(doctor_run):
+    run = doctor_run("tests/scripts/eager_loop_unused_layer.py")
+    assert run.exit_code == 1
+    assert run.report["steps_watched"] == 6  # the partial case does not stop training
+    (problem,) = run.report["problems"]
+    assert problem["disconnected"]["variables"] == ["dense_2/kernel", "dense_2/bias"]
+    assert problem["disconnected"]["all"] is False

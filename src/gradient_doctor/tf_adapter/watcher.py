@@ -181,8 +181,7 @@ class Watcher:
                 stacklevel=2,
             )
             return False
-        if breaks is None:  # the next run of the step is being recorded instead
-            self._disconnected_seen.discard(key)
+        if breaks is None:  # the next run of the step is recorded; `record` runs then
             return all_missing
         return record(breaks) and all_missing
 
