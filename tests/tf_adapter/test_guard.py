@@ -123,3 +123,17 @@ def test_guard_compiles_under_xla_and_still_keeps_the_bad_batch():
     (finding,) = doctor.report().problems
     assert (finding.category, finding.step) == ("bad_input", 1)
     assert "row 4" in finding.explanation
+
+
+def test_steps_per_execution_reports_the_true_batch_index():
+    keras.utils.set_random_seed(0)
+    x = np.random.randn(160, 3).astype("float32")
+    y = np.random.randn(160, 1).astype("float32")
+    y[6 * 16 + 3] = np.nan  # in batch 6, the third of the second execution of 4
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=4)
+    doctor = gradient_doctor.Doctor(verbose=False)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[doctor])
+    (finding,) = doctor.report().problems
+    assert (finding.category, finding.step) == ("bad_input", 6)
+    assert doctor.report().steps_watched == 7

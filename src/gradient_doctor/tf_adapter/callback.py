@@ -64,15 +64,24 @@ class Doctor(keras.callbacks.Callback):
         if self._hook is None or self._hook.model is not self.model:
             self._hook = attach(self.model, self.watcher)
 
+    def on_train_batch_begin(self, batch, logs=None) -> None:
+        self._first_batch = batch
+
     def on_train_batch_end(self, batch, logs=None) -> None:
         if self._hook is None:
             return
         hook = self._hook
+        # With steps_per_execution > 1, one call ran the batches from the one
+        # given to on_train_batch_begin to this one.
+        steps = max(batch - getattr(self, "_first_batch", batch) + 1, 1)
         finding = self.watcher.after_step(
             hook.replay_call,
             lambda: keras_batch_names(hook.kept_batch()),
             hook.take_stats(),
+            steps=steps,
+            step_base=hook.steps_seen,
         )
+        hook.steps_seen += steps
         if finding is not None and self.watcher.stop_on_problem:
             self.model.stop_training = True
 

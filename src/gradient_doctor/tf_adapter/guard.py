@@ -12,8 +12,8 @@ from gradient_doctor.tf_adapter.headroom_probe import Probe, find_probes
 from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
-_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK = 0, 1, 2, 3
-_STATS_SIZE = 4
+_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT = 0, 1, 2, 3, 4
+_STATS_SIZE = 5
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class StepStats:
     grad_norm: float
     loss: float
     zero_streak: int = 0
+    trip_at: int = -1  # the step counter of the step that tripped, when the step has one
 
 
 def gradient_values(gradient):
@@ -80,6 +81,7 @@ class Guard:
             float(values[_GRAD_NORM]),
             float(values[_LOSS]),
             int(values[_ZERO_STREAK]),
+            int(values[_TRIP_AT]),
         )
 
     def stats_tensor(self) -> tf.Tensor:
@@ -160,8 +162,20 @@ class Guard:
         if not tf.executing_eagerly():
             self._measure_headroom(tf.compat.v1.get_default_graph())
         zero_streak = self.zero_streaks.update([v for _, v in float_pairs], squares)
+        # Which step tripped, for steps run several per call (steps_per_execution).
+        index = -1.0 if scope is None or scope.step_index is None else scope.step_index
+        newly_tripped = tf.logical_and(tf.logical_not(ok), stats[_TRIPPED] <= 0)
+        trip_at = tf.where(newly_tripped, tf.cast(index, tf.float32), stats[_TRIP_AT])
         stats.assign(
-            tf.stack([1.0 - tf.cast(ok, tf.float32), tf.sqrt(sum_of_squares), loss, zero_streak])
+            tf.stack(
+                [
+                    1.0 - tf.cast(ok, tf.float32),
+                    tf.sqrt(sum_of_squares),
+                    loss,
+                    zero_streak,
+                    trip_at,
+                ]
+            )
         )
         return None
 

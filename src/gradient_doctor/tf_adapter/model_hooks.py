@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import warnings
 
+import tensorflow as tf
+
 from gradient_doctor.tf_adapter.batch_stash import BatchStash
 from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
 
@@ -48,14 +50,21 @@ class ModelHook:
         self.model = model
         self.watcher = watcher
         self.stash = BatchStash(fixed_shapes=bool(getattr(model, "jit_compile", False)))
+        # Steps this hook has run, counted inside the compiled step, and as Python saw them.
+        self.steps_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.steps_seen = 0
         self.original_train_step = model.train_step
         self._own_train_step = "train_step" in vars(model)  # set on the instance by the user
 
         @functools.wraps(self.original_train_step)
         def train_step(data):
             call = StepCall(self.original_train_step, (data,))
-            with step_scope(StepScope(batch=data, stash=self.stash, call=call)) as scope:
+            index = self.steps_counter.read_value()
+            with step_scope(
+                StepScope(batch=data, stash=self.stash, call=call, step_index=index)
+            ) as scope:
                 logs = self.original_train_step(data)
+            self.steps_counter.assign_add(1)
             if isinstance(logs, dict) and scope.applied:
                 logs = {**logs, STATS_KEY: watcher.guard.stats_tensor()}
             return logs

@@ -32,6 +32,8 @@ class StepScope:
         tape_window: (start, end) positions between which that tape recorded
             (graph op ids while tracing, trace indices while replaying), or None.
         call: how to run this step again, when the caller knows.
+        step_index: a tensor counting the steps the caller has run (for steps
+            run several per compiled call), or None.
         applied: set by the guard when an optimizer update runs in this step.
     """
 
@@ -40,6 +42,7 @@ class StepScope:
     loss: Any = None
     tape_window: tuple | None = None
     call: StepCall | None = None
+    step_index: Any = None
     applied: bool = False
 
 

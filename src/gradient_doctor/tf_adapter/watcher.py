@@ -92,6 +92,8 @@ class Watcher:
         replay_call: Callable[[], StepCall | None],
         named_inputs: Callable[[], list[tuple[str, object]]],
         fetched_stats=None,
+        steps: int = 1,
+        step_base: int | None = None,
     ) -> Finding | None:
         """Read the guard after one step; diagnose the step when it tripped.
 
@@ -101,14 +103,20 @@ class Watcher:
             named_inputs: returns the step's inputs with readable names; only
                 called when the step failed.
             fetched_stats: the guard's statistics when the step returned them.
+            steps: how many steps the call ran (Keras's steps_per_execution).
+            step_base: the caller's own count of steps before this call, to place
+                the step that tripped among them; None when `steps` is 1.
 
         Returns:
             The new finding, or None when the step was finite.
         """
         stats = self.guard.read(fetched_stats)
-        step = self.steps_watched
-        self.steps_watched += 1
+        step = self.steps_watched + steps - 1
+        self.steps_watched += steps
         pending, self._pending_stop = self._pending_stop, None
+        if stats.tripped and step_base is not None and 0 <= stats.trip_at - step_base < steps:
+            step = step - (steps - 1) + (stats.trip_at - step_base)
+            self.steps_watched = step + 1  # the steps after it in this call were not applied
         if not stats.tripped:
             self._history.append((step, stats.loss, stats.grad_norm))
             if stats.zero_streak >= self.zero_gradient_window:
