@@ -35,7 +35,6 @@ class TrainingSetup:
 
     learning_rate: float | None = None
     clipping: str | None = None
-    batch_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,6 @@ class Evidence:
         origin: the first op that produced a non-finite value from finite inputs.
         forward_outputs: for a backward origin, the outputs of the forward op
             whose gradient it is (their values often explain the singularity).
-        forward_inputs: for a backward origin, that forward op's inputs.
         masked_by_select: for a backward origin, True when the forward op's own
             non-finite output was hidden by a `tf.where`/select in the forward
             pass (the `tf.where` trap).
@@ -56,7 +54,6 @@ class Evidence:
         history: recent per-step loss and gradient norms.
         setup: optimizer settings (learning rate, clipping).
         reproduced: False when the replay of the step stayed finite.
-        loss_only: True when the loss was non-finite but every gradient finite.
         path_break: for missing gradients, where the path from the loss to a
             group of variables breaks.
         all_disconnected: every variable handed to the optimizer lacks a gradient.
@@ -69,13 +66,11 @@ class Evidence:
     phase: str | None
     origin: Origin | None
     forward_outputs: tuple[TensorStats, ...] = ()
-    forward_inputs: tuple[TensorStats, ...] = ()
     masked_by_select: bool = False
     bad_inputs: tuple[BadInput, ...] = ()
     history: StepHistory = field(default_factory=StepHistory)
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     reproduced: bool = True
-    loss_only: bool = False
     path_break: PathBreak | None = None
     all_disconnected: bool = False
     reduction_axis: int | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 CATEGORIES = (
     "forward_overflow",
@@ -170,4 +170,3 @@ class Finding:
     disconnected: Disconnected | None = None
     forecast_step: int | None = None
     headroom: Headroom | None = None
-    notes: tuple[str, ...] = field(default=())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
@@ -20,7 +22,6 @@ def localize(
     named_inputs: list[tuple[str, object]],
     history: StepHistory,
     setup: TrainingSetup,
-    loss_only: bool = False,
 ) -> Evidence:
     """Gather the evidence about one failing step.
 
@@ -30,7 +31,6 @@ def localize(
         named_inputs: the step's input tensors with readable names.
         history: recent per-step statistics.
         setup: optimizer settings.
-        loss_only: the loss was non-finite while every gradient was finite.
     """
     bad_inputs = input_scan.scan(named_inputs)
     if call is None:
@@ -42,9 +42,14 @@ def localize(
             history=history,
             setup=setup,
             reproduced=False,
-            loss_only=loss_only,
         )
     result = replay_step(call)
+    if result.error is not None and not result.reproduced:
+        warnings.warn(
+            f"gradient-doctor: replaying step {step} raised {type(result.error).__name__}: "
+            f"{result.error}; the op that started the problem may not be found.",
+            stacklevel=2,
+        )
     search = find_origin(result.events, result.bad_ids)
     origin_event = search.origin
     origin = _origin(origin_event, result) if origin_event is not None else None
@@ -55,13 +60,11 @@ def localize(
         phase=origin_event.phase if origin_event is not None else None,
         origin=origin,
         forward_outputs=forward.outputs if forward is not None else (),
-        forward_inputs=forward.inputs if forward is not None else (),
         masked_by_select=search.masked_by_select,
         bad_inputs=bad_inputs,
         history=history,
         setup=setup,
         reproduced=result.reproduced,
-        loss_only=loss_only,
         reduction_axis=axis,
     )
 
