@@ -8,6 +8,8 @@ Public API (everything else is internal):
 - `DoctorError`, `TrainingStopped`, `UsageError`: the exceptions.
 """
 
+import importlib
+
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.report import Report
 from gradient_doctor.errors import DoctorError, TrainingStopped, UsageError
@@ -33,9 +35,8 @@ def __getattr__(name: str):
 
         return Doctor
     if name == "ops":
-        from gradient_doctor import ops
-
-        return ops
+        # importlib, not `from gradient_doctor import ops`: that asks this function again.
+        return importlib.import_module("gradient_doctor.ops")
     if name == "watch":
         from gradient_doctor.tf_adapter.watch_api import watch
 

@@ -83,3 +83,32 @@ def test_story1_max_shift_uses_the_softmax_axis_of_the_users_code(doctor_run):
     # max over the last axis would subtract each score from itself and flatten the softmax.
     stable = next(f for f in doctor_run(STORY1).problem["fixes"] if f["family"] == "stable_softmax")
     assert "tf.reduce_max(scores, axis=2, keepdims=True)" in stable["code"]
+
+
+def _fix(problem, family):
+    return next(f for f in problem["fixes"] if f["family"] == family)
+
+
+def _not_fix(problem, remedy):
+    return next(n for n in problem["not_fixes"] if n["remedy"] == remedy)
+
+
+def test_story1_max_shift_is_verified_and_clipping_still_overflows_in_the_trial(doctor_run):
+    problem = doctor_run(STORY1).problem
+    shift = _fix(problem, "stable_softmax")
+    assert shift["verified"] is True, shift["evidence"]
+    assert f"before step {problem['step']}" in shift["evidence"]
+    assert "all 200 steps finite" in shift["evidence"]
+    assert "failed again at trial step" in shift["evidence"]  # the unchanged step did not hold
+    clipping = _not_fix(problem, "gradient_clipping")
+    assert "global_clipnorm=" in clipping["evidence"]
+    assert "not finite again at trial step 1 of 200" in clipping["evidence"]
+    assert "not finite again" in _not_fix(problem, "lower_learning_rate")["evidence"]
+
+
+def test_story2_safe_norm_is_verified_from_the_last_good_state(doctor_run):
+    problem = doctor_run(STORY2).problem
+    norm = _fix(problem, "safe_norm")
+    assert norm["verified"] is True, norm["evidence"]
+    assert "all 200 steps finite" in norm["evidence"]
+    assert "not finite again" in _not_fix(problem, "gradient_clipping")["evidence"]

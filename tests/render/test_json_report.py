@@ -100,6 +100,7 @@ def test_forward_problem_matches_the_contract(problem_report):
             {
                 "remedy": "gradient_clipping",
                 "why": "the overflow happens in the forward pass, before any gradient",
+                "evidence": None,
             }
         ],
         "fixes": [

@@ -15,6 +15,9 @@ CATEGORIES = (
     "loss_spike",
     "dead_units",
     "saturation",
+    # Added: mixed precision's loss scale lowered to the gradients' true size and below
+    # while they stay non-finite (Keras 3 sets no floor; training silently stalls).
+    "loss_scale_collapse",
 )
 
 FIX_FAMILIES = (
@@ -56,6 +59,8 @@ FIX_FAMILIES = (
     "persistent_tape",
     "use_model_fit",
     "remove_stop_gradient",
+    # Added for a step that goes non-finite only as XLA compiles it.
+    "disable_xla",
 )
 
 
@@ -129,6 +134,7 @@ class NotFix:
 
     remedy: str
     why: str
+    evidence: str | None = None
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,14 @@ def not_fix_lines(not_fixes: Sequence[NotFix]) -> list[str]:
         return []
     return [
         NOT_FIXES_HEADING,
-        *(f"  - {item.remedy}: {first_sentence(item.why)}" for item in not_fixes),
+        *(
+            line
+            for item in not_fixes
+            for line in (
+                f"  - {item.remedy}: {first_sentence(item.why)}",
+                *([f"      {item.evidence}"] if item.evidence else []),
+            )
+        ),
     ]
 
 

@@ -7,6 +7,7 @@ import warnings
 import keras
 
 from gradient_doctor.core.report import Report
+from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS
 from gradient_doctor.tf_adapter.input_scan import keras_batch_names
 from gradient_doctor.tf_adapter.model_hooks import ModelHook, attach
 from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
@@ -24,6 +25,11 @@ class Doctor(keras.callbacks.Callback):
             keep training and only record (bad updates are still skipped).
             Defaults to True.
         verbose: bool. Print each diagnosis when it is made. Defaults to True.
+        watcher: the `Watcher` of a whole run to report to (`gradient-doctor run`
+            passes its own); None makes one for this callback.
+        trial_steps: int. After a non-finite step, try each proposed fix from
+            the last good state for this many steps; 0 turns the trials off.
+            Defaults to 200.
 
     Example:
         >>> doctor = gradient_doctor.Doctor()
@@ -32,7 +38,13 @@ class Doctor(keras.callbacks.Callback):
         'healthy'
     """
 
-    def __init__(self, stop_on_problem: bool = True, verbose: bool = True, watcher=None) -> None:
+    def __init__(
+        self,
+        stop_on_problem: bool = True,
+        verbose: bool = True,
+        watcher=None,
+        trial_steps: int = DEFAULT_TRIAL_STEPS,
+    ) -> None:
         super().__init__()
         if not isinstance(stop_on_problem, bool):
             raise TypeError(
@@ -45,6 +57,7 @@ class Doctor(keras.callbacks.Callback):
             stop_on_problem,
             print_finding if verbose else None,
             on_warning=print_warning if verbose else None,
+            trial_steps=trial_steps,
         )
         self._hook: ModelHook | None = None
 

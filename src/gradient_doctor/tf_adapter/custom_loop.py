@@ -24,13 +24,21 @@ def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, o
 
 
 def call_watched_step(
-    watcher, fn: Callable, args: tuple, kwargs: dict, marker: object, signature_of=None
+    watcher,
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    marker: object,
+    signature_of=None,
+    traceable=None,
 ):
     """Run one step of a custom loop under the guard, then check it.
 
     `marker` is any object that remembers (as an attribute) whether tracing
     `fn` ever reached an optimizer update: only such calls count as steps.
     `signature_of` names the arguments when `fn` itself has no useful signature.
+    `traceable` is the step's Python function when `fn` is a `tf.function` only
+    reachable through a wrapper (fix trials trace it again).
 
     Raises:
         TrainingStopped: the step was not finite and `watcher.stop_on_problem`.
@@ -44,8 +52,10 @@ def call_watched_step(
         marker._gradient_doctor_updates = True
     if not getattr(marker, "_gradient_doctor_updates", False):
         return result
+    traceable = getattr(fn, "python_function", None) or traceable
     finding = watcher.after_step(
-        lambda: StepCall(fn, args, kwargs), lambda: argument_names(signature_of or fn, args, kwargs)
+        lambda: StepCall(fn, args, kwargs, traceable),
+        lambda: argument_names(signature_of or fn, args, kwargs),
     )
     if finding is not None and watcher.stop_on_problem:
         raise TrainingStopped(finding)

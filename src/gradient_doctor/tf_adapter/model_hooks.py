@@ -103,7 +103,9 @@ class ModelHook:
                 stacklevel=2,
             )
             return None
-        return StepCall(self.original_train_step, (data,))
+        return StepCall(
+            self.original_train_step, (data,), traceable=self.original_train_step
+        )
 
     def kept_batch(self):
         """The failing batch as kept by the guard (after `replay_call`), or None."""

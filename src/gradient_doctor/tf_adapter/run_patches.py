@@ -74,6 +74,7 @@ class RunPatches:
                 kwargs,
                 marker=function,
                 signature_of=function.python_function,
+                traceable=function.python_function,
             )
 
         self._replace(polymorphic_function.Function, "__call__", call)

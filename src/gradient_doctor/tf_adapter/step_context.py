@@ -13,11 +13,16 @@ _local = threading.local()
 
 @dataclass
 class StepCall:
-    """One call of a training step that the doctor can run again: callable and arguments."""
+    """One call of a training step that the doctor can run again: callable and arguments.
+
+    `traceable` is the step's Python function when it can be traced afresh as a
+    `tf.function` (fix trials trace it again with a remedy in place), else None.
+    """
 
     fn: Callable[..., Any]
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    traceable: Callable[..., Any] | None = None
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gradient_doctor.tf_adapter.custom_loop import WatchedStep
+from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS
 from gradient_doctor.tf_adapter.model_hooks import guard_optimizer
 from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
 
@@ -15,6 +16,7 @@ def watch(
     optimizer,
     stop_on_problem: bool = True,
     verbose: bool = True,
+    trial_steps: int = DEFAULT_TRIAL_STEPS,
 ):
     """Watch a custom training step (eager or `tf.function`) and its optimizer(s).
 
@@ -28,6 +30,9 @@ def watch(
         stop_on_problem: bool. Raise `TrainingStopped` at the first problem;
             False records it and goes on. Defaults to True.
         verbose: bool. Print each diagnosis when it is made. Defaults to True.
+        trial_steps: int. After a non-finite step of a `tf.function` step, try each
+            proposed fix from the last good state for this many steps; 0 turns the
+            trials off. Defaults to 200.
 
     Returns:
         The watched step (call it like the original), or a decorator.
@@ -53,6 +58,7 @@ def watch(
         stop_on_problem,
         print_finding if verbose else None,
         on_warning=print_warning if verbose else None,
+        trial_steps=trial_steps,
     )
     for candidate in optimizers:
         guard_optimizer(candidate, watcher)

@@ -1,0 +1,155 @@
+"""Judge fix trials: did training go on finite, and learning, with the remedy in place?
+
+A trial starts from the last good state (the weights before the failing step) and
+runs the step again for a number of steps with one remedy applied. The unchanged
+step is run the same way first (the baseline): a remedy only counts as verified
+when the unchanged step fails again within the trial and the remedied one does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gradient_doctor.core.findings import Finding, Fix, NotFix
+
+# Remedies that act on updates only: the first trial step runs on the saved weights.
+UPDATE_REMEDIES = frozenset({"lower_learning_rate", "gradient_clipping", "larger_batch"})
+# The loss of a held trial may rise by at most this factor (first tenth to last tenth of
+# the trial) and still count as training going on.
+LOSS_RISE_ALLOWED = 1.5
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What happened when the step was run again with one remedy (or none).
+
+    Attributes:
+        remedy: the fix family tried (`FIX_FAMILIES`), or None for the baseline.
+        setting: what was changed, in words (e.g. "global_clipnorm=0.41").
+        steps_planned: how many steps the trial was to run.
+        steps_run: how many it ran (fewer when a step failed).
+        failed_at: the 0-based trial step whose loss or gradients were not finite,
+            or None when every step was finite.
+        losses: the loss of each finite step, in order.
+        batches: which batches the trial ran on, in words.
+        skipped: why the remedy could not be tried, or None when it ran.
+    """
+
+    remedy: str | None
+    setting: str
+    steps_planned: int
+    steps_run: int
+    failed_at: int | None
+    losses: tuple[float, ...] = ()
+    batches: str = "the failing batch"
+    skipped: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """True when the trial ran all its steps, finite."""
+        return self.skipped is None and self.failed_at is None and self.steps_run > 0
+
+    def loss_trend(self) -> tuple[float, float] | None:
+        """Mean loss over the first and the last tenth of the trial, or None."""
+        finite = [v for v in self.losses if math.isfinite(v)]
+        if len(finite) < 2:
+            return None
+        window = max(1, len(finite) // 10)
+        return sum(finite[:window]) / window, sum(finite[-window:]) / window
+
+    def learning(self) -> bool:
+        """True when the loss did not blow up over the trial."""
+        trend = self.loss_trend()
+        if trend is None:
+            return True
+        first, last = trend
+        return last <= max(first * LOSS_RISE_ALLOWED, first + 1e-12)
+
+
+def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = None) -> str:
+    """One sentence of evidence: what was run, from where, and what happened."""
+    if outcome.skipped is not None:
+        return f"not tried: {outcome.skipped}"
+    origin = "" if start_step is None else f" from the state before step {start_step}"
+    setting = f" with {outcome.setting}" if outcome.setting else ""
+    if outcome.failed_at is not None:
+        text = (
+            f"tried{setting}{origin} on {outcome.batches}: the loss or gradients were "
+            f"not finite again at trial step {outcome.failed_at + 1} of "
+            f"{outcome.steps_planned}"
+        )
+        if outcome.failed_at == 0 and phase == "forward" and outcome.remedy in UPDATE_REMEDIES:
+            text += (
+                " (its forward pass ran on the saved weights, which this remedy changes "
+                "only from the first update on)"
+            )
+        return text
+    trend = outcome.loss_trend()
+    loss = "" if trend is None else f"; loss {trend[0]:.4g} -> {trend[1]:.4g}"
+    return (
+        f"tried{setting}{origin} on {outcome.batches}: all {outcome.steps_run} steps finite{loss}"
+    )
+
+
+def judge(finding: Finding, baseline: TrialOutcome, outcomes: Sequence[TrialOutcome]) -> Finding:
+    """The finding with each tried fix marked verified or not, with its evidence.
+
+    A fix is `verified: true` when its trial ran every step finite with the loss
+    not blowing up, and the baseline failed again (so the trial can tell); false
+    when it failed too; null, with the reason, when the trial could not tell.
+    Not-fixes that were tried get their evidence as well.
+    """
+    start = finding.step
+    by_remedy = {o.remedy: o for o in outcomes}
+    base_note = _baseline_note(baseline, start)
+    phase = finding.phase
+    fixes = tuple(
+        _judged_fix(fix, by_remedy.get(fix.family), baseline, start, base_note, phase)
+        for fix in finding.fixes
+    )
+    not_fixes = tuple(
+        _judged_not_fix(item, by_remedy.get(item.remedy), start, phase)
+        for item in finding.not_fixes
+    )
+    return dataclasses.replace(finding, fixes=fixes, not_fixes=not_fixes)
+
+
+def _baseline_note(baseline: TrialOutcome, start: int | None) -> str:
+    if baseline.failed_at is not None:
+        return f"unchanged, it failed again at trial step {baseline.failed_at + 1}"
+    return f"unchanged, it also stayed finite for {baseline.steps_run} steps"
+
+
+def _judged_fix(
+    fix: Fix,
+    outcome: TrialOutcome | None,
+    baseline: TrialOutcome,
+    start: int | None,
+    base_note: str,
+    phase: str | None,
+) -> Fix:
+    if outcome is None:
+        return fix
+    evidence = describe(outcome, start, phase)
+    if outcome.skipped is not None:
+        return dataclasses.replace(fix, verified=None, evidence=evidence)
+    if outcome.held and baseline.failed_at is None:
+        verified = None  # the unchanged step held as well: the trial cannot tell
+        evidence += f" ({base_note}, so this trial cannot tell)"
+    else:
+        verified = outcome.held and outcome.learning()
+        evidence += f" ({base_note})"
+        if outcome.held and not outcome.learning():
+            evidence += "; but the loss rose, so training did not go on well"
+    return dataclasses.replace(fix, verified=verified, evidence=evidence)
+
+
+def _judged_not_fix(
+    item: NotFix, outcome: TrialOutcome | None, start: int | None, phase: str | None
+) -> NotFix:
+    if outcome is None or outcome.skipped is not None:
+        return item
+    return dataclasses.replace(item, evidence=describe(outcome, start, phase))

@@ -1,0 +1,249 @@
+"""Try the proposed fixes: run the failing step again, from the last good state, with each one.
+
+When the guard trips, the update is skipped, so the model's variables still hold
+the last good state. Each trial traces the user's step afresh as a `tf.function`
+with one remedy in place (the origin op swapped for its safe version, a lower
+learning rate, gradient clipping), runs it for a number of steps on the failing
+batch and reads the guard after each step. Every variable the step touches
+(weights, optimizer slots and counters, metrics, seeds, the guard's own latch) is
+saved before the trials and put back after each one, so the user's run goes on
+(or stops) exactly as it would have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_trials import TrialOutcome, judge
+from gradient_doctor.tf_adapter.op_substitution import safe_version, substituted
+from gradient_doctor.tf_adapter.step_context import StepCall
+
+# Steps each trial runs unless told otherwise.
+DEFAULT_TRIAL_STEPS = 200
+# A trial's learning rate is the user's divided by this.
+LEARNING_RATE_DIVISOR = 10.0
+_BATCHES = "the failing batch"
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One remedy to try: its family, what it changes, and how to put it in place.
+
+    `apply` is a context manager factory that holds the remedy in place while the
+    step is traced and run; `replaced` (from an op substitution) lists the ops it
+    swapped, so a substitution that met no op is reported as not tried.
+    """
+
+    remedy: str
+    setting: str
+    apply: Callable[[], object]
+    substitution: bool = False
+    same_as: object = None  # plans with the same non-None value run once
+
+
+def try_fixes(
+    finding: Finding,
+    evidence: Evidence,
+    call: StepCall | None,
+    optimizer,
+    guard,
+    steps: int = DEFAULT_TRIAL_STEPS,
+) -> Finding:
+    """The finding with its fixes (and not-fixes) tried from the last good state.
+
+    Returns `finding` unchanged when nothing can be tried: trials are off
+    (`steps` 0), no non-finite origin was found, or the step cannot be traced
+    again (a plain eager step).
+    """
+    if steps <= 0 or call is None or call.traceable is None or finding.origin is None:
+        return finding
+    plans = trial_plans(finding, evidence, optimizer)
+    if not plans:
+        return finding
+    try:
+        with _LastGoodState(call, guard) as runner:
+            baseline = runner.run(None, steps)
+            outcomes, done = [], {}
+            for plan in plans:
+                outcome = done.get(plan.same_as) or runner.run(plan, steps)
+                if plan.same_as is not None:
+                    done[plan.same_as] = outcome
+                outcomes.append(dataclasses.replace(outcome, remedy=plan.remedy))
+    except Exception as error:  # the trials are extra evidence: never end the user's run
+        warnings.warn(
+            f"gradient-doctor could not try the fixes ({type(error).__name__}: {error}); "
+            "they are reported untried.",
+            stacklevel=2,
+        )
+        return finding
+    return judge(finding, baseline, outcomes)
+
+
+def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPlan]:
+    """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order."""
+    origin = finding.origin
+    forward_type = origin.gradient_of or origin.op
+    plans: list[TrialPlan] = []
+    remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
+    for remedy in dict.fromkeys(remedies):
+        if remedy == "lower_learning_rate":
+            plans.append(_lower_learning_rate(optimizer))
+        elif remedy == "gradient_clipping":
+            plans.append(_gradient_clipping(optimizer, evidence))
+        elif origin.source is not None:
+            replacement = safe_version(remedy, forward_type, evidence.reduction_axis)
+            if replacement is not None:
+                plans.append(
+                    TrialPlan(
+                        remedy,
+                        f"the safe version of `{forward_type}` at "
+                        f"{origin.source.file}:{origin.source.line}",
+                        lambda r=replacement: substituted(forward_type, origin.source, r),
+                        substitution=True,
+                        same_as=replacement,
+                    )
+                )
+    return plans
+
+
+def _lower_learning_rate(optimizer) -> TrialPlan:
+    current = getattr(optimizer, "_learning_rate", None)
+    if current is None:
+        return TrialPlan(
+            "lower_learning_rate", "", _not_possible("the optimizer has no learning rate")
+        )
+    # A fixed learning rate lives in a variable (a Keras variable wraps a tf.Variable):
+    # it is lowered in place and restored with the rest of the saved state.
+    if hasattr(current, "assign") and hasattr(current, "numpy"):
+        value = float(current.numpy())
+        lower = value / LEARNING_RATE_DIVISOR
+
+        @contextmanager
+        def lower_value() -> Iterator[None]:
+            current.assign(lower)
+            yield
+
+        return TrialPlan(
+            "lower_learning_rate", f"learning rate {lower:.3g} (was {value:.3g})", lower_value
+        )
+    # A schedule (or callable) is read while the step is traced: trace with a scaled one.
+    if isinstance(current, keras.optimizers.schedules.LearningRateSchedule):
+
+        def scaled():
+            return current(optimizer.iterations) / LEARNING_RATE_DIVISOR
+
+    else:
+
+        def scaled():
+            return current() / LEARNING_RATE_DIVISOR
+
+    @contextmanager
+    def lower_schedule() -> Iterator[None]:
+        optimizer._learning_rate = scaled
+        try:
+            yield
+        finally:
+            optimizer._learning_rate = current
+
+    return TrialPlan(
+        "lower_learning_rate",
+        f"the learning-rate schedule divided by {LEARNING_RATE_DIVISOR:g}",
+        lower_schedule,
+    )
+
+
+def _gradient_clipping(optimizer, evidence: Evidence) -> TrialPlan:
+    already = [
+        f"{name}={value}"
+        for name in ("clipnorm", "clipvalue", "global_clipnorm")
+        if (value := getattr(optimizer, name, None))
+    ]
+    if optimizer is None or already:
+        reason = "clipping is already on: " + ", ".join(already) if already else "no optimizer"
+        return TrialPlan("gradient_clipping", reason, _not_possible(reason))
+    norms = [n for n in evidence.history.grad_norms if n is not None and n > 0]
+    # Clip at the typical healthy gradient norm: any larger and clipping does nothing.
+    limit = float(statistics.median(norms)) if norms else 1.0
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        optimizer.global_clipnorm = limit
+        try:
+            yield
+        finally:
+            optimizer.global_clipnorm = None
+
+    return TrialPlan("gradient_clipping", f"global_clipnorm={limit:.3g}", apply)
+
+
+def _not_possible(reason: str) -> Callable[[], object]:
+    def apply():
+        raise _NotTried(reason)
+
+    return apply
+
+
+class _NotTried(Exception):
+    """A remedy that cannot be put in place here (the reason is its message)."""
+
+
+class _LastGoodState:
+    """Saves every variable the step touches; runs trials, each from that state."""
+
+    def __init__(self, call: StepCall, guard) -> None:
+        self._call = call
+        self._guard = guard
+        self._saved: list[tuple[tf.Variable, tf.Tensor]] = []
+
+    def __enter__(self) -> _LastGoodState:
+        concrete = self._trace()
+        self._saved = [(v, tf.identity(v.read_value())) for v in concrete.graph.variables]
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for variable, value in self._saved:
+            variable.assign(value)
+
+    def _trace(self):
+        function = tf.function(self._call.traceable)
+        return function.get_concrete_function(*self._call.args, **self._call.kwargs)
+
+    def run(self, plan: TrialPlan | None, steps: int) -> TrialOutcome:
+        """Run the step `steps` times from the saved state, with `plan` in place."""
+        remedy = None if plan is None else plan.remedy
+        setting = "" if plan is None else plan.setting
+        self._restore()
+        self._guard.reset()
+        try:
+            with plan.apply() if plan is not None else nullcontext() as replaced:
+                concrete = self._trace()
+                if plan is not None and plan.substitution and not replaced:
+                    raise _NotTried("the op was not met when the step was traced again")
+                return self._steps(concrete, remedy, setting, steps)
+        except _NotTried as reason:
+            return TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))
+
+    def _steps(self, concrete, remedy, setting: str, steps: int) -> TrialOutcome:
+        losses = []
+        for index in range(steps):
+            concrete(*self._call.args, **self._call.kwargs)
+            stats = self._guard.read()
+            if stats.tripped:
+                return TrialOutcome(
+                    remedy, setting, steps, index + 1, index, tuple(losses), _BATCHES
+                )
+            losses.append(stats.loss)
+        return TrialOutcome(remedy, setting, steps, steps, None, tuple(losses), _BATCHES)

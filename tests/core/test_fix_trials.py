@@ -1,0 +1,85 @@
+"""Judging fix trials: verified only when the unchanged step fails again and the fix holds."""
+
+from gradient_doctor.core.findings import Finding, Fix, NotFix
+from gradient_doctor.core.fix_trials import TrialOutcome, describe, judge
+
+
+def _finding(phase="forward"):
+    return Finding(
+        category="forward_overflow",
+        step=41,
+        phase=phase,
+        origin=None,
+        explanation="x",
+        not_fixes=(NotFix("gradient_clipping", "clipping acts on gradients"),),
+        fixes=(Fix("stable_softmax", "shift", "code"), Fix("normalize_input", "norm", "code")),
+    )
+
+
+def _outcome(remedy, failed_at=None, losses=(1.0, 0.9, 0.8, 0.7), steps=4, **kwargs):
+    run = steps if failed_at is None else failed_at + 1
+    return TrialOutcome(remedy, "setting", steps, run, failed_at, tuple(losses), **kwargs)
+
+
+FAILED_BASELINE = TrialOutcome(None, "", 4, 1, 0)
+
+
+def test_a_fix_that_holds_where_the_unchanged_step_fails_is_verified():
+    judged = judge(_finding(), FAILED_BASELINE, [_outcome("stable_softmax")])
+    fix = judged.fixes[0]
+    assert fix.verified is True
+    assert "before step 41" in fix.evidence
+    assert "all 4 steps finite" in fix.evidence
+    assert "loss 1 -> 0.7" in fix.evidence
+    assert "failed again at trial step 1" in fix.evidence
+
+
+def test_untried_fixes_and_not_fixes_are_left_as_they_were():
+    judged = judge(_finding(), FAILED_BASELINE, [_outcome("stable_softmax")])
+    assert judged.fixes[1] == Fix("normalize_input", "norm", "code")
+    assert judged.not_fixes[0].evidence is None
+
+
+def test_a_fix_that_fails_again_is_not_verified():
+    judged = judge(_finding(), FAILED_BASELINE, [_outcome("stable_softmax", failed_at=2)])
+    assert judged.fixes[0].verified is False
+    assert "not finite again at trial step 3 of 4" in judged.fixes[0].evidence
+
+
+def test_when_the_unchanged_step_also_holds_the_trial_cannot_tell():
+    held_baseline = _outcome(None)
+    judged = judge(_finding(), held_baseline, [_outcome("stable_softmax")])
+    assert judged.fixes[0].verified is None
+    assert "cannot tell" in judged.fixes[0].evidence
+
+
+def test_a_fix_whose_loss_blows_up_is_not_verified_even_if_finite():
+    rising = _outcome("stable_softmax", losses=(1.0, 2.0, 5.0, 40.0))
+    judged = judge(_finding(), FAILED_BASELINE, [rising])
+    assert judged.fixes[0].verified is False
+    assert "loss rose" in judged.fixes[0].evidence
+
+
+def test_a_remedy_that_could_not_be_put_in_place_says_why():
+    skipped = TrialOutcome("stable_softmax", "", 4, 0, None, skipped="no axis known")
+    judged = judge(_finding(), FAILED_BASELINE, [skipped])
+    assert judged.fixes[0].verified is None
+    assert judged.fixes[0].evidence == "not tried: no axis known"
+
+
+def test_a_tried_not_fix_carries_its_evidence_and_why_its_first_step_failed():
+    judged = judge(_finding(), FAILED_BASELINE, [_outcome("gradient_clipping", failed_at=0)])
+    evidence = judged.not_fixes[0].evidence
+    assert "not finite again at trial step 1 of 4" in evidence
+    assert "forward pass ran on the saved weights" in evidence
+
+
+def test_the_first_step_note_is_only_for_forward_problems():
+    outcome = _outcome("gradient_clipping", failed_at=0)
+    assert "saved weights" not in describe(outcome, 41, phase="backward")
+
+
+def test_loss_trend_uses_the_first_and_last_tenth():
+    outcome = _outcome("x", losses=[float(v) for v in range(100)], steps=100)
+    assert outcome.loss_trend() == (4.5, 94.5)
+    assert not outcome.learning()
