@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.evidence import BadInput, Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Origin
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.core.origin_search import find_origin
@@ -50,6 +50,28 @@ def localize(
             f"{result.error}; the op that started the problem may not be found.",
             stacklevel=2,
         )
+    return evidence_from_replay(result, step, bad_inputs, history, setup)
+
+
+def evidence_from_replay(
+    result: ReplayResult,
+    step: int,
+    bad_inputs: tuple[BadInput, ...],
+    history: StepHistory,
+    setup: TrainingSetup,
+) -> Evidence:
+    """Walk a replayed step's trace back to its origin: the evidence for the knowledge base.
+
+    Shared by the run's own replay and the replay of a crash dump, so both name the
+    same op from the same trace.
+
+    Args:
+        result: the replayed step's trace and its non-finite results.
+        step: 0-based index of the failing step.
+        bad_inputs: non-finite values found in the step's batch.
+        history: recent per-step statistics.
+        setup: optimizer settings.
+    """
     search = find_origin(result.events, result.bad_ids)
     origin_event = search.origin
     origin = _origin(origin_event, result) if origin_event is not None else None

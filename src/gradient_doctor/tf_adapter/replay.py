@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -168,26 +168,46 @@ class _Recorder:
 
     def bad_ids(self) -> list[int]:
         """Non-finite gradients (and losses) of the first update that had any."""
-        losses_seen = 0
-        for grads, _, _ in self.applies:
-            bad = []
-            for g in grads:
-                if g is None:
-                    continue
-                key = self._track(gradient_values(g))
-                stats = self.stats[key]
-                if stats is not None and not stats.finite:
-                    bad.append(key)
-            for loss in self.losses[losses_seen:]:
-                key = self._track(loss)
-                stats = self.stats[key]
-                if stats is not None and not stats.finite:
-                    bad.append(key)
-            losses_seen = len(self.losses)
-            if bad:
-                return bad
-        trailing = [self._track(loss) for loss in self.losses[losses_seen:]]
-        return [k for k in trailing if self.stats[k] is not None and not self.stats[k].finite]
+
+        def tracked(tensor) -> tuple[int, TensorStats | None]:
+            key = self._track(tensor)
+            return key, self.stats[key]
+
+        return first_nonfinite(self.applies, self.losses, tracked)
+
+
+def first_nonfinite(
+    applies: list[tuple[list, list, list]],
+    losses: list,
+    tracked: Callable[[object], tuple[int, TensorStats | None]],
+) -> list[int]:
+    """Ids of the non-finite gradients (and losses) of the first update that had any.
+
+    The losses noted before the first such update count with it; without one,
+    the non-finite losses noted after the last update.
+
+    Args:
+        applies: each update as (gradients, variables, losses noted before it).
+        losses: every `tape.gradient` target of the step, in order.
+        tracked: a tensor's id and summary (None for a non-numeric tensor).
+    """
+
+    def nonfinite(tensors) -> list[int]:
+        found = []
+        for tensor in tensors:
+            key, stats = tracked(tensor)
+            if stats is not None and not stats.finite:
+                found.append(key)
+        return found
+
+    losses_seen = 0
+    for grads, _, _ in applies:
+        bad = nonfinite(gradient_values(g) for g in grads if g is not None)
+        bad += nonfinite(losses[losses_seen:])
+        losses_seen = len(losses)
+        if bad:
+            return bad
+    return nonfinite(losses[losses_seen:])
 
 
 @contextmanager
