@@ -1,0 +1,260 @@
+"""Per-layer health of a traced step: gradient and weight norms, activations, stuck units.
+
+While a step is traced, the guard hands over each gradient's sum of squares (which
+it computes anyway) and the variables. This module groups the variables by layer and
+adds, inside the compiled step, a few reductions that run only every `every` steps
+(a `cond` on a counter; the other steps pay one comparison): per layer the gradient
+norm, the weight norm, and for the layer's ReLU / sigmoid / tanh ops the largest
+|pre-activation|, the fraction of units that were 0 for the whole batch (dead) and
+the fraction stuck in the flat part of the curve (saturated). The values land in one
+small variable per traced step, which the watcher reads back on the same schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from gradient_doctor.core.records import LayerRecord
+
+FIELDS = ("grad_norm", "weight_norm", "activation_max_abs", "dead_fraction", "saturated_fraction")
+_DEAD_OPS = frozenset({"Relu", "Relu6"})
+_SATURATING_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh"}
+# A sigmoid output outside [SIGMOID_FLAT, 1 - SIGMOID_FLAT], or |tanh| above TANH_FLAT, sits
+# where the curve's slope is below ~1% of its peak.
+SIGMOID_FLAT = 0.01
+TANH_FLAT = 0.99
+_MISSING = -1.0  # a field not measured for a layer (a negative value none of them takes)
+
+
+def layer_of(variable) -> str:
+    """The layer a variable belongs to: its path without the last part."""
+    path = getattr(variable, "path", None) or variable.name.split(":")[0]
+    return path.rsplit("/", 1)[0] if "/" in path else path
+
+
+def _layer_of_op(op_name: str) -> str:
+    return op_name.rsplit("/", 1)[0] if "/" in op_name else op_name
+
+
+@dataclass
+class _Site:
+    """One traced step's layers and the variable holding their latest values."""
+
+    layers: list[str]
+    holder: tf.Variable
+    # Each step's gradient norm of the layers with variables, in a ring of `every` rows.
+    ring: tf.Variable
+    grad_layers: list[str]
+
+
+class LayerStats:
+    """Measures per-layer statistics in traced steps, every `every` steps.
+
+    Args:
+        every: int, measure on every this-many-th step (the others skip the
+            reductions). Defaults to 10.
+    """
+
+    def __init__(self, every: int = 10) -> None:
+        self.every = every
+        self._sites: dict[tuple[str, ...], _Site] = {}
+        self._measured: set[tuple[int, tuple[str, ...]]] = set()
+        self._graphs_with_activations: set[int] = set()
+        self._counter: tf.Variable | None = None
+
+    def measure(self, graph, variables, squares) -> None:
+        """Add the per-layer reductions for one update of the step traced in `graph`.
+
+        Each group of variables is measured once per graph (a GAN's step updates
+        several groups); the activations of the graph go with its first group.
+
+        Args:
+            graph: the graph of the step being traced.
+            variables: the variables updated, in the order of `squares`.
+            squares: float32 scalar tensors, the sum of squares of each gradient.
+        """
+        names = tuple(layer_of(v) + "/" + v.name for v in variables)
+        if not variables or (id(graph), names) in self._measured:
+            return
+        self._measured.add((id(graph), names))
+        grad_sums: dict[str, list] = {}
+        weights: dict[str, list] = {}
+        for variable, square in zip(variables, squares):
+            layer = layer_of(variable)
+            grad_sums.setdefault(layer, []).append(square)
+            weights.setdefault(layer, []).append(variable)
+        activations = {}
+        if id(graph) not in self._graphs_with_activations:
+            self._graphs_with_activations.add(id(graph))
+            activations = _activation_ops(graph, _layers_by_handle(graph, variables))
+        layers = list(grad_sums) + [name for name in activations if name not in grad_sums]
+        key = tuple(layers)
+        try:
+            site = self._site(key, list(grad_sums))
+            counter = self._step_counter()
+        except ValueError:  # a retrace may not create variables: go unmeasured
+            return
+        # Every step: the layers' gradient norms (from sums the guard made anyway) into
+        # the ring, so trends are seen step by step though read every `every` steps.
+        norms = tf.stack([tf.sqrt(tf.add_n(grad_sums[layer])) for layer in site.grad_layers])
+        site.ring[counter % self.every].assign(norms)
+
+        def sample():
+            rows = []
+            for layer in layers:
+                row = [_MISSING] * len(FIELDS)
+                if layer in grad_sums:
+                    row[1] = tf.sqrt(
+                        tf.add_n(
+                            [2.0 * tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in weights[layer]]
+                        )
+                    )
+                row[2:] = _activation_row(activations.get(layer, []))
+                rows.append(tf.stack([tf.cast(v, tf.float32) for v in row]))
+            site.holder.assign(tf.stack(rows))
+            return tf.constant(True)
+
+        tf.cond(counter % self.every == 0, sample, lambda: tf.constant(False))
+        counter.assign_add(1)
+
+    def _site(self, key: tuple[str, ...], grad_layers: list[str]) -> _Site:
+        site = self._sites.get(key)
+        if site is None:
+            with tf.init_scope():
+                holder = tf.Variable(
+                    tf.fill([len(key), len(FIELDS)], _MISSING),
+                    trainable=False,
+                    name="gradient_doctor_layer_stats",
+                )
+                ring = tf.Variable(
+                    tf.fill([self.every, len(grad_layers)], _MISSING),
+                    trainable=False,
+                    name="gradient_doctor_layer_grad_norms",
+                )
+            site = self._sites[key] = _Site(list(key), holder, ring, grad_layers)
+        return site
+
+    def _step_counter(self) -> tf.Variable:
+        if self._counter is None:
+            with tf.init_scope():
+                self._counter = tf.Variable(
+                    0, dtype=tf.int64, trainable=False, name="gradient_doctor_layer_steps"
+                )
+        return self._counter
+
+    def read_grad_norms(self) -> list[tuple[LayerRecord, ...]]:
+        """Each layer's gradient norm over the last `every` steps, oldest first.
+
+        Rows not written yet (the first steps of a run) are left out.
+        """
+        if self._counter is None:
+            return []
+        start = int(self._counter.numpy()) % self.every
+        steps: list[list[LayerRecord]] = [[] for _ in range(self.every)]
+        for site in self._sites.values():
+            ring = site.ring.numpy()
+            for position in range(self.every):
+                row = ring[(start + position) % self.every]
+                steps[position].extend(
+                    LayerRecord(layer, grad_norm=float(value))
+                    for layer, value in zip(site.grad_layers, row)
+                    if value != _MISSING and math.isfinite(float(value))
+                )
+        return [tuple(records) for records in steps if records]
+
+    def read(self) -> tuple[LayerRecord, ...]:
+        """The latest sampled values of every layer (one small host copy per site).
+
+        Gradient norms are left to `read_grad_norms`, which has every step's.
+        """
+        records = []
+        for site in self._sites.values():
+            for layer, row in zip(site.layers, site.holder.numpy()):
+                values = {
+                    name: float(v) if v != _MISSING and math.isfinite(float(v)) else None
+                    for name, v in zip(FIELDS, row)
+                }
+                records.append(LayerRecord(layer, **values))
+        return tuple(records)
+
+
+def _layers_by_handle(graph, variables) -> dict[str, str]:
+    """The name of the op standing for each variable inside `graph` -> the variable's layer.
+
+    A traced step reads a variable through a placeholder that captures its handle.
+    """
+    by_handle = {id(v.handle): layer_of(v) for v in variables if hasattr(v, "handle")}
+    found = {}
+    for external, internal in getattr(graph, "captures", ()):
+        layer = by_handle.get(id(external))
+        if layer is not None:
+            found[internal.op.name] = layer
+    return found
+
+
+def _owning_layer(op, layers_by_handle: dict[str, str], depth: int = 6) -> str | None:
+    """The layer of the first variable met walking up from `op` (its kernel, its bias)."""
+    frontier, seen = [op], set()
+    for _ in range(depth):
+        following = []
+        for current in frontier:
+            for tensor in current.inputs:
+                source = tensor.op
+                if source.name in layers_by_handle:
+                    return layers_by_handle[source.name]
+                if source.name not in seen:
+                    seen.add(source.name)
+                    following.append(source)
+        frontier = following
+    return None
+
+
+def _activation_ops(graph, layers_by_handle: dict[str, str]) -> dict[str, list]:
+    """The forward ReLU / sigmoid / tanh ops of the step, by layer (gradient ops skipped).
+
+    An op is put with the layer whose variables feed it (a Dense's activation with the
+    Dense), else with its name scope (a layer without variables).
+    """
+    found: dict[str, list] = {}
+    for op in graph.get_operations():
+        if op.type not in _DEAD_OPS and op.type not in _SATURATING_OPS:
+            continue
+        if op.name.startswith("gradient_tape/") or not op.outputs:
+            continue
+        output = op.outputs[0]
+        if not output.dtype.is_floating or output.shape.rank is None or output.shape.rank < 1:
+            continue
+        layer = _owning_layer(op, layers_by_handle) or _layer_of_op(op.name)
+        found.setdefault(layer, []).append(op)
+    return found
+
+
+def _activation_row(ops) -> list:
+    """[max |pre-activation|, dead fraction, saturated fraction] of a layer's ops."""
+    if not ops:
+        return [_MISSING] * 3
+    largest, dead, saturated = [], [], []
+    for op in ops:
+        before = tf.cast(op.inputs[0], tf.float32)
+        after = tf.cast(op.outputs[0], tf.float32)
+        largest.append(tf.reduce_max(tf.abs(before)))
+        batch_axes = list(range(after.shape.rank - 1))  # units are the last axis
+        if op.type in _DEAD_OPS:
+            stuck = tf.reduce_all(tf.equal(after, 0.0), axis=batch_axes)
+            dead.append(tf.reduce_mean(tf.cast(stuck, tf.float32)))
+        else:
+            flat = (
+                tf.abs(after) > TANH_FLAT
+                if _SATURATING_OPS[op.type] == "tanh"
+                else tf.logical_or(after < SIGMOID_FLAT, after > 1.0 - SIGMOID_FLAT)
+            )
+            stuck = tf.reduce_all(flat, axis=batch_axes)
+            saturated.append(tf.reduce_mean(tf.cast(stuck, tf.float32)))
+    return [
+        tf.reduce_max(tf.stack(largest)),
+        tf.reduce_max(tf.stack(dead)) if dead else _MISSING,
+        tf.reduce_max(tf.stack(saturated)) if saturated else _MISSING,
+    ]
