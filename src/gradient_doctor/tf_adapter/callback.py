@@ -30,6 +30,9 @@ class Doctor(keras.callbacks.Callback):
         trial_steps: int. After a non-finite step, try each proposed fix from
             the last good state for this many steps; 0 turns the trials off.
             Defaults to 200.
+        layer_stats: bool. Measure per-layer gradient and weight norms,
+            activations, dead and saturated units every 10 steps inside the step
+            (full monitoring); False keeps only the global checks. Defaults to True.
 
     Example:
         >>> doctor = gradient_doctor.Doctor()
@@ -44,6 +47,7 @@ class Doctor(keras.callbacks.Callback):
         verbose: bool = True,
         watcher=None,
         trial_steps: int = DEFAULT_TRIAL_STEPS,
+        layer_stats: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(stop_on_problem, bool):
@@ -58,6 +62,7 @@ class Doctor(keras.callbacks.Callback):
             print_finding if verbose else None,
             on_warning=print_warning if verbose else None,
             trial_steps=trial_steps,
+            layer_stats=layer_stats,
         )
         self._hook: ModelHook | None = None
 

@@ -17,6 +17,7 @@ def watch(
     stop_on_problem: bool = True,
     verbose: bool = True,
     trial_steps: int = DEFAULT_TRIAL_STEPS,
+    layer_stats: bool = True,
 ):
     """Watch a custom training step (eager or `tf.function`) and its optimizer(s).
 
@@ -33,6 +34,8 @@ def watch(
         trial_steps: int. After a non-finite step of a `tf.function` step, try each
             proposed fix from the last good state for this many steps; 0 turns the
             trials off. Defaults to 200.
+        layer_stats: bool. Measure per-layer statistics every 10 steps inside the
+            step (full monitoring); False keeps only the global checks. Defaults to True.
 
     Returns:
         The watched step (call it like the original), or a decorator.
@@ -59,6 +62,7 @@ def watch(
         print_finding if verbose else None,
         on_warning=print_warning if verbose else None,
         trial_steps=trial_steps,
+        layer_stats=layer_stats,
     )
     for candidate in optimizers:
         guard_optimizer(candidate, watcher)
