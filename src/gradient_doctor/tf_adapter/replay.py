@@ -92,6 +92,8 @@ class _Recorder:
 
     # -- op callback ----------------------------------------------------------
     def on_op(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        if isinstance(op_type, bytes):  # ops run by TensorFlow's slow eager path: b"Mean"
+            op_type = op_type.decode()
         if graph is not None or op_type in _SKIPPED_OPS:
             return None
         input_ids = tuple(self._track(t) for t in inputs)
