@@ -31,10 +31,20 @@ class StepHistory:
 
 @dataclass(frozen=True)
 class TrainingSetup:
-    """Settings of the user's training that change which remedies can help."""
+    """Settings of the user's training that change which remedies can help.
+
+    Attributes:
+        learning_rate: the optimizer's learning rate, when it is a number.
+        clipping: the gradient clipping already on, e.g. "global_clipnorm=1.0".
+        loss_scale: the dynamic loss scale at the failing step, when a loss-scaling
+            optimizer (mixed precision) applies the updates; None otherwise.
+        xla: the failing step was compiled with XLA (`jit_compile=True`).
+    """
 
     learning_rate: float | None = None
     clipping: str | None = None
+    loss_scale: float | None = None
+    xla: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
-from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter import loss_scale, step_context
 from gradient_doctor.tf_adapter.headroom_probe import Probe, find_probes
 from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
-_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT = 0, 1, 2, 3, 4
-_STATS_SIZE = 5
+_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT, _XLA = 0, 1, 2, 3, 4, 5
+_STATS_SIZE = 6
+# Set while a guarded update runs: an optimizer applied inside it (the inner optimizer
+# of a LossScaleOptimizer) is part of that update, not a step of its own.
+_updating = threading.local()
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,7 @@ class StepStats:
     loss: float
     zero_streak: int = 0
     trip_at: int = -1  # the step counter of the step that tripped, when the step has one
+    xla: bool = False  # the step was compiled with XLA
 
 
 def gradient_values(gradient):
@@ -82,6 +89,7 @@ class Guard:
             float(values[_LOSS]),
             int(values[_ZERO_STREAK]),
             int(values[_TRIP_AT]),
+            bool(values[_XLA] > 0),
         )
 
     def stats_tensor(self) -> tf.Tensor:
@@ -101,7 +109,13 @@ class Guard:
         that runs only when that norm is not finite, a `cond` around the update,
         and while tracing, one reduction per risky op of the user's (headroom).
         Nothing is copied on the happy path.
+
+        With dynamic loss scaling, non-finite gradients are let through to the
+        optimizer (it skips the update and lowers the scale itself) until the scale
+        has collapsed; the loss and gradient norm are recorded unscaled.
         """
+        if in_guarded_update():  # a wrapped optimizer's inner one: the outer call guards
+            return original_apply(grads, trainable_variables)
         recorder = step_context.current_recorder()
         if recorder is not None:
             recorder.record_gradients(list(grads), trainable_variables)
@@ -139,12 +153,16 @@ class Guard:
         )
         loss = _scalar_loss(loss)
         stats = self._variable()
+        scale = loss_scale.scale_tensor(optimizer)  # read before the update changes it
+        if loss_scale.is_dynamic(optimizer) and scale is not None:
+            grads_finite = loss_scale.handles(grads_finite, scale)
         ok = tf.logical_and(
             tf.logical_and(grads_finite, tf.math.is_finite(loss)), stats[_TRIPPED] <= 0
         )
 
         def update():
-            original_apply(grads, trainable_variables)
+            with _guarded_update():
+                original_apply(grads, trainable_variables)
             return tf.constant(True)
 
         def keep_batch():
@@ -166,14 +184,18 @@ class Guard:
         index = -1.0 if scope is None or scope.step_index is None else scope.step_index
         newly_tripped = tf.logical_and(tf.logical_not(ok), stats[_TRIPPED] <= 0)
         trip_at = tf.where(newly_tripped, tf.cast(index, tf.float32), stats[_TRIP_AT])
+        norm = tf.sqrt(sum_of_squares)
+        if scale is not None:  # the user's loss and gradients, not the scaled ones
+            norm, loss = norm / scale, loss / scale
         stats.assign(
             tf.stack(
                 [
                     1.0 - tf.cast(ok, tf.float32),
-                    tf.sqrt(sum_of_squares),
+                    norm,
                     loss,
                     zero_streak,
                     trip_at,
+                    tf.constant(1.0 if _compiled_with_xla() else 0.0),
                 ]
             )
         )
@@ -213,6 +235,27 @@ class Guard:
             for probes, holder in self.headroom_sites
             for probe, value in zip(probes, holder.numpy())
         ]
+
+
+def in_guarded_update() -> bool:
+    """True while a guarded optimizer update is being run or traced on this thread."""
+    return getattr(_updating, "depth", 0) > 0
+
+
+@contextmanager
+def _guarded_update():
+    _updating.depth = getattr(_updating, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _updating.depth -= 1
+
+
+def _compiled_with_xla() -> bool:
+    """True while tracing a step that XLA compiles (`jit_compile=True`)."""
+    if tf.executing_eagerly():
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
 def _variables_of(optimizer, trainable_variables) -> list:

@@ -9,6 +9,7 @@ import sys
 import keras
 import tensorflow as tf
 from keras.src.optimizers.base_optimizer import BaseOptimizer
+from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
 from gradient_doctor.errors import TrainingStopped
@@ -16,6 +17,7 @@ from gradient_doctor.tf_adapter import step_context
 from gradient_doctor.tf_adapter.callback import Doctor
 from gradient_doctor.tf_adapter.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
+from gradient_doctor.tf_adapter.guard import in_guarded_update
 from gradient_doctor.tf_adapter.source_frames import is_user_file
 from gradient_doctor.tf_adapter.watcher import Watcher
 
@@ -43,23 +45,10 @@ class RunPatches:
 
     def install(self) -> None:
         watcher = self.watcher
-        original_apply = BaseOptimizer.apply
-
-        @functools.wraps(original_apply)
-        def apply(optimizer, grads, trainable_variables=None):
-            watcher.optimizer = optimizer
-            bound = original_apply.__get__(optimizer)
-            result = watcher.guard.apply(bound, optimizer, grads, trainable_variables)
-            if (
-                tf.executing_eagerly()
-                and step_context.current_scope() is None
-                and step_context.current_recorder() is None
-            ):
-                _check_eager_update(watcher)
-            return result
-
-        setattr(apply, GUARDED, True)
-        self._replace(BaseOptimizer, "apply", apply)
+        # A LossScaleOptimizer overrides `apply`: it is guarded as a whole (it decides
+        # which overflowing steps to skip), and its inner optimizer's update runs inside.
+        for owner in (BaseOptimizer, LossScaleOptimizer):
+            self._replace(owner, "apply", _guarded_apply(watcher, owner.apply))
 
         original_call = polymorphic_function.Function.__call__
 
@@ -104,6 +93,28 @@ class RunPatches:
             else:
                 setattr(owner, name, value)
         self._saved.clear()
+
+
+def _guarded_apply(watcher: Watcher, original_apply):
+    """An optimizer `apply` routed through the guard; a plain eager update is then checked."""
+
+    @functools.wraps(original_apply)
+    def apply(optimizer, grads, trainable_variables=None):
+        bound = original_apply.__get__(optimizer)
+        if in_guarded_update():  # the inner optimizer of a guarded LossScaleOptimizer
+            return bound(grads, trainable_variables)
+        watcher.optimizer = optimizer
+        result = watcher.guard.apply(bound, optimizer, grads, trainable_variables)
+        if (
+            tf.executing_eagerly()
+            and step_context.current_scope() is None
+            and step_context.current_recorder() is None
+        ):
+            _check_eager_update(watcher)
+        return result
+
+    setattr(apply, GUARDED, True)
+    return apply
 
 
 def _check_eager_update(watcher: Watcher) -> None:

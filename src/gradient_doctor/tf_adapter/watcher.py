@@ -16,6 +16,7 @@ from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.rules import default as default_rule
 from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
+from gradient_doctor.tf_adapter import loss_scale
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.headroom_probe import samples
 from gradient_doctor.tf_adapter.localize import localize
@@ -31,20 +32,31 @@ HISTORY_SIZE = 256
 HEADROOM_EVERY = 10
 
 
-def training_setup(optimizer) -> TrainingSetup:
-    """Read the learning rate and any clipping from a Keras optimizer."""
+def training_setup(optimizer, xla: bool = False) -> TrainingSetup:
+    """Read the learning rate, any clipping and the loss scale from a Keras optimizer.
+
+    Args:
+        optimizer: the Keras optimizer that applied the step, or None.
+        xla: bool, the step was compiled with XLA. Defaults to False.
+    """
     if optimizer is None:
-        return TrainingSetup()
+        return TrainingSetup(xla=xla)
     try:
         learning_rate = float(optimizer.learning_rate)
     except (TypeError, ValueError, AttributeError):
         learning_rate = None
+    clipped = loss_scale.inner_optimizer(optimizer)  # a LossScaleOptimizer's wrapped one clips
     clipping = ", ".join(
         f"{name}={value}"
         for name in ("clipnorm", "clipvalue", "global_clipnorm")
-        if (value := getattr(optimizer, name, None)) is not None
+        if (value := getattr(clipped, name, None)) is not None
     )
-    return TrainingSetup(learning_rate=learning_rate, clipping=clipping or None)
+    return TrainingSetup(
+        learning_rate=learning_rate,
+        clipping=clipping or None,
+        loss_scale=loss_scale.current_scale(optimizer),
+        xla=xla,
+    )
 
 
 class Watcher:
@@ -123,7 +135,7 @@ class Watcher:
                 self._zero_gradients(step)
             self._look_ahead(step, stats)
             return pending
-        history, setup = self._step_history(), training_setup(self.optimizer)
+        history, setup = self._step_history(), training_setup(self.optimizer, stats.xla)
         try:
             evidence = localize(replay_call(), step, named_inputs(), history, setup)
         except Exception as error:  # never let the doctor's analysis break the user's run

@@ -20,10 +20,13 @@ from gradient_doctor.core.knowledge.rules import (
     float16_range,
     inverse_trig,
     log_domain,
+    loss_scale_collapse,
     overflow_generic,
     sqrt_domain,
     where_trap,
+    xla_only,
 )
+from gradient_doctor.core.knowledge.setup_remedies import fit_to_setup
 
 Rule = Callable[[Evidence], Diagnosis | None]
 
@@ -106,9 +109,11 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     """Turn the evidence of a failing step into a diagnosis.
 
     Rules are asked in order of precedence: a broken gradient path (variables with
-    no gradient), bad input, the tf.where trap, exploding gradients and
-    half-precision range (unless the origin op has its own singular point), then the
-    origin's op family, then the default rule.
+    no gradient), bad input, a value only XLA made non-finite, the tf.where trap, a
+    collapsed loss scale, exploding gradients and half-precision range (unless the
+    origin op has its own singular point), then the origin's op family, then the
+    default rule. The remedies are then fitted to the user's setup (clipping or
+    loss scaling already on).
 
     Args:
         evidence: everything known about the failing step.
@@ -118,13 +123,22 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     """
     family = family_for(evidence)
     singular = (family is not None and family.singular) or mentions_norm(source_code(evidence))
-    rules: list[Rule] = [disconnected.diagnose, bad_input.diagnose, where_trap.diagnose]
+    rules: list[Rule] = [
+        disconnected.diagnose,
+        bad_input.diagnose,
+        xla_only.diagnose,
+        where_trap.diagnose,
+    ]
     if not singular:
-        rules += [exploding_gradients.diagnose, float16_range.diagnose]
+        rules += [
+            loss_scale_collapse.diagnose,
+            exploding_gradients.diagnose,
+            float16_range.diagnose,
+        ]
     if family is not None:
         rules.append(family.rule)
     for rule in rules:
         diagnosis = rule(evidence)
         if diagnosis is not None:
-            return diagnosis
-    return default.diagnose(evidence)
+            return fit_to_setup(diagnosis, evidence)
+    return fit_to_setup(default.diagnose(evidence), evidence)
