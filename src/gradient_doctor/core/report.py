@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.run_series import Series
 
 SCHEMA = "gradient-doctor/report/v1"
 
@@ -19,6 +20,8 @@ class Report:
         problems: findings that stopped (or would have stopped) training.
         warnings: findings raised while the run was still finite.
         script_error: a non-numeric exception the script raised, as text.
+        series: what was watched over the run (loss, gradient norms, headroom of
+            risky ops), bounded; empty when nothing was recorded.
     """
 
     script: str | None
@@ -26,6 +29,7 @@ class Report:
     problems: tuple[Finding, ...] = ()
     warnings: tuple[Finding, ...] = ()
     script_error: str | None = None
+    series: tuple[Series, ...] = ()
 
     @property
     def status(self) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
-from pathlib import Path
 from typing import Any
 
 from gradient_doctor.core.findings import (
@@ -20,6 +18,8 @@ from gradient_doctor.core.findings import (
     TensorStats,
 )
 from gradient_doctor.core.report import SCHEMA, Report
+from gradient_doctor.core.run_series import Series
+from gradient_doctor.render.atomic_file import write_text_atomically
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     Returns:
         A dict with the keys `schema`, `status`, `script`, `steps_watched`,
         `problems` and `warnings`, plus `script_error` only when the script raised
-        a non-numeric exception.
+        a non-numeric exception, and `series` only when the report carries series.
 
     Example:
         >>> report_to_dict(Report(script="train.py", steps_watched=3))["status"]
@@ -53,6 +53,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     }
     if report.script_error is not None:
         result["script_error"] = report.script_error
+    if report.series:
+        result["series"] = [series_to_dict(series) for series in report.series]
     return result
 
 
@@ -69,26 +71,8 @@ def write_json_report(report: Report, path: str | os.PathLike[str]) -> None:
     Raises:
         OSError: when the folder cannot be created or the file cannot be written.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(report_to_dict(report), indent=2, ensure_ascii=False, allow_nan=False)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        _write_new_file(temporary, text + "\n")
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
-def _write_new_file(path: Path, text: str) -> None:
-    # os.open with mode 0o666 lets the user's umask set the permissions, as a plain
-    # open() would; tempfile.mkstemp would leave the report readable by its owner only.
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    with open(descriptor, "w", encoding="utf-8") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
+    write_text_atomically(path, text + "\n")
 
 
 def problem_to_dict(finding: Finding) -> dict[str, Any]:
@@ -209,8 +193,8 @@ def disconnected_to_dict(disconnected: Disconnected | None) -> dict[str, Any] | 
 
 
 def not_fix_to_dict(not_fix: NotFix) -> dict[str, Any]:
-    """Serialise a remedy that will not help: `{remedy, why}`."""
-    return {"remedy": not_fix.remedy, "why": not_fix.why}
+    """Serialise a remedy that will not help: `{remedy, why, evidence}`."""
+    return {"remedy": not_fix.remedy, "why": not_fix.why, "evidence": not_fix.evidence}
 
 
 def fix_to_dict(fix: Fix) -> dict[str, Any]:
@@ -229,6 +213,29 @@ def headroom_to_dict(headroom: Headroom | None) -> dict[str, Any] | None:
     if headroom is None:
         return None
     return {"limit": _finite_float(headroom.limit), "value": _finite_float(headroom.value)}
+
+
+def series_to_dict(series: Series) -> dict[str, Any]:
+    """Serialise one watched series (a few hundred points at most).
+
+    Args:
+        series: Series.
+
+    Returns:
+        A dict with `name`, `title`, `group`, `unit`, `scale`, `limit` (None when
+        the series has none), `about`, and the parallel lists `steps` and `values`.
+    """
+    return {
+        "name": series.name,
+        "title": series.title,
+        "group": series.group,
+        "unit": series.unit,
+        "scale": series.scale,
+        "limit": _finite_float(series.limit),
+        "about": series.about,
+        "steps": [int(step) for step in series.steps],
+        "values": [_finite_float(value) for value in series.values],
+    }
 
 
 def _finite_float(value: float | None) -> float | None:
