@@ -99,6 +99,7 @@ def test_story1_max_shift_is_verified_and_clipping_still_overflows_in_the_trial(
     assert shift["verified"] is True, shift["evidence"]
     assert f"before step {problem['step']}" in shift["evidence"]
     assert "all 200 steps finite" in shift["evidence"]
+    assert "then 199 batches of the training data" in shift["evidence"]  # fit's data, read anew
     assert "failed again at trial step" in shift["evidence"]  # the unchanged step did not hold
     clipping = _not_fix(problem, "gradient_clipping")
     assert "global_clipnorm=" in clipping["evidence"]

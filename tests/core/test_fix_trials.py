@@ -30,7 +30,7 @@ def test_a_fix_that_holds_where_the_unchanged_step_fails_is_verified():
     assert fix.verified is True
     assert "before step 41" in fix.evidence
     assert "all 4 steps finite" in fix.evidence
-    assert "loss 1 -> 0.7" in fix.evidence
+    assert "loss 1 -> 0.7 (falling)" in fix.evidence
     assert "failed again at trial step 1" in fix.evidence
 
 
@@ -57,7 +57,7 @@ def test_a_fix_whose_loss_blows_up_is_not_verified_even_if_finite():
     rising = _outcome("stable_softmax", losses=(1.0, 2.0, 5.0, 40.0))
     judged = judge(_finding(), FAILED_BASELINE, [rising])
     assert judged.fixes[0].verified is False
-    assert "loss rose" in judged.fixes[0].evidence
+    assert "loss diverged" in judged.fixes[0].evidence
 
 
 def test_a_remedy_that_could_not_be_put_in_place_says_why():
@@ -77,6 +77,12 @@ def test_a_tried_not_fix_carries_its_evidence_and_why_its_first_step_failed():
 def test_the_first_step_note_is_only_for_forward_problems():
     outcome = _outcome("gradient_clipping", failed_at=0)
     assert "saved weights" not in describe(outcome, 41, phase="backward")
+
+
+def test_negative_and_wandering_losses_still_count_as_learning():
+    assert _outcome("x", losses=(-1.25, -1.3, -1.2, -1.2)).learning()
+    assert _outcome("x", losses=(0.3, 0.5, 0.4, 0.47)).learning()  # a GAN's loss wanders
+    assert not _outcome("x", losses=(-1.0, 0.5, 1.0, 2.0)).learning()
 
 
 def test_loss_trend_uses_the_first_and_last_tenth():

@@ -17,9 +17,10 @@ from gradient_doctor.core.findings import Finding, Fix, NotFix
 
 # Remedies that act on updates only: the first trial step runs on the saved weights.
 UPDATE_REMEDIES = frozenset({"lower_learning_rate", "gradient_clipping", "larger_batch"})
-# The loss of a held trial may rise by at most this factor (first tenth to last tenth of
-# the trial) and still count as training going on.
-LOSS_RISE_ALLOWED = 1.5
+# The loss of a held trial may rise by at most this fraction of its size (first tenth to
+# last tenth of the trial) and still count as training going on: adversarial losses
+# wander, a diverging loss at least doubles.
+LOSS_RISE_ALLOWED = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,12 @@ class TrialOutcome:
         return sum(finite[:window]) / window, sum(finite[-window:]) / window
 
     def learning(self) -> bool:
-        """True when the loss did not blow up over the trial."""
+        """True when the loss did not blow up over the trial (losses may be negative)."""
         trend = self.loss_trend()
         if trend is None:
             return True
         first, last = trend
-        return last <= max(first * LOSS_RISE_ALLOWED, first + 1e-12)
+        return last - first <= LOSS_RISE_ALLOWED * max(abs(first), 1e-12)
 
 
 def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = None) -> str:
@@ -88,7 +89,10 @@ def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = 
             )
         return text
     trend = outcome.loss_trend()
-    loss = "" if trend is None else f"; loss {trend[0]:.4g} -> {trend[1]:.4g}"
+    loss = ""
+    if trend is not None:
+        direction = "falling" if trend[1] < trend[0] else "not falling"
+        loss = f"; loss {trend[0]:.4g} -> {trend[1]:.4g} ({direction})"
     return (
         f"tried{setting}{origin} on {outcome.batches}: all {outcome.steps_run} steps finite{loss}"
     )
@@ -143,7 +147,7 @@ def _judged_fix(
         verified = outcome.held and outcome.learning()
         evidence += f" ({base_note})"
         if outcome.held and not outcome.learning():
-            evidence += "; but the loss rose, so training did not go on well"
+            evidence += "; but the loss diverged, so training did not go on well"
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
 
 

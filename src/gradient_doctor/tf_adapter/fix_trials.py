@@ -32,7 +32,6 @@ from gradient_doctor.tf_adapter.step_context import StepCall
 DEFAULT_TRIAL_STEPS = 200
 # A trial's learning rate is the user's divided by this.
 LEARNING_RATE_DIVISOR = 10.0
-_BATCHES = "the failing batch"
 
 
 @dataclass(frozen=True)
@@ -58,8 +57,13 @@ def try_fixes(
     optimizer,
     guard,
     steps: int = DEFAULT_TRIAL_STEPS,
+    more_batches=None,
 ) -> Finding:
     """The finding with its fixes (and not-fixes) tried from the last good state.
+
+    Each trial runs the failing batch, then batches from `more_batches()` (a fresh
+    iterator over the training data, when `fit`'s data can be read again), else the
+    failing batch again.
 
     Returns `finding` unchanged when nothing can be tried: trials are off
     (`steps` 0), no non-finite origin was found, or the step cannot be traced
@@ -71,7 +75,7 @@ def try_fixes(
     if not plans:
         return finding
     try:
-        with _LastGoodState(call, guard) as runner:
+        with _LastGoodState(call, guard, more_batches) as runner:
             baseline = runner.run(None, steps)
             outcomes, done = [], {}
             for plan in plans:
@@ -198,12 +202,21 @@ class _NotTried(Exception):
 
 
 class _LastGoodState:
-    """Saves every variable the step touches; runs trials, each from that state."""
+    """Saves every variable the step touches; runs trials, each from that state.
 
-    def __init__(self, call: StepCall, guard) -> None:
+    Args:
+        call: the failing step with its batch.
+        guard: the guard, read after each trial step.
+        more_batches: makes a fresh iterator over the training data (batches shaped
+            like the step's one argument), or None to repeat the failing batch.
+    """
+
+    def __init__(self, call: StepCall, guard, more_batches=None) -> None:
         self._call = call
         self._guard = guard
+        self._more_batches = more_batches
         self._saved: list[tuple[tf.Variable, tf.Tensor]] = []
+        self._function = None
 
     def __enter__(self) -> _LastGoodState:
         concrete = self._trace()
@@ -218,8 +231,9 @@ class _LastGoodState:
             variable.assign(value)
 
     def _trace(self):
-        function = tf.function(self._call.traceable)
-        return function.get_concrete_function(*self._call.args, **self._call.kwargs)
+        """Trace the step afresh (with whatever remedy is in place now)."""
+        self._function = tf.function(self._call.traceable)
+        return self._function.get_concrete_function(*self._call.args, **self._call.kwargs)
 
     def run(self, plan: TrialPlan | None, steps: int) -> TrialOutcome:
         """Run the step `steps` times from the saved state, with `plan` in place."""
@@ -236,14 +250,50 @@ class _LastGoodState:
         except _NotTried as reason:
             return TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))
 
+    def _batches(self, steps: int) -> Iterator[tuple[tuple, dict, bool]]:
+        """(args, kwargs, from the data) for each trial step: the failing batch first."""
+        yield self._call.args, self._call.kwargs, False
+        count = 1
+        while self._more_batches is not None and count < steps:
+            before = count
+            for batch in self._more_batches():
+                if count >= steps:
+                    return
+                yield (batch,), {}, True
+                count += 1
+            if count == before:  # no data at all
+                break
+        for _ in range(count, steps):
+            yield self._call.args, self._call.kwargs, False
+
     def _steps(self, concrete, remedy, setting: str, steps: int) -> TrialOutcome:
         losses = []
-        for index in range(steps):
-            concrete(*self._call.args, **self._call.kwargs)
+        from_data = 0
+        signature = _signature(self._call.args, self._call.kwargs)
+        for index, (args, kwargs, is_data) in enumerate(self._batches(steps)):
+            if _signature(args, kwargs) != signature:  # e.g. the last, smaller batch
+                signature = _signature(args, kwargs)
+                concrete = self._function.get_concrete_function(*args, **kwargs)
+            concrete(*args, **kwargs)
+            from_data += is_data
             stats = self._guard.read()
             if stats.tripped:
                 return TrialOutcome(
-                    remedy, setting, steps, index + 1, index, tuple(losses), _BATCHES
+                    remedy, setting, steps, index + 1, index, tuple(losses), _batches(from_data)
                 )
             losses.append(stats.loss)
-        return TrialOutcome(remedy, setting, steps, steps, None, tuple(losses), _BATCHES)
+        return TrialOutcome(remedy, setting, steps, steps, None, tuple(losses), _batches(from_data))
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    """The shapes and dtypes of a call's tensors (a new one needs its own trace)."""
+    return tuple(
+        (tuple(t.shape), t.dtype) if hasattr(t, "shape") and hasattr(t, "dtype") else repr(t)
+        for t in tf.nest.flatten((args, kwargs))
+    )
+
+
+def _batches(from_data: int) -> str:
+    if from_data == 0:
+        return "the failing batch"
+    return f"the failing batch, then {from_data} batches of the training data"

@@ -19,6 +19,7 @@ from gradient_doctor.tf_adapter.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
 from gradient_doctor.tf_adapter.guard import in_guarded_update
 from gradient_doctor.tf_adapter.source_frames import is_user_file
+from gradient_doctor.tf_adapter.trial_data import fit_batches
 from gradient_doctor.tf_adapter.watcher import Watcher
 
 GUARDED = "_gradient_doctor_guarded"
@@ -82,7 +83,14 @@ class RunPatches:
             if not doctors:
                 callbacks.append(Doctor(watcher=watcher))
             bound.arguments["callbacks"] = callbacks
-            return original_fit(*bound.args, **bound.kwargs)
+            data = bound.arguments
+            watcher.trial_batches = fit_batches(
+                data.get("x"), data.get("y"), data.get("sample_weight"), data.get("batch_size")
+            )
+            try:
+                return original_fit(*bound.args, **bound.kwargs)
+            finally:
+                watcher.trial_batches = None
 
         self._replace(keras.Model, "fit", fit)
 

@@ -1,0 +1,34 @@
+"""Fix trials read `fit`'s data again only when that cannot disturb the user's own iterators."""
+
+import numpy as np
+import tensorflow as tf
+
+from gradient_doctor.tf_adapter.trial_data import fit_batches
+
+
+def test_arrays_are_batched_as_fit_would_batch_them():
+    x = np.arange(20, dtype="float32").reshape(10, 2)
+    y = np.arange(10, dtype="float32")
+    batches = list(fit_batches(x, y, batch_size=4)())
+    assert [tuple(b[0].shape) for b in batches] == [(4, 2), (4, 2), (2, 2)]
+    np.testing.assert_array_equal(batches[0][1].numpy(), y[:4])
+
+
+def test_a_dataset_is_read_again_from_its_start_each_time():
+    dataset = tf.data.Dataset.range(5).batch(2)
+    make = fit_batches(dataset)
+    first = [b.numpy().tolist() for b in make()]
+    again = [b.numpy().tolist() for b in make()]
+    assert first == again == [[0, 1], [2, 3], [4]]
+
+
+def test_a_python_generator_is_never_read():
+    consumed = []
+
+    def generator():
+        while True:
+            consumed.append(1)
+            yield np.zeros((2, 2), "float32"), np.zeros((2,), "float32")
+
+    assert fit_batches(generator()) is None
+    assert consumed == []
