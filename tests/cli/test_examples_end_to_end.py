@@ -112,4 +112,8 @@ def test_story2_safe_norm_is_verified_from_the_last_good_state(doctor_run):
     norm = _fix(problem, "safe_norm")
     assert norm["verified"] is True, norm["evidence"]
     assert "all 200 steps finite" in norm["evidence"]
-    assert "not finite again" in _not_fix(problem, "gradient_clipping")["evidence"]
+    # The trial starts from the random state the failing step had: it fails at once again.
+    assert "failed again at trial step 1)" in norm["evidence"]
+    assert (
+        "not finite again at trial step 1 of" in _not_fix(problem, "gradient_clipping")["evidence"]
+    )

@@ -221,7 +221,27 @@ class _LastGoodState:
     def __enter__(self) -> _LastGoodState:
         concrete = self._trace()
         self._saved = [(v, tf.identity(v.read_value())) for v in concrete.graph.variables]
+        self._rewind_random_state(concrete)
         return self
+
+    def _rewind_random_state(self, concrete) -> None:
+        """Start from the random state the failing step began with (its dropout masks).
+
+        The failing step ran in full (only its update was skipped), so it advanced the
+        integer state it keeps: Keras's seed generators, the user's counters. One run of
+        the step with every update skipped measures by how much; the saved state is
+        stepped back by that, as the op-by-op replay does.
+        """
+        self._guard.close()
+        concrete(*self._call.args, **self._call.kwargs)
+        rewound = []
+        for variable, before in self._saved:
+            if variable.dtype.is_integer:
+                delta = variable.read_value() - before
+                before = before - delta
+            rewound.append((variable, before))
+        self._saved = rewound
+        self._restore()
 
     def __exit__(self, *exc_info) -> None:
         self._restore()
