@@ -12,6 +12,7 @@ from tensorflow.python.ops import control_flow_util
 
 from gradient_doctor.tf_adapter import loss_scale, step_context
 from gradient_doctor.tf_adapter.headroom_probe import Probe, find_probes
+from gradient_doctor.tf_adapter.layer_stats import LayerStats
 from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
@@ -47,8 +48,10 @@ class Guard:
     good state however long Python takes to notice.
     """
 
-    def __init__(self, on_missing=None) -> None:
+    def __init__(self, on_missing=None, layer_stats: LayerStats | None = None) -> None:
         self._stats: tf.Variable | None = None
+        # Per-layer statistics measured every few steps (None: the cheap mode).
+        self.layer_stats = layer_stats
         # Called as on_missing(variables, all_missing, loss, tape_window) when an
         # update is asked for with some gradients None (once per trace in graphs);
         # returns True when the update must be skipped.
@@ -95,6 +98,11 @@ class Guard:
     def stats_tensor(self) -> tf.Tensor:
         """The statistics as a tensor of the step being traced (after its updates)."""
         return self._variable().read_value()
+
+    def close(self) -> None:
+        """Close the latch: every update is skipped until `reset` (the step still runs)."""
+        variable = self._variable()
+        variable.assign(tf.tensor_scatter_nd_update(variable, [[_TRIPPED]], [1.0]))
 
     def reset(self) -> None:
         """Open the latch again, so that training can go on."""
@@ -179,6 +187,10 @@ class Guard:
         tf.cond(ok, update, skip)
         if not tf.executing_eagerly():
             self._measure_headroom(tf.compat.v1.get_default_graph())
+            if self.layer_stats is not None:
+                self.layer_stats.measure(
+                    tf.compat.v1.get_default_graph(), [v for _, v in float_pairs], squares
+                )
         zero_streak = self.zero_streaks.update([v for _, v in float_pairs], squares)
         # Which step tripped, for steps run several per call (steps_per_execution).
         index = -1.0 if scope is None or scope.step_index is None else scope.step_index
