@@ -9,6 +9,7 @@ import sys
 from gradient_doctor.errors import UsageError
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+DEFAULT_PROGRESS_SECONDS = 30.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +26,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--report", metavar="PATH", help="write the JSON report to PATH")
     run.add_argument(
+        "--html",
+        metavar="PATH",
+        help="write an HTML report to PATH: one self-contained file with plots, opens offline",
+    )
+    run.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="write the watched series as TensorBoard scalars, and the findings as text, "
+        "to DIR (at the end of the run)",
+    )
+    run.add_argument(
+        "--progress",
+        type=non_negative_float,
+        default=DEFAULT_PROGRESS_SECONDS,
+        metavar="SECONDS",
+        help="print a progress line (step, loss, the risky op closest to its limit) on "
+        f"stderr at most every SECONDS (default {DEFAULT_PROGRESS_SECONDS:g}; 0 turns it off)",
+    )
+    run.add_argument(
         "--keep-going",
         action="store_true",
         help="do not stop training at the first problem (bad updates are still skipped)",
@@ -32,6 +52,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
     return parser
+
+
+def non_negative_float(text: str) -> float:
+    """Parse a number of seconds given on the command line (0 or more)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def check_outputs(options: argparse.Namespace) -> None:
+    """Raise `UsageError` before the run when an output path cannot be what it names."""
+    for flag, path in (("--report", options.report), ("--html", options.html)):
+        if path and os.path.isdir(path):
+            raise UsageError(
+                f"`{flag}` must name a file, but {path!r} is a folder. "
+                f"Pass a file path, for example `{flag} {os.path.join(path, 'report')}`."
+            )
+    if options.tensorboard and os.path.exists(options.tensorboard):
+        if not os.path.isdir(options.tensorboard):
+            raise UsageError(
+                f"`--tensorboard` must name a folder, but {options.tensorboard!r} is a file. "
+                "Pass a folder for the event files, for example `--tensorboard logs/doctor`."
+            )
 
 
 def check_script(path: str) -> None:
@@ -51,11 +98,20 @@ def check_script(path: str) -> None:
 def run_command(options: argparse.Namespace) -> int:
     """Run the script under the doctor and report; returns the exit status."""
     check_script(options.script)
+    check_outputs(options)
     # TensorFlow's start-up INFO lines would bury the diagnosis; warnings still show.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from gradient_doctor.cli.watched_run import watched_run
 
-    return watched_run(options.script, options.script_args, options.report, options.keep_going)
+    return watched_run(
+        options.script,
+        options.script_args,
+        options.report,
+        options.keep_going,
+        html_path=options.html,
+        tensorboard_dir=options.tensorboard,
+        progress_seconds=options.progress,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,15 +7,28 @@ from gradient_doctor.cli.script_runner import run_script
 EXIT_HEALTHY, EXIT_PROBLEM = 0, 1
 
 
-def watched_run(script: str, args: list[str], report_path: str | None, keep_going: bool) -> int:
-    """Watch `script`, print the diagnosis, write the JSON report; return the exit status."""
-    from gradient_doctor.render.json_report import write_json_report
+def watched_run(
+    script: str,
+    args: list[str],
+    report_path: str | None,
+    keep_going: bool,
+    html_path: str | None = None,
+    tensorboard_dir: str | None = None,
+    progress_seconds: float = 0.0,
+) -> int:
+    """Watch `script`, print the diagnosis, write the reports asked for; return the exit
+    status. A progress line goes to stderr every `progress_seconds` (0: none)."""
+    from gradient_doctor.cli.report_outputs import write_outputs
+    from gradient_doctor.render.progress import ProgressLine
     from gradient_doctor.render.terminal import render_report
     from gradient_doctor.tf_adapter.run_patches import RunPatches
     from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
 
     watcher = Watcher(
-        stop_on_problem=not keep_going, on_finding=print_finding, on_warning=print_warning
+        stop_on_problem=not keep_going,
+        on_finding=print_finding,
+        on_warning=print_warning,
+        on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
     )
     patches = RunPatches(watcher)
     patches.install()
@@ -26,6 +39,5 @@ def watched_run(script: str, args: list[str], report_path: str | None, keep_goin
         patches.uninstall()
     report = watcher.report(script, outcome.error)
     render_report(report, problems_shown=True)
-    if report_path:
-        write_json_report(report, report_path)
+    write_outputs(report, report_path, html_path, tensorboard_dir)
     return EXIT_PROBLEM if report.status == "problem" else EXIT_HEALTHY

@@ -6,6 +6,7 @@ import sys
 import warnings
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from gradient_doctor.core.detectors.exploding_gradients import ExplodingGradientsDetector
 from gradient_doctor.core.detectors.headroom import HeadroomDetector
@@ -16,6 +17,7 @@ from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.rules import default as default_rule
 from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
+from gradient_doctor.core.run_series import RunSeries
 from gradient_doctor.tf_adapter import loss_scale
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.headroom_probe import samples
@@ -69,6 +71,8 @@ class Watcher:
         zero_gradient_window: int. Report a variable whose gradient is exactly
             zero on this many steps in a row. Defaults to 50.
         on_warning: called with each new early warning (the terminal prints it).
+        on_record: called with each step's record (loss and gradient norm every
+            step, headroom every `HEADROOM_EVERY` steps); the progress line reads it.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Watcher:
         on_finding: Callable[[Finding], None] | None = None,
         zero_gradient_window: int = 50,
         on_warning: Callable[[Finding], None] | None = None,
+        on_record: Callable[[StepRecord], None] | None = None,
     ) -> None:
         if not isinstance(zero_gradient_window, int) or zero_gradient_window < 2:
             raise ValueError(
@@ -98,6 +103,8 @@ class Watcher:
         self._warned: set[tuple] = set()
         self._headroom = HeadroomDetector()
         self._gradient_trend = ExplodingGradientsDetector()
+        self.on_record = on_record
+        self.series = RunSeries()
 
     def after_step(
         self,
@@ -249,10 +256,16 @@ class Watcher:
             self.after_step(lambda: None, list)
 
     def _look_ahead(self, step: int, stats) -> None:
-        """Feed the early-warning detectors: gradient norms every step, headroom every few."""
-        self._gradient_trend.observe(StepRecord(step, loss=stats.loss, grad_norm=stats.grad_norm))
+        """Feed the early-warning detectors and the run's series: gradient norms every step,
+        headroom every few."""
+        record = StepRecord(step, loss=stats.loss, grad_norm=stats.grad_norm)
+        self._gradient_trend.observe(record)
         if step % HEADROOM_EVERY == 0 and self.guard.headroom_sites:
-            self._headroom.observe(StepRecord(step, headroom=samples(self.guard.read_headroom())))
+            record = replace(record, headroom=samples(self.guard.read_headroom()))
+            self._headroom.observe(record)
+        self.series.observe(record)
+        if self.on_record is not None:
+            self.on_record(record)
         for warning in self._gradient_trend.findings() + self._headroom.findings():
             key = (warning.category, warning.origin.op_name if warning.origin else None)
             if key not in self._warned:
@@ -300,6 +313,7 @@ class Watcher:
             problems=tuple(self.problems),
             warnings=self.warnings,
             script_error=script_error,
+            series=self.series.snapshot(),
         )
 
 
