@@ -40,9 +40,9 @@ def test_loss_and_global_gradient_norm_are_kept_per_step():
     assert series["loss"].group != series["grad_norm/global"].group
 
 
-def test_a_run_of_a_million_steps_stays_bounded_and_spans_the_whole_run():
+def test_a_long_run_stays_bounded_and_spans_the_whole_run():
     collected = RunSeries(points=64)
-    last = 1_000_000 - 1
+    last = 300_000 - 1
     for step in range(last + 1):
         collected.add(Series("loss", "loss", "Loss"), step, math.sin(step / 1000))
     (loss,) = collected.snapshot()
