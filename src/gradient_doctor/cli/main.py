@@ -49,8 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not stop training at the first problem (bad updates are still skipped)",
     )
+    run.add_argument(
+        "--dump",
+        metavar="DIR",
+        help="at the first non-finite step, save the last good state, the failing batch and "
+        "the step itself to the new folder DIR; `gradient-doctor replay DIR` runs it again",
+    )
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    replay = commands.add_parser(
+        "replay",
+        help="run a crash dump's failing step again and diagnose it, without the script",
+        description="Replay the step saved by `gradient-doctor run --dump DIR`: no script, "
+        "model code or data needed. Exit status 1 when the problem reproduces, 0 when not.",
+    )
+    replay.add_argument("--report", metavar="PATH", help="write the JSON report to PATH")
+    replay.add_argument("dump", metavar="DIR", help="the folder `run --dump DIR` wrote")
     return parser
 
 
@@ -99,6 +113,10 @@ def run_command(options: argparse.Namespace) -> int:
     """Run the script under the doctor and report; returns the exit status."""
     check_script(options.script)
     check_outputs(options)
+    if options.dump:
+        from gradient_doctor.tf_adapter.dump_format import check_new_dump_directory
+
+        check_new_dump_directory(options.dump)
     # TensorFlow's start-up INFO lines would bury the diagnosis; warnings still show.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from gradient_doctor.cli.watched_run import watched_run
@@ -111,6 +129,7 @@ def run_command(options: argparse.Namespace) -> int:
         html_path=options.html,
         tensorboard_dir=options.tensorboard,
         progress_seconds=options.progress,
+        dump_dir=options.dump,
     )
 
 
@@ -119,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
     try:
+        if options.command == "replay":
+            from gradient_doctor.cli.replay_command import replay_command
+
+            return replay_command(options.dump, options.report)
         return run_command(options)
     except UsageError as error:
         print(f"gradient-doctor: error: {error}", file=sys.stderr)

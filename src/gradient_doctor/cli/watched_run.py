@@ -15,20 +15,25 @@ def watched_run(
     html_path: str | None = None,
     tensorboard_dir: str | None = None,
     progress_seconds: float = 0.0,
+    dump_dir: str | None = None,
 ) -> int:
     """Watch `script`, print the diagnosis, write the reports asked for; return the exit
-    status. A progress line goes to stderr every `progress_seconds` (0: none)."""
+    status. A progress line goes to stderr every `progress_seconds` (0: none); with
+    `dump_dir`, the first non-finite step is saved there for `gradient-doctor replay`."""
     from gradient_doctor.cli.report_outputs import write_outputs
     from gradient_doctor.render.progress import ProgressLine
     from gradient_doctor.render.terminal import render_report
+    from gradient_doctor.tf_adapter.crash_dump import CrashDump
     from gradient_doctor.tf_adapter.run_patches import RunPatches
     from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
 
+    crash_dump = CrashDump(dump_dir, script) if dump_dir else None
     watcher = Watcher(
         stop_on_problem=not keep_going,
         on_finding=print_finding,
         on_warning=print_warning,
         on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
+        on_problem=crash_dump,
     )
     patches = RunPatches(watcher)
     patches.install()
@@ -39,5 +44,7 @@ def watched_run(
         patches.uninstall()
     report = watcher.report(script, outcome.error)
     render_report(report, problems_shown=True)
+    if crash_dump is not None:
+        crash_dump.finish()
     write_outputs(report, report_path, html_path, tensorboard_dir)
     return EXIT_PROBLEM if report.status == "problem" else EXIT_HEALTHY

@@ -73,6 +73,10 @@ class Watcher:
         on_warning: called with each new early warning (the terminal prints it).
         on_record: called with each step's record (loss and gradient norm every
             step, headroom every `HEADROOM_EVERY` steps); the progress line reads it.
+        on_problem: called as `on_problem(finding, evidence, call, named_inputs)`
+            after each finding from a non-finite step, while the variables still
+            hold the last good state (`call` is the failing step, None when it
+            cannot run again); `--dump` writes the crash dump here.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class Watcher:
         zero_gradient_window: int = 50,
         on_warning: Callable[[Finding], None] | None = None,
         on_record: Callable[[StepRecord], None] | None = None,
+        on_problem: Callable[[Finding, Evidence, StepCall | None, list], None] | None = None,
     ) -> None:
         if not isinstance(zero_gradient_window, int) or zero_gradient_window < 2:
             raise ValueError(
@@ -104,6 +109,7 @@ class Watcher:
         self._headroom = HeadroomDetector()
         self._gradient_trend = ExplodingGradientsDetector()
         self.on_record = on_record
+        self.on_problem = on_problem
         self.series = RunSeries()
 
     def after_step(
@@ -143,8 +149,11 @@ class Watcher:
             self._look_ahead(step, stats)
             return pending
         history, setup = self._step_history(), training_setup(self.optimizer, stats.xla)
+        call, named = None, []
         try:
-            evidence = localize(replay_call(), step, named_inputs(), history, setup)
+            call = replay_call()
+            named = named_inputs()
+            evidence = localize(call, step, named, history, setup)
         except Exception as error:  # never let the doctor's analysis break the user's run
             warnings.warn(
                 f"gradient-doctor could not replay step {step} "
@@ -153,6 +162,8 @@ class Watcher:
             )
             evidence = localize(None, step, [], history, setup)
         finding = self._record(evidence)
+        if self.on_problem is not None:
+            self.on_problem(finding, evidence, call, named)
         if not self.stop_on_problem:
             self.guard.reset()
         return finding
