@@ -254,7 +254,7 @@ def trace_step(call: StepCall, named_inputs: list[tuple[str, object]] = ()) -> T
                 function, call, leaves, positions, values, converted, recorder
             )
             break
-        except Exception as error:  # noqa: BLE001 - the user's step may not trace as it is
+        except Exception as error:  # the user's step may not trace as it is
             first_error = first_error or error
     else:
         raise StepNotTraceable(
