@@ -14,6 +14,7 @@ from gradient_doctor.render.json_report import report_to_dict, write_json_report
 PROBLEM_KEYS = [
     "category",
     "step",
+    "replica",
     "phase",
     "origin",
     "disconnected",
@@ -62,6 +63,7 @@ def test_forward_problem_matches_the_contract(problem_report):
     assert problem == {
         "category": "forward_overflow",
         "step": 1830,
+        "replica": None,
         "phase": "forward",
         "origin": {
             "op": "Exp",

@@ -176,3 +176,4 @@ class Finding:
     disconnected: Disconnected | None = None
     forecast_step: int | None = None
     headroom: Headroom | None = None
+    replica: int | None = None

@@ -82,12 +82,13 @@ def problem_to_dict(finding: Finding) -> dict[str, Any]:
         finding: Finding, a diagnosed problem.
 
     Returns:
-        A dict with the keys `category`, `step`, `phase`, `origin`,
+        A dict with the keys `category`, `step`, `replica`, `phase`, `origin`,
         `disconnected`, `explanation`, `not_fixes` and `fixes`.
     """
     return {
         "category": finding.category,
         "step": _integer(finding.step),
+        "replica": _integer(finding.replica),
         "phase": finding.phase,
         "origin": origin_to_dict(finding.origin),
         "disconnected": disconnected_to_dict(finding.disconnected),

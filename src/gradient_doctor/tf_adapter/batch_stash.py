@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from gradient_doctor.tf_adapter.doctor_variables import doctor_variable, replica_values
+
 
 class BatchStash:
     """One shape-free variable per tensor of a batch structure.
@@ -28,11 +30,20 @@ class BatchStash:
         if not all(isinstance(t, tf.Tensor) for t in leaves):
             self.unavailable_reason = "the batch holds ragged, sparse or non-tensor values"
             return []
+        if self._fixed_shapes and not all(t.shape.is_fully_defined() for t in leaves):
+            # A shape-free variable would have to change shape inside XLA, which fails
+            # the user's step: keep nothing instead.
+            self.unavailable_reason = (
+                "under XLA (jit_compile=True) only a batch of static shape can be kept, and "
+                "this batch's shape is known only when it runs; batch a tf.data dataset with "
+                "drop_remainder=True to have the failing batch kept"
+            )
+            return []
         if self._variables is None:
             try:
                 with tf.init_scope():
                     self._variables = [self._variable_for(t) for t in leaves]
-                    self._kept = tf.Variable(False, trainable=False, name="gradient_doctor_kept")
+                    self._kept = doctor_variable(False, "gradient_doctor_kept")
             except ValueError as error:  # a retrace may not create variables
                 self.unavailable_reason = str(error).splitlines()[0]
                 return []
@@ -47,27 +58,35 @@ class BatchStash:
 
     def _variable_for(self, leaf) -> tf.Variable:
         if self._fixed_shapes and leaf.shape.is_fully_defined():
-            return tf.Variable(
-                tf.zeros(leaf.shape, leaf.dtype), trainable=False, name="gradient_doctor_batch"
-            )
-        return tf.Variable(
+            return doctor_variable(tf.zeros(leaf.shape, leaf.dtype), "gradient_doctor_batch")
+        return doctor_variable(
             tf.zeros([0], leaf.dtype),
+            "gradient_doctor_batch",
             shape=tf.TensorShape(None),
-            trainable=False,
-            name="gradient_doctor_batch",
         )
 
-    def restore(self):
+    def restore(self, replica: int = 0):
         """The kept batch, as concrete tensors in the original structure, or None.
+
+        Args:
+            replica: under a `tf.distribute` strategy, the replica whose shard of
+                the batch to return (the one that failed); 0 otherwise.
 
         None when no batch was kept since the last restore (the failing step ran
         in a trace that could not keep it).
         """
-        if self._variables is None or not bool(self._kept.numpy()):
+        if self._variables is None:
             if self.unavailable_reason is None:
                 self.unavailable_reason = "the failing step did not keep it"
             return None
-        self._kept.assign(False)
-        values = iter([tf.identity(v) for v in self._variables])
+        kept = replica_values(self._kept)
+        replica = replica if 0 <= replica < len(kept) else 0
+        if not bool(kept[replica].numpy()):
+            if self.unavailable_reason is None:
+                self.unavailable_reason = "the failing step did not keep it"
+            return None
+        for flag in kept:
+            flag.assign(False)
+        values = iter([tf.identity(replica_values(v)[replica]) for v in self._variables])
         leaves = [None if t is None else next(values) for t in tf.nest.flatten(self._structure)]
         return tf.nest.pack_sequence_as(self._structure, leaves)

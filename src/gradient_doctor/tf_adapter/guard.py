@@ -10,14 +10,15 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from gradient_doctor.tf_adapter import loss_scale, step_context
+from gradient_doctor.tf_adapter import loss_scale, replicas, step_context
+from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.headroom_probe import Probe, find_probes
 from gradient_doctor.tf_adapter.layer_stats import LayerStats
 from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
-_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT, _XLA = 0, 1, 2, 3, 4, 5
-_STATS_SIZE = 6
+_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT, _XLA, _REPLICA = 0, 1, 2, 3, 4, 5, 6
+_STATS_SIZE = 7
 # Set while a guarded update runs: an optimizer applied inside it (the inner optimizer
 # of a LossScaleOptimizer) is part of that update, not a step of its own.
 _updating = threading.local()
@@ -33,6 +34,7 @@ class StepStats:
     zero_streak: int = 0
     trip_at: int = -1  # the step counter of the step that tripped, when the step has one
     xla: bool = False  # the step was compiled with XLA
+    replica: int = -1  # under tf.distribute, the first replica whose values were not finite
 
 
 def gradient_values(gradient):
@@ -52,6 +54,8 @@ class Guard:
         self._stats: tf.Variable | None = None
         # Per-layer statistics measured every few steps (None: the cheap mode).
         self.layer_stats = layer_stats
+        # How many replicas a `tf.distribute` step runs on (None: no replicas seen).
+        self.replicas: int | None = None
         # Called as on_missing(variables, all_missing, loss, tape_window) when an
         # update is asked for with some gradients None (once per trace in graphs);
         # returns True when the update must be skipped.
@@ -66,10 +70,8 @@ class Guard:
     def _variable(self) -> tf.Variable:
         if self._stats is None:
             with tf.init_scope():
-                self._stats = tf.Variable(
-                    tf.zeros([_STATS_SIZE], tf.float32),
-                    trainable=False,
-                    name="gradient_doctor_stats",
+                self._stats = doctor_variable(
+                    tf.zeros([_STATS_SIZE], tf.float32), "gradient_doctor_stats"
                 )
         return self._stats
 
@@ -93,6 +95,7 @@ class Guard:
             int(values[_ZERO_STREAK]),
             int(values[_TRIP_AT]),
             bool(values[_XLA] > 0),
+            int(values[_REPLICA]),
         )
 
     def stats_tensor(self) -> tf.Tensor:
@@ -184,7 +187,26 @@ class Guard:
             # overwrite it before Python has read it.
             return tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
 
-        tf.cond(ok, update, skip)
+        failed_replica = tf.constant(-1.0)
+        if replicas.must_cross_replicas():
+            # The update crosses replicas: decide in cross-replica context, where every
+            # replica agrees; each replica first keeps its own shard of a failing batch.
+            self.replicas = replicas.replica_count()
+            finite_here = tf.logical_and(grads_finite, tf.math.is_finite(loss))
+            tf.cond(finite_here, lambda: tf.constant(False), skip)
+
+            def update_in_replica(grads, trainable_variables):
+                with _guarded_update():
+                    original_apply(grads, trainable_variables)
+
+            ok, failed_replica = replicas.update_if_all_finite(
+                finite_here,
+                lambda: stats[_TRIPPED] <= 0,
+                update_in_replica,
+                (grads, trainable_variables),
+            )
+        else:
+            tf.cond(ok, update, skip)
         if not tf.executing_eagerly():
             self._measure_headroom(tf.compat.v1.get_default_graph())
             if self.layer_stats is not None:
@@ -208,6 +230,7 @@ class Guard:
                     zero_streak,
                     trip_at,
                     tf.constant(1.0 if _compiled_with_xla() else 0.0),
+                    failed_replica,
                 ]
             )
         )
@@ -229,10 +252,8 @@ class Guard:
         if holder is None:
             try:
                 with tf.init_scope():
-                    holder = tf.Variable(
-                        tf.zeros([len(new)], tf.float32),
-                        trainable=False,
-                        name="gradient_doctor_headroom",
+                    holder = doctor_variable(
+                        tf.zeros([len(new)], tf.float32), "gradient_doctor_headroom"
                     )
             except ValueError:  # a retrace may not create variables: go unmeasured
                 return

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from gradient_doctor.core.records import LayerRecord
+from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
 
 FIELDS = ("grad_norm", "weight_norm", "activation_max_abs", "dead_fraction", "saturated_fraction")
 _DEAD_OPS = frozenset({"Relu", "Relu6"})
@@ -124,15 +125,12 @@ class LayerStats:
         site = self._sites.get(key)
         if site is None:
             with tf.init_scope():
-                holder = tf.Variable(
-                    tf.fill([len(key), len(FIELDS)], _MISSING),
-                    trainable=False,
-                    name="gradient_doctor_layer_stats",
+                holder = doctor_variable(
+                    tf.fill([len(key), len(FIELDS)], _MISSING), "gradient_doctor_layer_stats"
                 )
-                ring = tf.Variable(
+                ring = doctor_variable(
                     tf.fill([self.every, len(grad_layers)], _MISSING),
-                    trainable=False,
-                    name="gradient_doctor_layer_grad_norms",
+                    "gradient_doctor_layer_grad_norms",
                 )
             site = self._sites[key] = _Site(list(key), holder, ring, grad_layers)
         return site
@@ -140,8 +138,8 @@ class LayerStats:
     def _step_counter(self) -> tf.Variable:
         if self._counter is None:
             with tf.init_scope():
-                self._counter = tf.Variable(
-                    0, dtype=tf.int64, trainable=False, name="gradient_doctor_layer_steps"
+                self._counter = doctor_variable(
+                    tf.constant(0, tf.int64), "gradient_doctor_layer_steps"
                 )
         return self._counter
 

@@ -8,6 +8,7 @@ import warnings
 import tensorflow as tf
 
 from gradient_doctor.tf_adapter.batch_stash import BatchStash
+from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
 
 _HOOKED = "_gradient_doctor_hooked"
@@ -51,7 +52,11 @@ class ModelHook:
         self.watcher = watcher
         self.stash = BatchStash(fixed_shapes=bool(getattr(model, "jit_compile", False)))
         # Steps this hook has run, counted inside the compiled step, and as Python saw them.
-        self.steps_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+        strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+        with strategy.scope():
+            self.steps_counter = doctor_variable(
+                tf.constant(0, tf.int64), "gradient_doctor_steps_counter"
+            )
         self.steps_seen = 0
         self.original_train_step = model.train_step
         self._own_train_step = "train_step" in vars(model)  # set on the instance by the user
@@ -94,7 +99,9 @@ class ModelHook:
 
     def replay_call(self) -> StepCall | None:
         """The failing step, ready to run again on the kept batch."""
-        data = self._failed_batch = self.stash.restore()
+        # Under tf.distribute, the shard of the replica that failed first.
+        replica = max(self.watcher.guard.read().replica, 0)
+        data = self._failed_batch = self.stash.restore(replica)
         if data is None:
             warnings.warn(
                 "gradient-doctor could not keep the failing batch "
@@ -103,9 +110,7 @@ class ModelHook:
                 stacklevel=2,
             )
             return None
-        return StepCall(
-            self.original_train_step, (data,), traceable=self.original_train_step
-        )
+        return StepCall(self.original_train_step, (data,), traceable=self.original_train_step)
 
     def kept_batch(self):
         """The failing batch as kept by the guard (after `replay_call`), or None."""

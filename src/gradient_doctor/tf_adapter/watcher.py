@@ -8,19 +8,26 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
+from gradient_doctor.core.detectors.dead_units import DeadUnitsDetector
 from gradient_doctor.core.detectors.exploding_gradients import ExplodingGradientsDetector
 from gradient_doctor.core.detectors.headroom import HeadroomDetector
+from gradient_doctor.core.detectors.loss_spike import LossSpikeDetector
+from gradient_doctor.core.detectors.saturation import SaturationDetector
+from gradient_doctor.core.detectors.vanishing_gradients import VanishingGradientsDetector
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import BreakPoint, Disconnected, Finding
 from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.rules import default as default_rule
+from gradient_doctor.core.knowledge.wording import replica_note
 from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import RunSeries
 from gradient_doctor.tf_adapter import loss_scale
+from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS, try_fixes
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.headroom_probe import samples
+from gradient_doctor.tf_adapter.layer_stats import LayerStats
 from gradient_doctor.tf_adapter.localize import localize
 from gradient_doctor.tf_adapter.missing_gradients import (
     find_missing_gradient_breaks,
@@ -71,6 +78,13 @@ class Watcher:
         zero_gradient_window: int. Report a variable whose gradient is exactly
             zero on this many steps in a row. Defaults to 50.
         on_warning: called with each new early warning (the terminal prints it).
+        trial_steps: int. After a non-finite step, try each proposed fix from the
+            last good state for this many steps (0 turns fix trials off).
+            Defaults to `DEFAULT_TRIAL_STEPS`.
+        layer_stats: bool. Measure per-layer gradient and weight norms, activations,
+            dead and saturated units inside the step every `HEADROOM_EVERY` steps
+            (full monitoring); False keeps only the global checks (the cheap mode).
+            Defaults to True.
         on_record: called with each step's record (loss and gradient norm every
             step, headroom every `HEADROOM_EVERY` steps); the progress line reads it.
         on_problem: called as `on_problem(finding, evidence, call, named_inputs)`
@@ -85,6 +99,8 @@ class Watcher:
         on_finding: Callable[[Finding], None] | None = None,
         zero_gradient_window: int = 50,
         on_warning: Callable[[Finding], None] | None = None,
+        trial_steps: int = DEFAULT_TRIAL_STEPS,
+        layer_stats: bool = True,
         on_record: Callable[[StepRecord], None] | None = None,
         on_problem: Callable[[Finding, Evidence, StepCall | None, list], None] | None = None,
     ) -> None:
@@ -94,8 +110,22 @@ class Watcher:
                 f"Received: zero_gradient_window={zero_gradient_window!r}"
             )
         self.zero_gradient_window = zero_gradient_window
+        if not isinstance(trial_steps, int) or trial_steps < 0:
+            raise ValueError(
+                "`trial_steps` must be an int >= 0 (0 turns fix trials off). "
+                f"Received: trial_steps={trial_steps!r}"
+            )
+        self.trial_steps = trial_steps
+        # Fresh iterators over the training data of the `fit` being watched, for the
+        # fix trials (set by `gradient-doctor run` around each fit), or None.
+        self.trial_batches = None
         install_tape_hook()
-        self.guard = Guard(on_missing=self.on_missing_gradients)
+        if not isinstance(layer_stats, bool):
+            raise TypeError(f"`layer_stats` must be a bool. Received: layer_stats={layer_stats!r}")
+        self.guard = Guard(
+            on_missing=self.on_missing_gradients,
+            layer_stats=LayerStats(every=HEADROOM_EVERY) if layer_stats else None,
+        )
         self.stop_on_problem = stop_on_problem
         self.on_finding = on_finding
         self.steps_watched = 0
@@ -106,8 +136,16 @@ class Watcher:
         self.optimizer = None
         self.on_warning = on_warning
         self._warned: set[tuple] = set()
-        self._headroom = HeadroomDetector()
-        self._gradient_trend = ExplodingGradientsDetector()
+        # Every early-warning detector, fed the same records (headroom and per-layer
+        # statistics only every HEADROOM_EVERY steps, the rest every step).
+        self._detectors = (
+            HeadroomDetector(),
+            ExplodingGradientsDetector(),
+            VanishingGradientsDetector(),
+            LossSpikeDetector(),
+            DeadUnitsDetector(),
+            SaturationDetector(),
+        )
         self.on_record = on_record
         self.on_problem = on_problem
         self.series = RunSeries()
@@ -161,7 +199,8 @@ class Watcher:
                 stacklevel=2,
             )
             evidence = localize(None, step, [], history, setup)
-        finding = self._record(evidence)
+        replica = stats.replica if stats.replica >= 0 else None
+        finding = self._record(evidence, call, replica)
         if self.on_problem is not None:
             self.on_problem(finding, evidence, call, named)
         if not self.stop_on_problem:
@@ -223,7 +262,14 @@ class Watcher:
             return all_missing
         return record(breaks) and all_missing
 
-    def _record(self, evidence: Evidence) -> Finding:
+    def _record(
+        self, evidence: Evidence, call: StepCall | None = None, replica: int | None = None
+    ) -> Finding:
+        """Diagnose `evidence`, try the fixes when the step can run again, publish it.
+
+        `replica` is the first replica of a `tf.distribute` run whose values were not
+        finite (None without replicas).
+        """
         try:
             diagnosis = diagnose(evidence)
         except Exception as error:  # a gap in the knowledge base must not end the user's run
@@ -239,7 +285,9 @@ class Watcher:
             step=evidence.step,
             phase=evidence.phase,
             origin=evidence.origin,
-            explanation=diagnosis.explanation,
+            explanation=diagnosis.explanation
+            if replica is None
+            else f"{diagnosis.explanation} {replica_note(replica, self.guard.replicas)}",
             not_fixes=diagnosis.not_fixes,
             fixes=diagnosis.fixes,
             disconnected=None
@@ -251,7 +299,18 @@ class Watcher:
                 if path_break.node is None
                 else BreakPoint(path_break.node.op_type, path_break.node.source),
             ),
+            replica=replica,
         )
+        if call is not None:
+            finding = try_fixes(
+                finding,
+                evidence,
+                call,
+                self.optimizer,
+                self.guard,
+                self.trial_steps,
+                self.trial_batches,
+            )
         self.problems.append(finding)
         if self.on_finding is not None:
             self.on_finding(finding)
@@ -270,24 +329,37 @@ class Watcher:
         """Feed the early-warning detectors and the run's series: gradient norms every step,
         headroom every few."""
         record = StepRecord(step, loss=stats.loss, grad_norm=stats.grad_norm)
-        self._gradient_trend.observe(record)
-        if step % HEADROOM_EVERY == 0 and self.guard.headroom_sites:
-            record = replace(record, headroom=samples(self.guard.read_headroom()))
-            self._headroom.observe(record)
+        if step % HEADROOM_EVERY == 0:
+            if self.guard.headroom_sites:
+                record = replace(record, headroom=samples(self.guard.read_headroom()))
+            if self.guard.layer_stats is not None:
+                record = replace(record, layers=self.guard.layer_stats.read())
+                self._observe_layer_gradients(step)
+        for detector in self._detectors:
+            detector.observe(record)
         self.series.observe(record)
         if self.on_record is not None:
             self.on_record(record)
-        for warning in self._gradient_trend.findings() + self._headroom.findings():
+        for warning in self.warnings:
             key = (warning.category, warning.origin.op_name if warning.origin else None)
             if key not in self._warned:
                 self._warned.add(key)
                 if self.on_warning is not None:
                     self.on_warning(warning)
 
+    def _observe_layer_gradients(self, step: int) -> None:
+        """Feed each step's per-layer gradient norms since the last read (kept in the step)."""
+        history = self.guard.layer_stats.read_grad_norms()
+        for offset, layers in enumerate(history):
+            record = StepRecord(step - len(history) + 1 + offset, layers=layers)
+            for detector in self._detectors:
+                detector.observe(record)
+            self.series.observe(record)
+
     @property
     def warnings(self) -> tuple[Finding, ...]:
         """Early warnings raised while the run was finite, each updated to its latest."""
-        return tuple(self._gradient_trend.findings() + self._headroom.findings())
+        return tuple(w for detector in self._detectors for w in detector.findings())
 
     def _zero_gradients(self, step: int) -> None:
         """Report variables whose gradient was exactly zero for a whole window (once each)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
+
 
 class ZeroStreaks:
     """One small integer vector per optimizer variable list, updated every step.
@@ -21,10 +23,8 @@ class ZeroStreaks:
         if key not in self._streaks:
             try:
                 with tf.init_scope():
-                    counter = tf.Variable(
-                        tf.zeros([len(variables)], tf.int32),
-                        trainable=False,
-                        name="gradient_doctor_zero_streaks",
+                    counter = doctor_variable(
+                        tf.zeros([len(variables)], tf.int32), "gradient_doctor_zero_streaks"
                     )
             except ValueError:  # a retrace may not create variables: go without
                 return tf.constant(0.0)

@@ -34,6 +34,15 @@ def format_number(value: float | None, digits: int = 4) -> str:
     return f"{value:.2g}"
 
 
+def replica_note(replica: int, replicas: int | None) -> str:
+    """Say which replica of a `tf.distribute` run saw the first non-finite value."""
+    of = f" of {replicas}" if replicas else ""
+    return (
+        f"Replica {replica}{of} saw the first non-finite value; the gradient all-reduce "
+        "would have spread it to every replica, so the update was skipped on all of them."
+    )
+
+
 def count(number: int, noun: str) -> str:
     """Return "1 value" or "17 values" (the noun is made plural with an "s")."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

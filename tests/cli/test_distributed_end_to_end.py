@@ -1,0 +1,49 @@
+"""`tf.distribute.MirroredStrategy` on two logical CPUs, through the real CLI."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, line_of, run_doctor
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = "tests/scripts/mirrored_overflow.py"
+
+
+@pytest.fixture(scope="module")
+def overflow_run(tmp_path_factory):
+    return run_doctor(
+        SCRIPT, tmp=tmp_path_factory.mktemp("mirrored"), options=("--trial-steps", "0")
+    )
+
+
+def test_the_replica_whose_shard_overflowed_is_named_with_the_op(overflow_run):
+    assert overflow_run.exit_code == 1, overflow_run.stderr[-3000:]
+    problem = overflow_run.report["problems"][0]
+    assert (problem["category"], problem["step"], problem["replica"]) == ("forward_overflow", 3, 1)
+    origin = problem["origin"]
+    assert origin["op"] == "Exp"
+    assert origin["line"] == line_of(SCRIPT, "return tf.exp(inputs)")
+    assert origin["inputs"][0]["shape"] == [16, 4]  # the replica's shard, not the whole batch
+    assert origin["inputs"][0]["max"] == 500.0
+    assert "Replica 1 of 2" in problem["explanation"]
+
+
+def test_every_replica_skipped_the_bad_update(overflow_run):
+    assert "replica copies: 2, identical: True, finite: True" in overflow_run.stdout
+
+
+def _losses(command):
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [line for line in done.stdout.splitlines() if line.startswith(("losses", "kernel"))]
+
+
+def test_watching_a_healthy_mirrored_run_changes_nothing(tmp_path):
+    plain = _losses([sys.executable, SCRIPT, "--healthy"])
+    watched = run_doctor(SCRIPT, "--healthy", tmp=tmp_path)
+    assert watched.exit_code == 0, watched.stderr[-3000:]
+    lines = [line for line in watched.stdout.splitlines() if line.startswith(("losses", "kernel"))]
+    assert lines == plain and len(plain) == 2
