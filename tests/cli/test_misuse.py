@@ -109,3 +109,11 @@ def test_scripts_own_doctor_passed_positionally_reports_to_the_run(tmp_path):
     run = run_doctor(script, tmp=tmp_path)
     assert run.exit_code == 1
     assert [(p["category"], p["step"]) for p in run.report["problems"]] == [("bad_input", 1)]
+
+
+def test_a_negative_trial_step_count_is_refused_with_what_was_expected(tmp_path):
+    from gradient_doctor.cli.main import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--trial-steps", "-3", "train.py"])
+    assert stopped.value.code == 2

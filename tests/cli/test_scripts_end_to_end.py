@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import line_of
+from tests.conftest import line_of, run_doctor
 
 pytestmark = pytest.mark.slow
 
@@ -52,3 +52,19 @@ def test_eager_loop_log_of_negative_value_is_a_forward_domain_error(doctor_run):
         "tests/scripts/eager_log_domain.py", "tf.math.log(rate - offset)"
     )
     assert "gradient_clipping" in [n["remedy"] for n in problem["not_fixes"]]
+
+
+def test_cheap_mode_keeps_the_global_series_and_drops_the_per_layer_ones(tmp_path):
+    full = run_doctor("tests/scripts/bad_input_fit.py", tmp=tmp_path / "full")
+    cheap = run_doctor(
+        "tests/scripts/bad_input_fit.py", tmp=tmp_path / "cheap", options=("--cheap",)
+    )
+    assert full.exit_code == cheap.exit_code == 1
+    names = {
+        mode: {s["name"] for s in run.report["series"]}
+        for mode, run in (("full", full), ("cheap", cheap))
+    }
+    assert {"loss", "grad_norm/global"} <= names["cheap"]
+    assert any(name.startswith("weight_norm/") for name in names["full"])
+    assert not any("/" in name and not name.endswith("/global") for name in names["cheap"])
+    assert cheap.report["problems"][0]["category"] == full.report["problems"][0]["category"]

@@ -9,6 +9,8 @@ import sys
 from gradient_doctor.errors import UsageError
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+# Kept here, not imported from the TensorFlow adapter: `--help` must not load TensorFlow.
+DEFAULT_TRIAL_STEPS = 200
 DEFAULT_PROGRESS_SECONDS = 30.0
 
 
@@ -50,6 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not stop training at the first problem (bad updates are still skipped)",
     )
     run.add_argument(
+        "--trial-steps",
+        type=non_negative_int,
+        default=DEFAULT_TRIAL_STEPS,
+        metavar="N",
+        help="after a non-finite step, try each proposed fix from the last good state "
+        f"for N steps (default {DEFAULT_TRIAL_STEPS}; 0 turns the trials off)",
+    )
+    run.add_argument(
+        "--cheap",
+        action="store_true",
+        help="watch only the global checks (loss, gradient norm, risky ops); no per-layer "
+        "statistics, dead or saturated units",
+    )
+    run.add_argument(
         "--dump",
         metavar="DIR",
         help="at the first non-finite step, save the last good state, the failing batch and "
@@ -66,6 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--report", metavar="PATH", help="write the JSON report to PATH")
     replay.add_argument("dump", metavar="DIR", help="the folder `run --dump DIR` wrote")
     return parser
+
+
+def non_negative_int(text: str) -> int:
+    """Parse a count given on the command line, with a message that says what is expected."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def non_negative_float(text: str) -> float:
@@ -126,6 +153,8 @@ def run_command(options: argparse.Namespace) -> int:
         options.script_args,
         options.report,
         options.keep_going,
+        trial_steps=options.trial_steps,
+        layer_stats=not options.cheap,
         html_path=options.html,
         tensorboard_dir=options.tensorboard,
         progress_seconds=options.progress,

@@ -12,6 +12,8 @@ def watched_run(
     args: list[str],
     report_path: str | None,
     keep_going: bool,
+    trial_steps: int = 200,
+    layer_stats: bool = True,
     html_path: str | None = None,
     tensorboard_dir: str | None = None,
     progress_seconds: float = 0.0,
@@ -19,7 +21,9 @@ def watched_run(
 ) -> int:
     """Watch `script`, print the diagnosis, write the reports asked for; return the exit
     status. A progress line goes to stderr every `progress_seconds` (0: none); with
-    `dump_dir`, the first non-finite step is saved there for `gradient-doctor replay`."""
+    `dump_dir`, the first non-finite step is saved there for `gradient-doctor replay`;
+    each proposed fix is tried for `trial_steps` steps (0: none); `layer_stats` False
+    is the cheap mode (global checks only)."""
     from gradient_doctor.cli.report_outputs import write_outputs
     from gradient_doctor.render.progress import ProgressLine
     from gradient_doctor.render.terminal import render_report
@@ -32,6 +36,8 @@ def watched_run(
         stop_on_problem=not keep_going,
         on_finding=print_finding,
         on_warning=print_warning,
+        trial_steps=trial_steps,
+        layer_stats=layer_stats,
         on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
         on_problem=crash_dump,
     )
