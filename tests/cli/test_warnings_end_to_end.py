@@ -19,12 +19,16 @@ def test_story1_exp_headroom_warns_hundreds_of_steps_before_the_overflow(doctor_
     assert warning["headroom"]["limit"] == pytest.approx(88.72, abs=0.01)
     assert overflow_step / 2 <= warning["forecast_step"] <= overflow_step * 2
     assert "gradient-doctor warning" in run.stderr
+    # The warning's fix shifts along the axis the softmax sums over, as the problem's does.
+    assert "tf.reduce_max(scores, axis=2, keepdims=True)" in warning["fixes"][0]["code"]
 
 
 def test_story3_growing_gradients_warn_before_the_first_nan(doctor_run):
     run = doctor_run("examples/story3_exploding_gradients.py")
     (warning,) = [w for w in run.report["warnings"] if w["category"] == "exploding_gradients"]
     assert warning["step"] < run.problem["step"]
+    # Named per layer, from each step's layer gradient norms kept inside the step.
+    assert "The gradient norm of layer `sequential/dense" in warning["explanation"]
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,7 @@ class Probe:
     dtype: str
     kind: str
     limit: float
+    reduction_axis: int | None = None
 
 
 def _created_by_user(op):
@@ -55,6 +56,21 @@ def _created_by_user(op):
 
 def _limit(kind: str, dtype: str) -> float:
     return dtype_limits(dtype).exp_limit if kind == "max_input" else 1.0
+
+
+# Reductions whose axis a max-shift of their input must respect (a softmax's sum).
+_REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Prod"})
+
+
+def _reduction_axis(op) -> int | None:
+    """The one axis along which the op's output is reduced next, as written, or None."""
+    output = op.outputs[0]
+    for consumer in output.consumers():
+        if consumer.type in _REDUCTIONS and consumer.inputs[0] is output:
+            axes = tf.get_static_value(consumer.inputs[1])
+            if axes is not None and getattr(axes, "size", 0) == 1:
+                return int(axes.reshape(-1)[0])
+    return None
 
 
 def find_probes(graph) -> list[tuple[Probe, tf.Tensor]]:
@@ -82,6 +98,7 @@ def find_probes(graph) -> list[tuple[Probe, tf.Tensor]]:
             dtype=dtype,
             kind=kind,
             limit=_limit(kind, dtype),
+            reduction_axis=_reduction_axis(op),
         )
         found.append((probe, measured))
     return found
@@ -101,6 +118,7 @@ def samples(measured: list[tuple[Probe, float]]) -> tuple[HeadroomSample, ...]:
             kind=p.kind,
             value=float(v),
             limit=p.limit,
+            reduction_axis=p.reduction_axis,
         )
         for p, v in measured
         if math.isfinite(float(v))
