@@ -64,6 +64,8 @@ class Evidence:
         history: recent per-step loss and gradient norms.
         setup: optimizer settings (learning rate, clipping).
         reproduced: False when the replay of the step stayed finite.
+        replayed: False when the step could not be run again at all (then
+            `reproduced` is False too, but says nothing about the replay).
         path_break: for missing gradients, where the path from the loss to a
             group of variables breaks.
         all_disconnected: every variable handed to the optimizer lacks a gradient.
@@ -81,6 +83,7 @@ class Evidence:
     history: StepHistory = field(default_factory=StepHistory)
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     reproduced: bool = True
+    replayed: bool = True
     path_break: PathBreak | None = None
     all_disconnected: bool = False
     reduction_axis: int | None = None

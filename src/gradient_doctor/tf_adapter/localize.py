@@ -42,6 +42,7 @@ def localize(
             history=history,
             setup=setup,
             reproduced=False,
+            replayed=False,
         )
     result = replay_step(call)
     if result.error is not None and not result.reproduced:

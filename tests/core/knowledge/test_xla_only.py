@@ -31,3 +31,10 @@ def test_an_xla_step_that_reproduced_is_explained_by_its_op(make_evidence):
     diagnosis = diagnose(evidence)
     assert diagnosis.category == "forward_overflow"
     assert "XLA" not in diagnosis.explanation
+
+
+def test_an_xla_step_that_could_not_be_replayed_claims_nothing_about_xla(make_evidence):
+    evidence = replace(_unreproduced(make_evidence, xla=True), replayed=False)
+    diagnosis = diagnose(evidence)
+    assert "XLA" not in diagnosis.explanation
+    assert "could not be run again" in diagnosis.explanation

@@ -68,12 +68,16 @@ def explain(origin: Origin, step: int | None, subject: str) -> str:
 
 def _unlocated(evidence: Evidence) -> Diagnosis:
     """The step went non-finite but no op could be named (e.g. the replay stayed finite)."""
-    replay = "" if evidence.reproduced else ", and replaying the step stayed finite"
+    if not evidence.replayed:
+        replay = " (the step could not be run again to look for it)"
+    elif not evidence.reproduced:
+        replay = ", and replaying the step stayed finite; the cause may be nondeterministic"
+    else:
+        replay = "; the cause may be nondeterministic"
     step = "The step" if evidence.step is None else f"Step {evidence.step}"
     return Diagnosis(
         category="loss_spike",
-        explanation=f"{step} went non-finite, but no single op could be named{replay}; "
-        "the cause may be nondeterministic.",
+        explanation=f"{step} went non-finite, but no single op could be named{replay}.",
         not_fixes=(),
         fixes=(
             remedies.lower_learning_rate(evidence.setup),

@@ -19,6 +19,7 @@ def applies(evidence: Evidence) -> bool:
     """True when the step was compiled with XLA and its replay without XLA stayed finite."""
     return (
         evidence.setup.xla
+        and evidence.replayed
         and not evidence.reproduced
         and evidence.origin is None
         and evidence.path_break is None
