@@ -1,7 +1,9 @@
 """Per-step overhead of `gradient_doctor.Doctor` on `model.fit`, next to check_numerics.
 
-Runs three small models (an MLP, a CNN and one transformer block) on synthetic data
-in one process, each under three setups:
+Runs small models (an MLP, a CNN, one transformer block, and the MLP or an embedding
+under the training set-ups of issue 6: mixed_float16, jit_compile=True,
+steps_per_execution=4, sparse embedding gradients) on synthetic data in one process,
+each under three setups:
 
 - ``plain``: `model.fit` as is;
 - ``doctor``: watched by `gradient_doctor.Doctor(verbose=False)`;
@@ -20,8 +22,10 @@ check_numerics is global to the thread: it is switched on only around its own fi
 instances whose train function was traced while it was on. The plain and doctor
 models are always traced and run while it is off.
 
+check_numerics cannot run a step compiled with XLA (it fails there): that column says so.
+
 Usage:
-    .venv/bin/python benchmarks/overhead.py [--quick] [--output docs/performance.md]
+    .venv/bin/python benchmarks/overhead.py [--quick] [--only TEXT] [--output docs/performance.md]
 """
 
 from __future__ import annotations
@@ -63,6 +67,13 @@ class ModelSpec:
         timed_steps: steps timed per fit in a full run (about 1-1.5 s of steps
             here), so that a fit's median averages over the machine's short
             slow spells.
+        policy: the Keras dtype policy the model is built and compiled under
+            (e.g. "mixed_float16"), or None for float32.
+        compile_options: extra `model.compile` arguments (`jit_compile`,
+            `steps_per_execution`).
+        vocabulary: when > 0, the inputs are integer ids below it (an embedding).
+        optimizer: makes the optimizer; None for Adam(1e-4).
+        no_check_numerics: why check_numerics cannot run this model, or None.
     """
 
     name: str
@@ -70,6 +81,20 @@ class ModelSpec:
     input_shape: tuple[int, ...]
     batch_size: int
     timed_steps: int
+    policy: str | None = None
+    compile_options: dict = field(default_factory=dict)
+    vocabulary: int = 0
+    optimizer: Callable[[], keras.optimizers.Optimizer] | None = None
+    no_check_numerics: str | None = None
+
+    @property
+    def steps_per_call(self) -> int:
+        """Steps Keras runs per call of the train function (`steps_per_execution`)."""
+        return int(self.compile_options.get("steps_per_execution", 1))
+
+    def setups(self) -> tuple[str, ...]:
+        """The setups this model runs under."""
+        return SETUPS if self.no_check_numerics is None else ("plain", "doctor")
 
 
 @dataclass(frozen=True)
@@ -166,8 +191,22 @@ def build_mlp_with_unused_head() -> keras.Model:
     return model
 
 
+EMBEDDING_VOCABULARY = 100_000
+
+
+def build_embedding() -> keras.Model:
+    """Ids (16 per example) -> embedding 100,000 x 32 -> mean -> dense 10."""
+    inputs = keras.Input((16,), dtype="int32")
+    x = keras.layers.Embedding(EMBEDDING_VOCABULARY, 32)(inputs)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x), name="embedding")
+
+
+XLA_FAILS = "n/a: fails under XLA"
+MLP_NAME = "MLP 784-3x512-10, batch 128"
+
 MODELS = (
-    ModelSpec("MLP 784-3x512-10, batch 128", build_mlp, (784,), 128, timed_steps=60),
+    ModelSpec(MLP_NAME, build_mlp, (784,), 128, timed_steps=60),
     ModelSpec("CNN conv32-conv64-pool-dense, batch 64", build_cnn, (28, 28, 1), 64, 15),
     ModelSpec("transformer block d128 h4 seq32, batch 32", build_transformer, (32, 128), 32, 40),
     ModelSpec(
@@ -177,6 +216,40 @@ MODELS = (
         128,
         timed_steps=60,
     ),
+    ModelSpec(
+        f"{MLP_NAME}, mixed_float16 (LossScaleOptimizer)",
+        build_mlp,
+        (784,),
+        128,
+        timed_steps=60,
+        policy="mixed_float16",
+    ),
+    ModelSpec(
+        "embedding 100000x32, sparse gradients (SGD), batch 64",
+        build_embedding,
+        (16,),
+        64,
+        timed_steps=60,
+        vocabulary=EMBEDDING_VOCABULARY,
+        optimizer=lambda: keras.optimizers.SGD(1e-2),
+    ),
+    ModelSpec(
+        f"{MLP_NAME}, jit_compile=True",
+        build_mlp,
+        (784,),
+        128,
+        timed_steps=60,
+        compile_options={"jit_compile": True},
+        no_check_numerics=XLA_FAILS,
+    ),
+    ModelSpec(
+        f"{MLP_NAME}, steps_per_execution=4",
+        build_mlp,
+        (784,),
+        128,
+        timed_steps=60,
+        compile_options={"steps_per_execution": 4},
+    ),
 )
 
 
@@ -185,11 +258,14 @@ class StepTimer(keras.callbacks.Callback):
 
     Put it last in `callbacks`, so that its `on_train_batch_end` runs after the
     other callbacks' (the doctor's read-back is then inside the timed interval).
+    With `steps_per_call` > 1 (steps_per_execution), Keras calls the callbacks once
+    per call: each call's time is shared by its steps.
     """
 
-    def __init__(self, skip: int) -> None:
+    def __init__(self, skip: int, steps_per_call: int = 1) -> None:
         super().__init__()
         self.skip = skip
+        self.steps_per_call = steps_per_call
         self.times: list[float] = []
         self._start = 0.0
 
@@ -199,27 +275,40 @@ class StepTimer(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None) -> None:
         elapsed = time.perf_counter() - self._start
         if batch >= self.skip:
-            self.times.append(elapsed)
+            self.times.append(elapsed / self.steps_per_call)
 
 
 def make_dataset(spec: ModelSpec, batches: int = 8) -> tf.data.Dataset:
     """A small repeating dataset of random inputs and integer labels (fixed seed)."""
     rng = np.random.default_rng(SEED)
     count = batches * spec.batch_size
-    x = rng.standard_normal((count, *spec.input_shape), dtype=np.float32)
+    if spec.vocabulary:
+        x = rng.integers(0, spec.vocabulary, size=(count, *spec.input_shape), dtype=np.int32)
+    else:
+        x = rng.standard_normal((count, *spec.input_shape), dtype=np.float32)
     y = rng.integers(0, 10, size=(count,), dtype=np.int32)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(spec.batch_size)
     return dataset.cache().repeat().prefetch(2)
 
 
 def make_model(spec: ModelSpec) -> keras.Model:
-    """A compiled model with the same initial weights every time (fixed seed)."""
+    """A compiled model with the same initial weights every time (fixed seed).
+
+    A model built under a dtype policy keeps it (and Keras wraps its optimizer in a
+    LossScaleOptimizer for mixed_float16); the global policy is restored after.
+    """
     keras.utils.set_random_seed(SEED)
-    model = spec.build()
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-4),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(spec.policy or "float32")
+    try:
+        model = spec.build()
+        model.compile(
+            optimizer=spec.optimizer() if spec.optimizer else keras.optimizers.Adam(1e-4),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            **spec.compile_options,
+        )
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
     return model
 
 
@@ -234,7 +323,12 @@ def check_numerics_on() -> Iterator[None]:
 
 
 def timed_fit(
-    model: keras.Model, dataset: tf.data.Dataset, setup: str, steps: int, skip: int
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    setup: str,
+    steps: int,
+    skip: int,
+    steps_per_call: int = 1,
 ) -> list[float]:
     """Run one `model.fit` of `steps` steps under `setup`.
 
@@ -244,11 +338,12 @@ def timed_fit(
         setup: one of `SETUPS`.
         steps: steps in the fit.
         skip: warm-up steps not timed.
+        steps_per_call: the model's `steps_per_execution`.
 
     Returns:
         The durations (seconds) of the steps after the first `skip`.
     """
-    timer = StepTimer(skip=skip)
+    timer = StepTimer(skip=skip, steps_per_call=steps_per_call)
     callbacks = [gradient_doctor.Doctor(verbose=False)] if setup == "doctor" else []
     callbacks.append(timer)
     guard = check_numerics_on() if setup == "check_numerics" else contextlib.nullcontext()
@@ -270,10 +365,10 @@ def new_model_set(spec: ModelSpec) -> dict[str, keras.Model]:
     Separate instances keep one setup's instrumentation (the doctor's optimizer
     hook, check_numerics's traced ops) from leaking into another's.
     """
-    return {setup: make_model(spec) for setup in SETUPS}
+    return {setup: make_model(spec) for setup in spec.setups()}
 
 
-def measure_all(config: RunConfig) -> Results:
+def measure_all(config: RunConfig, models: tuple[ModelSpec, ...] = MODELS) -> Results:
     """All rounds for all models.
 
     Each round runs every model once under every setup; the setup order
@@ -281,15 +376,23 @@ def measure_all(config: RunConfig) -> Results:
     that slow periods of a noisy machine are shared by the setups being compared.
     """
     started = time.perf_counter()
-    datasets = [make_dataset(spec) for spec in MODELS]
-    model_sets = [new_model_set(spec) for spec in MODELS]
-    results = [(spec, {setup: Samples() for setup in SETUPS}) for spec in MODELS]
+    datasets = [make_dataset(spec) for spec in models]
+    model_sets = [new_model_set(spec) for spec in models]
+    results = [(spec, {setup: Samples() for setup in spec.setups()}) for spec in models]
     for round_index in range(config.rounds):
-        order = SETUPS if round_index % 2 == 0 else tuple(reversed(SETUPS))
-        for dataset, models, (spec, samples) in zip(datasets, model_sets, results, strict=True):
-            steps = config.warmup_steps + config.timed_steps(spec)
+        for dataset, models_by_setup, (spec, samples) in zip(
+            datasets, model_sets, results, strict=True
+        ):
+            setups = spec.setups()
+            order = setups if round_index % 2 == 0 else tuple(reversed(setups))
+            # Whole calls of the train function: steps_per_execution must divide the fit.
+            per_call = spec.steps_per_call
+            timed = -(-config.timed_steps(spec) // per_call) * per_call
+            warmup = -(-config.warmup_steps // per_call) * per_call
             for setup in order:
-                times = timed_fit(models[setup], dataset, setup, steps, config.warmup_steps)
+                times = timed_fit(
+                    models_by_setup[setup], dataset, setup, warmup + timed, warmup, per_call
+                )
                 samples[setup].rounds.append(times)
         elapsed = time.perf_counter() - started
         print(f"round {round_index + 1}/{config.rounds} done ({elapsed:.0f} s)", file=sys.stderr)
@@ -339,9 +442,14 @@ def table_row(spec: ModelSpec, samples: dict[str, Samples], config: RunConfig) -
         f"{samples['plain'].median_ms():.2f}",
         f"{samples['doctor'].median_ms():.2f}",
         str(ratio_to_plain(samples, "doctor")),
-        f"{samples['check_numerics'].median_ms():.2f}",
-        str(ratio_to_plain(samples, "check_numerics")),
     ]
+    if "check_numerics" in samples:
+        cells += [
+            f"{samples['check_numerics'].median_ms():.2f}",
+            str(ratio_to_plain(samples, "check_numerics")),
+        ]
+    else:
+        cells += [spec.no_check_numerics or "n/a", ""]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -439,7 +547,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (~1 min)")
     parser.add_argument("--output", metavar="PATH", help="also write the Markdown report here")
+    parser.add_argument(
+        "--only",
+        metavar="TEXT",
+        action="append",
+        help="run only the models whose name contains TEXT (repeatable)",
+    )
     return parser.parse_args(argv)
+
+
+def selected_models(patterns: list[str] | None) -> tuple[ModelSpec, ...]:
+    """The models whose name contains one of `patterns` (all of them when None).
+
+    Raises:
+        SystemExit: no model matches.
+    """
+    if not patterns:
+        return MODELS
+    chosen = tuple(spec for spec in MODELS if any(p in spec.name for p in patterns))
+    if not chosen:
+        names = "\n  ".join(spec.name for spec in MODELS)
+        raise SystemExit(f"--only matched no model. Received: {patterns}. Models:\n  {names}")
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     config = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
-    results = measure_all(config)
+    results = measure_all(config, selected_models(args.only))
     seconds = time.perf_counter() - started
     print("\n".join(table_lines(results, config)))
     print(f"total time: {seconds:.0f} s ({mode})", file=sys.stderr)
