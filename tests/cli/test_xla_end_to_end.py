@@ -42,7 +42,7 @@ def test_value_that_only_xla_makes_non_finite_is_said_plainly(doctor_run):
     run = doctor_run("tests/scripts/xla_sum_order.py")
     assert run.exit_code == 1, run.stderr[-3000:]
     problem = run.problem
-    assert problem["step"] == 2
+    assert (problem["category"], problem["step"]) == ("xla_only", 2)
     assert problem["origin"] is None  # no op of the eager replay is blamed
     assert "did not reproduce without XLA" in problem["explanation"]
     assert problem["fixes"][0]["family"] == "disable_xla"

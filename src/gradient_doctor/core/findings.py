@@ -18,6 +18,9 @@ CATEGORIES = (
     # Added: mixed precision's loss scale lowered to the gradients' true size and below
     # while they stay non-finite (Keras 3 sets no floor; training silently stalls).
     "loss_scale_collapse",
+    # Added: a step non-finite as XLA compiled it whose replay without XLA stayed finite
+    # (no op can be named; it is none of the categories above).
+    "xla_only",
 )
 
 FIX_FAMILIES = (

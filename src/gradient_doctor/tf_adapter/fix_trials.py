@@ -25,6 +25,7 @@ import tensorflow as tf
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_trials import TrialOutcome, judge
+from gradient_doctor.tf_adapter import loss_scale
 from gradient_doctor.tf_adapter.op_substitution import safe_version, substituted
 from gradient_doctor.tf_adapter.step_context import StepCall
 
@@ -97,6 +98,8 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPl
     """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order."""
     origin = finding.origin
     forward_type = origin.gradient_of or origin.op
+    # A loss-scaling optimizer's own learning rate and clipping are not the ones used.
+    optimizer = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
     plans: list[TrialPlan] = []
     remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
     for remedy in dict.fromkeys(remedies):

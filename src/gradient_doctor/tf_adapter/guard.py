@@ -210,8 +210,14 @@ class Guard:
         if not tf.executing_eagerly():
             self._measure_headroom(tf.compat.v1.get_default_graph())
             if self.layer_stats is not None:
+                sparse = {
+                    id(v) for g, v in zip(grads, variables) if isinstance(g, tf.IndexedSlices)
+                }
                 self.layer_stats.measure(
-                    tf.compat.v1.get_default_graph(), [v for _, v in float_pairs], squares
+                    tf.compat.v1.get_default_graph(),
+                    [v for _, v in float_pairs],
+                    squares,
+                    sparse,
                 )
         zero_streak = self.zero_streaks.update([v for _, v in float_pairs], squares)
         # Which step tripped, for steps run several per call (steps_per_execution).

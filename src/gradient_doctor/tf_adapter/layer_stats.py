@@ -66,7 +66,7 @@ class LayerStats:
         self._graphs_with_activations: set[int] = set()
         self._counter: tf.Variable | None = None
 
-    def measure(self, graph, variables, squares) -> None:
+    def measure(self, graph, variables, squares, sparse: set[int] = frozenset()) -> None:
         """Add the per-layer reductions for one update of the step traced in `graph`.
 
         Each group of variables is measured once per graph (a GAN's step updates
@@ -76,6 +76,9 @@ class LayerStats:
             graph: the graph of the step being traced.
             variables: the variables updated, in the order of `squares`.
             squares: float32 scalar tensors, the sum of squares of each gradient.
+            sparse: ids of the variables whose gradient is sparse (`IndexedSlices`,
+                an embedding's): their weight norm is not measured, since reading a
+                whole table that is updated sparsely makes TensorFlow copy it.
         """
         names = tuple(layer_of(v) + "/" + v.name for v in variables)
         if not variables or (id(graph), names) in self._measured:
@@ -86,7 +89,8 @@ class LayerStats:
         for variable, square in zip(variables, squares):
             layer = layer_of(variable)
             grad_sums.setdefault(layer, []).append(square)
-            weights.setdefault(layer, []).append(variable)
+            if id(variable) not in sparse:
+                weights.setdefault(layer, []).append(variable)
         activations = {}
         if id(graph) not in self._graphs_with_activations:
             self._graphs_with_activations.add(id(graph))
@@ -101,13 +105,17 @@ class LayerStats:
         # Every step: the layers' gradient norms (from sums the guard made anyway) into
         # the ring, so trends are seen step by step though read every `every` steps.
         norms = tf.stack([tf.sqrt(tf.add_n(grad_sums[layer])) for layer in site.grad_layers])
-        site.ring[counter % self.every].assign(norms)
+        # A row mask, not a sliced assign: XLA would compile a sliced assign at a moving
+        # index again on every step. (`where`, not a product: a row holding inf stays
+        # replaceable.)
+        slot = tf.equal(tf.range(self.every, dtype=counter.dtype), counter % self.every)
+        site.ring.assign(tf.where(slot[:, None], norms[None, :], site.ring))
 
         def sample():
             rows = []
             for layer in layers:
                 row = [_MISSING] * len(FIELDS)
-                if layer in grad_sums:
+                if weights.get(layer):
                     row[1] = tf.sqrt(
                         tf.add_n(
                             [2.0 * tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in weights[layer]]

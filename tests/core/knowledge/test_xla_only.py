@@ -13,6 +13,7 @@ def _unreproduced(make_evidence, xla):
 
 def test_xla_step_that_did_not_reproduce_says_so(make_evidence, families):
     diagnosis = diagnose(_unreproduced(make_evidence, xla=True))
+    assert diagnosis.category == "xla_only"
     assert "Step 57 went non-finite in the step compiled with XLA" in diagnosis.explanation
     assert "did not reproduce without XLA" in diagnosis.explanation
     assert families(diagnosis)[0] == "disable_xla"

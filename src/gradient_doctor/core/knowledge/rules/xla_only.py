@@ -36,7 +36,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return None
     step = "The step" if evidence.step is None else f"Step {evidence.step}"
     return Diagnosis(
-        category="loss_spike",
+        category="xla_only",
         explanation=(
             f"{step} went non-finite in the step compiled with XLA (jit_compile=True), but "
             "the non-finite value did not reproduce without XLA: replaying the same step "
