@@ -14,9 +14,7 @@ SCRIPT = "tests/scripts/mirrored_overflow.py"
 
 @pytest.fixture(scope="module")
 def overflow_run(tmp_path_factory):
-    return run_doctor(
-        SCRIPT, tmp=tmp_path_factory.mktemp("mirrored"), options=("--trial-steps", "0")
-    )
+    return run_doctor(SCRIPT, tmp=tmp_path_factory.mktemp("mirrored"))
 
 
 def test_the_replica_whose_shard_overflowed_is_named_with_the_op(overflow_run):
@@ -29,6 +27,7 @@ def test_the_replica_whose_shard_overflowed_is_named_with_the_op(overflow_run):
     assert origin["inputs"][0]["shape"] == [16, 4]  # the replica's shard, not the whole batch
     assert origin["inputs"][0]["max"] == 500.0
     assert "Replica 1 of 2" in problem["explanation"]
+    assert "could not try the fixes" not in overflow_run.stderr  # trials skip replicas cleanly
 
 
 def test_every_replica_skipped_the_bad_update(overflow_run):
@@ -47,3 +46,13 @@ def test_watching_a_healthy_mirrored_run_changes_nothing(tmp_path):
     assert watched.exit_code == 0, watched.stderr[-3000:]
     lines = [line for line in watched.stdout.splitlines() if line.startswith(("losses", "kernel"))]
     assert lines == plain and len(plain) == 2
+
+
+def test_multi_worker_strategy_with_one_worker_is_watched(tmp_path):
+    run = run_doctor("tests/scripts/multi_worker_single_nan.py", tmp=tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.report["problems"][0]
+    assert (problem["category"], problem["step"]) == ("bad_input", 2)
+    assert problem["replica"] is None  # one replica: nothing to say about which
+    assert "row 6, feature column 1" in problem["explanation"]
+    assert "weights finite: True" in run.stdout

@@ -75,6 +75,10 @@ def try_fixes(
     plans = trial_plans(finding, evidence, optimizer)
     if not plans:
         return finding
+    if _distributed(optimizer):
+        reason = "the step runs under a tf.distribute strategy, where trials are not run yet"
+        untried = [TrialOutcome(p.remedy, p.setting, steps, 0, None, skipped=reason) for p in plans]
+        return judge(finding, TrialOutcome(None, "", steps, 0, None, skipped=reason), untried)
     try:
         with _LastGoodState(call, guard, more_batches) as runner:
             baseline = runner.run(None, steps)
@@ -92,6 +96,14 @@ def try_fixes(
         )
         return finding
     return judge(finding, baseline, outcomes)
+
+
+def _distributed(optimizer) -> bool:
+    """True when the optimizer's variables are spread over replicas (tf.distribute)."""
+    from tensorflow.python.distribute.values import DistributedValues
+
+    variables = getattr(optimizer, "variables", None) or []
+    return any(isinstance(getattr(v, "value", v), DistributedValues) for v in variables)
 
 
 def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPlan]:

@@ -4,8 +4,9 @@ Inside a replica the optimizer's update crosses to all replicas (`merge_call`: t
 gradient all-reduce), which TensorFlow does not allow inside a `cond` branch made in a
 replica. So, as Keras's `LossScaleOptimizer` does, the decision is taken in
 cross-replica context: each replica says whether its own gradients and loss were
-finite; the update runs on every replica only when all were, and the first replica
-that was not is recorded (the all-reduce would have spread its values to all).
+finite; the verdicts of all replicas (of all workers) are summed, the update runs on
+every replica only when all were finite, and the first replica that was not is
+recorded (the gradient all-reduce would have spread its values to all).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def update_if_all_finite(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Run `update(*update_args)` on every replica only when every replica was finite.
 
+    The verdicts are summed across all replicas, of every worker (one all-reduce of a
+    vector as long as the replica count), so that every worker takes the same branch:
+    a worker that skipped while another updated would leave the update's own
+    all-reduce waiting forever.
+
     Args:
         finite_here: this replica's verdict (a bool scalar).
         latch_open: returns the guard's latch (True while open), read in
@@ -41,24 +47,27 @@ def update_if_all_finite(
         (whether the update ran, the index of the first replica that was not
         finite as float32, or -1), the same in every replica.
     """
+    context = tf.distribute.get_replica_context()
+    count = context.num_replicas_in_sync
+    # This replica's place in a vector of all replicas: 1 where it was not finite.
+    mine = tf.one_hot(context.replica_id_in_sync_group, count, dtype=tf.float32)
+    bad_here = mine * (1.0 - tf.cast(finite_here, tf.float32))
 
-    def across(distribution, finite_here, *update_args):
-        local = tf.stack(distribution.experimental_local_results(finite_here))
-        ok = tf.logical_and(tf.reduce_all(local), latch_open())
+    def across(distribution, bad_here, *update_args):
+        bad = distribution.reduce(tf.distribute.ReduceOp.SUM, bad_here, axis=None) > 0
+        ok = tf.logical_and(tf.logical_not(tf.reduce_any(bad)), latch_open())
 
         def run_update():
             distribution.extended.call_for_each_replica(update, args=update_args)
             return tf.constant(True)
 
         tf.cond(ok, run_update, lambda: tf.constant(False))
-        bad = tf.logical_not(local)
         first_bad = tf.where(
             tf.reduce_any(bad), tf.cast(tf.argmax(tf.cast(bad, tf.int32)), tf.float32), -1.0
         )
         return ok, first_bad
 
-    context = tf.distribute.get_replica_context()
-    return context.merge_call(across, args=(finite_here, *update_args))
+    return context.merge_call(across, args=(bad_here, *update_args))
 
 
 def replica_count() -> int:

@@ -199,7 +199,9 @@ class Watcher:
                 stacklevel=2,
             )
             evidence = localize(None, step, [], history, setup)
-        replica = stats.replica if stats.replica >= 0 else None
+        # Which replica failed first matters only where there are several.
+        several = (self.guard.replicas or 1) > 1
+        replica = stats.replica if stats.replica >= 0 and several else None
         finding = self._record(evidence, call, replica)
         if self.on_problem is not None:
             self.on_problem(finding, evidence, call, named)
