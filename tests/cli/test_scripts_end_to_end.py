@@ -68,3 +68,18 @@ def test_cheap_mode_keeps_the_global_series_and_drops_the_per_layer_ones(tmp_pat
     assert any(name.startswith("weight_norm/") for name in names["full"])
     assert not any("/" in name and not name.endswith("/global") for name in names["cheap"])
     assert cheap.report["problems"][0]["category"] == full.report["problems"][0]["category"]
+
+
+def test_finite_gradients_whose_norm_overflows_are_stopped_before_adam_writes_nan(tmp_path):
+    script = "tests/scripts/huge_finite_gradients.py"
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.report["problems"][0]
+    assert (problem["category"], problem["step"], problem["origin"]) == (
+        "exploding_gradients",
+        3,
+        None,
+    )
+    assert "was finite, but their global norm was 5.2e+21" in problem["explanation"]
+    assert [n["remedy"] for n in problem["not_fixes"]] == ["gradient_clipping"]
+    assert "clip_by_value" in [f["family"] for f in problem["fixes"]]

@@ -72,6 +72,9 @@ class Evidence:
         reduction_axis: the axis along which the origin's output is summed next
             (the normalisation of a hand-written softmax), when the replay saw it;
             a max-shift must use this axis to leave the softmax unchanged.
+        overflowed_norm: when every gradient of the failing update was finite but
+            their global norm's square overflowed float32, that norm (measured in
+            float64); None otherwise.
     """
 
     step: int | None
@@ -87,3 +90,4 @@ class Evidence:
     path_break: PathBreak | None = None
     all_disconnected: bool = False
     reduction_axis: int | None = None
+    overflowed_norm: float | None = None

@@ -64,6 +64,8 @@ FIX_FAMILIES = (
     "remove_stop_gradient",
     # Added for a step that goes non-finite only as XLA compiles it.
     "disable_xla",
+    # Added: clip each gradient value, for a global norm that itself overflows.
+    "clip_by_value",
 )
 
 

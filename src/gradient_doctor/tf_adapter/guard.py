@@ -116,9 +116,9 @@ class Guard:
         """Run `original_apply(grads, trainable_variables)` only when the step is finite.
 
         Adds to the step: one fused sum of squares per gradient (the global norm;
-        a gradient whose sum is 0 advances its zero streak), an exact finite check
-        that runs only when that norm is not finite, a `cond` around the update,
-        and while tracing, one reduction per risky op of the user's (headroom).
+        a gradient whose sum is 0 advances its zero streak; the step is finite when
+        the sum is), a `cond` around the update, and while tracing, one reduction
+        per risky op of the user's (headroom).
         Nothing is copied on the happy path.
 
         With dynamic loss scaling, non-finite gradients are let through to the
@@ -156,12 +156,10 @@ class Guard:
             for g in float_grads
         ]
         sum_of_squares = tf.add_n(squares)
-        maybe_bad = tf.logical_not(tf.math.is_finite(sum_of_squares))
-        grads_finite = tf.cond(
-            maybe_bad,
-            lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in float_grads]),
-            lambda: tf.constant(True),
-        )
+        # A non-finite gradient makes the sum non-finite; so do finite gradients whose
+        # squares overflow float32, which Adam's second moment (and clipping by the
+        # norm) would turn into inf or NaN weights: both are skipped.
+        grads_finite = tf.math.is_finite(sum_of_squares)
         loss = _scalar_loss(loss)
         stats = self._variable()
         scale = loss_scale.scale_tensor(optimizer)  # read before the update changes it

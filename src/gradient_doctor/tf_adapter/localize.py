@@ -11,6 +11,7 @@ from gradient_doctor.core.findings import Origin
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.core.origin_search import find_origin
 from gradient_doctor.tf_adapter import input_scan
+from gradient_doctor.tf_adapter.guard import gradient_values
 from gradient_doctor.tf_adapter.replay import ReplayResult, replay_step
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tensor_summary import sample_values
@@ -74,6 +75,7 @@ def evidence_from_replay(
         setup: optimizer settings.
     """
     search = find_origin(result.events, result.bad_ids)
+    overflowed = None if result.reproduced else _overflowed_norm(result)
     origin_event = search.origin
     origin = _origin(origin_event, result) if origin_event is not None else None
     forward = search.forward_op
@@ -87,9 +89,24 @@ def evidence_from_replay(
         bad_inputs=bad_inputs,
         history=history,
         setup=setup,
-        reproduced=result.reproduced,
+        reproduced=result.reproduced or overflowed is not None,
         reduction_axis=axis,
+        overflowed_norm=overflowed,
     )
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _overflowed_norm(result: ReplayResult) -> float | None:
+    """The global norm of the first update whose finite gradients' sum of squares
+    overflows float32 (what trips the guard then), measured in float64; else None."""
+    for grads, _, _ in getattr(result, "updates", None) or ():
+        values = [np.asarray(gradient_values(g), np.float64) for g in grads if g is not None]
+        total = sum(float(np.sum(np.square(v))) for v in values if v.dtype.kind == "f")
+        if total > _FLOAT32_MAX and np.isfinite(total):
+            return float(np.sqrt(total))
+    return None
 
 
 # Reductions whose axis a max-shift of their input must respect.

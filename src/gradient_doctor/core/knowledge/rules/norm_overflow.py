@@ -1,0 +1,56 @@
+"""Finite gradients whose global norm overflows: the update itself would write inf or NaN.
+
+Every gradient can be finite while the sum of their squares is not (each value above
+~1.8e19 in float32). Adam and RMSprop square the gradients into their second moments,
+and clipping by the global norm divides by that infinite norm (Keras and TensorFlow
+return NaN then): the update would write non-finite weights. The guard therefore skips
+such a step, and the replay measures the norm in float64.
+"""
+
+from __future__ import annotations
+
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Fix, NotFix
+from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.rules.exploding_gradients import norm_growth
+from gradient_doctor.core.knowledge.wording import at_step, format_number
+
+CLIP_VALUE = Fix(
+    "clip_by_value",
+    "Clip each gradient value (clipvalue), which needs no norm",
+    "optimizer = keras.optimizers.Adam(learning_rate=1e-4, clipvalue=1.0)",
+)
+GLOBAL_NORM_CLIPPING = NotFix(
+    "gradient_clipping",
+    "Clipping by the global norm (global_clipnorm, tf.clip_by_global_norm) divides by a "
+    "norm that is itself infinite in float32: Keras and TensorFlow then return NaN "
+    "gradients. Clip each value instead (clipvalue), or stop the growth.",
+)
+
+
+def diagnose(evidence: Evidence) -> Diagnosis | None:
+    """Explain a step whose finite gradients had a global norm beyond float32; else decline."""
+    norm = evidence.overflowed_norm
+    if norm is None or evidence.origin is not None:
+        return None
+    explanation = (
+        f"Every gradient{at_step(evidence.step)} was finite, but their global norm was "
+        f"{format_number(norm)}: its square overflows float32 (above 3.4e38). Adam and "
+        "RMSprop square the gradients, and clipping by the norm divides by it, so the "
+        "update would have written inf or NaN into the weights; it was skipped."
+    )
+    growth = norm_growth(evidence.history)
+    if growth is not None:
+        explanation += (
+            f" The gradient norm grew from {format_number(growth.low)} at step "
+            f"{growth.low_step} to {format_number(growth.peak)} at step {growth.peak_step}: "
+            "the gradients are exploding."
+        )
+    fixes = (
+        remedies.lower_learning_rate(evidence.setup),
+        CLIP_VALUE,
+        remedies.better_init(),
+        remedies.batch_normalization("each hidden layer"),
+    )
+    return Diagnosis("exploding_gradients", explanation, (GLOBAL_NORM_CLIPPING,), fixes)
