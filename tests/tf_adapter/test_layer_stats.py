@@ -83,3 +83,15 @@ def test_the_cheap_mode_measures_no_layers():
     assert Watcher(layer_stats=False).guard.layer_stats is None
     with pytest.raises(TypeError, match="layer_stats"):
         Watcher(layer_stats="yes")
+
+
+def test_update_ratio_is_the_sgd_step_over_the_weight_norm(eleven_steps):
+    _, doctor = eleven_steps
+    stats = doctor.watcher.guard.layer_stats
+    sampled = {r.layer: r for r in stats.read()}
+    newest = {r.layer: r.grad_norm for r in stats.read_grad_norms()[-1]}
+    for layer, record in sampled.items():
+        # SGD(0.01) moves each layer by 0.01 times its gradient: the update's norm.
+        np.testing.assert_allclose(
+            record.update_ratio * record.weight_norm, 0.01 * newest[layer], rtol=1e-4
+        )

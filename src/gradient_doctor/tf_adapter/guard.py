@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -170,7 +171,7 @@ class Guard:
         )
 
         def update():
-            with _guarded_update():
+            with _guarded_update(), self._recording_updates(optimizer, float_pairs):
                 original_apply(grads, trainable_variables)
             return tf.constant(True)
 
@@ -194,7 +195,7 @@ class Guard:
             tf.cond(finite_here, lambda: tf.constant(False), skip)
 
             def update_in_replica(grads, trainable_variables):
-                with _guarded_update():
+                with _guarded_update(), self._recording_updates(optimizer, float_pairs):
                     original_apply(grads, trainable_variables)
 
             ok, failed_replica = replicas.update_if_all_finite(
@@ -239,6 +240,13 @@ class Guard:
             )
         )
         return None
+
+    def _recording_updates(self, optimizer, float_pairs):
+        """Measure the layers' update norms while the update is traced (full mode only)."""
+        if self.layer_stats is None or tf.executing_eagerly():
+            return contextlib.nullcontext()
+        optimizers = [optimizer, loss_scale.inner_optimizer(optimizer)]
+        return self.layer_stats.recording_updates(optimizers, [v for _, v in float_pairs])
 
     def _measure_headroom(self, graph) -> None:
         """Add, once per traced graph, the reductions that measure the user's risky ops.

@@ -13,6 +13,8 @@ small variable per traced step, which the watcher reads back on the same schedul
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -65,6 +67,8 @@ class LayerStats:
         self._measured: set[tuple[int, tuple[str, ...]]] = set()
         self._graphs_with_activations: set[int] = set()
         self._counter: tf.Variable | None = None
+        # Per group of updated layers: the variable holding each layer's latest update norm.
+        self._updates: dict[tuple[str, ...], tf.Variable] = {}
 
     def measure(self, graph, variables, squares, sparse: set[int] = frozenset()) -> None:
         """Add the per-layer reductions for one update of the step traced in `graph`.
@@ -151,6 +155,75 @@ class LayerStats:
                 )
         return self._counter
 
+    @contextmanager
+    def recording_updates(self, optimizers, variables) -> Iterator[None]:
+        """While the block traces an optimizer update, measure each layer's update norm.
+
+        Keras optimizers write every weight through their own `assign`, `assign_add`
+        and `assign_sub`; for the duration of the trace these are wrapped on the
+        optimizer instances to add, per trainable variable written, the sum of squares
+        of the change (one pass over an update that exists anyway). The layers' norms
+        are written at the end of the block, inside the update (so only applied updates
+        count), and read as `update_ratio` = update norm / weight norm.
+        """
+        layers_by_variable = {id(_backing(v)): layer_of(v) for v in variables}
+        sums: dict[str, list] = {}
+        graph = tf.compat.v1.get_default_graph()
+
+        def wrap(original, replaces: bool):
+            def write(variable, value):
+                layer = layers_by_variable.get(id(_backing(variable)))
+                # A write inside the optimizer's own `cond` (gradient accumulation) makes
+                # tensors the end of the block cannot reach: those are not measured.
+                same_graph = tf.compat.v1.get_default_graph() is graph
+                if layer is not None and same_graph and not isinstance(value, tf.IndexedSlices):
+                    change = tf.cast(value, tf.float32)
+                    if replaces:
+                        change = change - tf.cast(_backing(variable), tf.float32)
+                    sums.setdefault(layer, []).append(2.0 * tf.nn.l2_loss(change))
+                return original(variable, value)
+
+            return write
+
+        patched = []
+        for optimizer in optimizers:
+            if optimizer is None or "assign" in vars(optimizer):
+                continue
+            for name, replaces in (("assign", True), ("assign_add", False), ("assign_sub", False)):
+                original = getattr(optimizer, name, None)
+                if original is not None:
+                    setattr(optimizer, name, wrap(original, replaces))
+                    patched.append((optimizer, name))
+        try:
+            yield
+            if sums:
+                self._write_update_norms(sums)
+        finally:
+            for optimizer, name in patched:
+                vars(optimizer).pop(name, None)
+
+    def _write_update_norms(self, sums: dict[str, list]) -> None:
+        key = tuple(sums)
+        holder = self._updates.get(key)
+        if holder is None:
+            try:
+                with tf.init_scope():
+                    holder = doctor_variable(
+                        tf.fill([len(key)], _MISSING), "gradient_doctor_update_norms"
+                    )
+            except ValueError:  # a retrace may not create variables: go unmeasured
+                return
+            self._updates[key] = holder
+        holder.assign(tf.stack([tf.sqrt(tf.add_n(sums[layer])) for layer in key]))
+
+    def _update_norms(self) -> dict[str, float]:
+        norms = {}
+        for key, holder in self._updates.items():
+            for layer, value in zip(key, holder.numpy()):
+                if value != _MISSING and math.isfinite(float(value)):
+                    norms[layer] = float(value)
+        return norms
+
     def read_grad_norms(self) -> list[tuple[LayerRecord, ...]]:
         """Each layer's gradient norm over the last `every` steps, oldest first.
 
@@ -174,8 +247,10 @@ class LayerStats:
     def read(self) -> tuple[LayerRecord, ...]:
         """The latest sampled values of every layer (one small host copy per site).
 
-        Gradient norms are left to `read_grad_norms`, which has every step's.
+        Gradient norms are left to `read_grad_norms`, which has every step's; the
+        update ratio is the latest update's norm over the sampled weight norm.
         """
+        updates = self._update_norms()
         records = []
         for site in self._sites.values():
             for layer, row in zip(site.layers, site.holder.numpy()):
@@ -183,8 +258,15 @@ class LayerStats:
                     name: float(v) if v != _MISSING and math.isfinite(float(v)) else None
                     for name, v in zip(FIELDS, row)
                 }
-                records.append(LayerRecord(layer, **values))
+                weight_norm, update = values["weight_norm"], updates.get(layer)
+                ratio = update / weight_norm if update is not None and weight_norm else None
+                records.append(LayerRecord(layer, update_ratio=ratio, **values))
         return tuple(records)
+
+
+def _backing(variable):
+    """The tf.Variable behind a Keras variable (the variable itself otherwise)."""
+    return getattr(variable, "value", None) if hasattr(variable, "path") else variable
 
 
 def _layers_by_handle(graph, variables) -> dict[str, str]:
