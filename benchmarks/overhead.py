@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import os
 import platform
@@ -557,6 +558,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (~1 min)")
     parser.add_argument("--output", metavar="PATH", help="also write the Markdown report here")
     parser.add_argument(
+        "--rounds", type=int, metavar="N", help="rounds per model (default 10; quick 3)"
+    )
+    parser.add_argument(
         "--only",
         metavar="TEXT",
         action="append",
@@ -585,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
+    if args.rounds:
+        config = dataclasses.replace(config, rounds=args.rounds)
+        mode += f", {args.rounds} rounds"
     started = time.perf_counter()
     results = measure_all(config, selected_models(args.only))
     seconds = time.perf_counter() - started

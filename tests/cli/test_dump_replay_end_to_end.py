@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 FIT = "tests/scripts/dump_fit_exp_overflow.py"
 LOOP = "tests/scripts/dump_loop_norm_zero.py"
 STORY1 = "examples/story1_gnn_softmax_overflow.py"
+STORY2 = "examples/story2_wgan_gp_norm.py"
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,14 @@ def test_story1_dump_replays_to_the_hand_written_exp(dumped):
     replayed = dumped(STORY1, "--trial-steps", "0")
     assert_same_origin(replayed)
     assert replayed.problem["origin"]["line"] == line_of(STORY1, "w = tf.exp(scores)")
+
+
+def test_story2_dump_replays_to_the_norm_gradient(dumped):
+    replayed = dumped(STORY2, "--trial-steps", "0")
+    assert_same_origin(replayed)
+    origin = replayed.problem["origin"]
+    assert (origin["op"], origin["gradient_of"]) == ("SqrtGrad", "Sqrt")
+    assert origin["line"] == line_of(STORY2, "norm = tf.norm(grads, axis=-1)")
 
 
 def _tree(folder: Path) -> dict[str, str]:

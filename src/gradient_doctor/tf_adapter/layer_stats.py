@@ -159,62 +159,75 @@ class LayerStats:
     def recording_updates(self, optimizers, variables) -> Iterator[None]:
         """While the block traces an optimizer update, measure each layer's update norm.
 
-        Keras optimizers write every weight through their own `assign`, `assign_add`
-        and `assign_sub`; for the duration of the trace these are wrapped on the
-        optimizer instances to add, per trainable variable written, the sum of squares
-        of the change (one pass over an update that exists anyway). The layers' norms
-        are written at the end of the block, inside the update (so only applied updates
-        count), and read as `update_ratio` = update norm / weight norm.
+        Keras optimizers move each weight through their own `assign_add` or
+        `assign_sub` (Adam, RMSprop, SGD with or without momentum); for the duration
+        of the trace these are wrapped on the optimizer instances to keep, per
+        trainable variable, the change they are handed (a tensor that exists anyway).
+        At the end of the block, inside the update (so only applied updates count) and
+        only on the sampled steps, the layers' update norms are reduced from those
+        changes and stored; they are read as `update_ratio` = update norm / weight norm.
+        A weight replaced whole (`assign`) is not measured: its change would need a
+        copy of the old weight.
         """
         layers_by_variable = {id(_backing(v)): layer_of(v) for v in variables}
-        sums: dict[str, list] = {}
+        changes: dict[str, list] = {}
         graph = tf.compat.v1.get_default_graph()
 
-        def wrap(original, replaces: bool):
+        def wrap(original):
             def write(variable, value):
                 layer = layers_by_variable.get(id(_backing(variable)))
                 # A write inside the optimizer's own `cond` (gradient accumulation) makes
                 # tensors the end of the block cannot reach: those are not measured.
                 same_graph = tf.compat.v1.get_default_graph() is graph
                 if layer is not None and same_graph and not isinstance(value, tf.IndexedSlices):
-                    change = tf.cast(value, tf.float32)
-                    if replaces:
-                        change = change - tf.cast(_backing(variable), tf.float32)
-                    sums.setdefault(layer, []).append(2.0 * tf.nn.l2_loss(change))
+                    changes.setdefault(layer, []).append(value)
                 return original(variable, value)
 
             return write
 
         patched = []
         for optimizer in optimizers:
-            if optimizer is None or "assign" in vars(optimizer):
+            if optimizer is None or "assign_sub" in vars(optimizer):
                 continue
-            for name, replaces in (("assign", True), ("assign_add", False), ("assign_sub", False)):
+            for name in ("assign_add", "assign_sub"):
                 original = getattr(optimizer, name, None)
                 if original is not None:
-                    setattr(optimizer, name, wrap(original, replaces))
+                    setattr(optimizer, name, wrap(original))
                     patched.append((optimizer, name))
         try:
             yield
-            if sums:
-                self._write_update_norms(sums)
+            if changes:
+                self._write_update_norms(changes)
         finally:
             for optimizer, name in patched:
                 vars(optimizer).pop(name, None)
 
-    def _write_update_norms(self, sums: dict[str, list]) -> None:
-        key = tuple(sums)
+    def _write_update_norms(self, changes: dict[str, list]) -> None:
+        key = tuple(changes)
         holder = self._updates.get(key)
-        if holder is None:
-            try:
+        try:
+            counter = self._step_counter()
+            if holder is None:
                 with tf.init_scope():
                     holder = doctor_variable(
                         tf.fill([len(key)], _MISSING), "gradient_doctor_update_norms"
                     )
-            except ValueError:  # a retrace may not create variables: go unmeasured
-                return
-            self._updates[key] = holder
-        holder.assign(tf.stack([tf.sqrt(tf.add_n(sums[layer])) for layer in key]))
+                self._updates[key] = holder
+        except ValueError:  # a retrace may not create variables: go unmeasured
+            return
+
+        def sample():
+            norms = [
+                tf.sqrt(
+                    tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(c, tf.float32)) for c in changes[layer]])
+                )
+                for layer in key
+            ]
+            holder.assign(tf.stack(norms))
+            return tf.constant(True)
+
+        # The same steps as the weight norms: the counter moves on after the update.
+        tf.cond(counter % self.every == 0, sample, lambda: tf.constant(False))
 
     def _update_norms(self) -> dict[str, float]:
         norms = {}
