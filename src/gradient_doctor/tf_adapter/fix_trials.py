@@ -230,13 +230,21 @@ class _LastGoodState:
         self._call = call
         self._guard = guard
         self._more_batches = more_batches
+        # The state as the user's run left it (put back at the end), and the state
+        # each trial starts from (the same, with the random state stepped back).
         self._saved: list[tuple[tf.Variable, tf.Tensor]] = []
+        self._start: list[tuple[tf.Variable, tf.Tensor]] = []
         self._function = None
 
     def __enter__(self) -> _LastGoodState:
         concrete = self._trace()
         self._saved = [(v, tf.identity(v.read_value())) for v in concrete.graph.variables]
-        self._rewind_random_state(concrete)
+        self._start = self._saved
+        try:
+            self._rewind_random_state(concrete)
+        except BaseException:
+            self._put_back(self._saved)
+            raise
         return self
 
     def _rewind_random_state(self, concrete) -> None:
@@ -255,14 +263,19 @@ class _LastGoodState:
                 delta = variable.read_value() - before
                 before = before - delta
             rewound.append((variable, before))
-        self._saved = rewound
+        self._start = rewound
         self._restore()
 
     def __exit__(self, *exc_info) -> None:
-        self._restore()
+        self._put_back(self._saved)  # the user's run goes on exactly as it would have
 
     def _restore(self) -> None:
-        for variable, value in self._saved:
+        """Back to the state a trial starts from."""
+        self._put_back(self._start)
+
+    @staticmethod
+    def _put_back(values) -> None:
+        for variable, value in values:
             variable.assign(value)
 
     def _trace(self):
