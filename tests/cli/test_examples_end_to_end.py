@@ -34,6 +34,7 @@ def test_story1_terminal_diagnosis_names_the_line_and_the_value(doctor_run):
     assert "-> examples/story1_gnn_softmax_overflow.py:" in run.stderr
     assert "w = tf.exp(scores)" in run.stderr
     assert "Will not help" in run.stderr
+    assert "trying 3 remedies from the last good state, 200 steps each" in run.stderr
 
 
 STORY2 = "examples/story2_wgan_gp_norm.py"

@@ -59,12 +59,13 @@ def try_fixes(
     guard,
     steps: int = DEFAULT_TRIAL_STEPS,
     more_batches=None,
+    announce=None,
 ) -> Finding:
     """The finding with its fixes (and not-fixes) tried from the last good state.
 
     Each trial runs the failing batch, then batches from `more_batches()` (a fresh
     iterator over the training data, when `fit`'s data can be read again), else the
-    failing batch again.
+    failing batch again. `announce(count, steps, step)` is told before trials run.
 
     Returns `finding` unchanged when nothing can be tried: trials are off
     (`steps` 0), no non-finite origin was found, or the step cannot be traced
@@ -79,6 +80,8 @@ def try_fixes(
         reason = "the step runs under a tf.distribute strategy, where trials are not run yet"
         untried = [TrialOutcome(p.remedy, p.setting, steps, 0, None, skipped=reason) for p in plans]
         return judge(finding, TrialOutcome(None, "", steps, 0, None, skipped=reason), untried)
+    if announce is not None:
+        announce(len(plans), steps, finding.step)
     try:
         with _LastGoodState(call, guard, more_batches) as runner:
             baseline = runner.run(None, steps)

@@ -312,6 +312,7 @@ class Watcher:
                 self.guard,
                 self.trial_steps,
                 self.trial_batches,
+                announce=_announce_trials if self.on_finding is not None else None,
             )
         self.problems.append(finding)
         if self.on_finding is not None:
@@ -405,6 +406,16 @@ class Watcher:
 def _is_floating(variable) -> bool:
     dtype = getattr(variable, "dtype", None)
     return getattr(dtype, "is_floating", None) or str(dtype).startswith(("float", "bfloat"))
+
+
+def _announce_trials(count: int, steps: int, step: int | None) -> None:
+    """Say on stderr that trials are starting (they take about `steps` steps each)."""
+    print(
+        f"gradient-doctor: step {step} is not finite; trying {count} remedies from the last "
+        f"good state, {steps} steps each (--trial-steps N to change, 0 to skip)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def print_finding(finding: Finding) -> None:
