@@ -1,4 +1,4 @@
-"""Loss spikes against a running median: one warning per spike episode."""
+"""Loss spikes against a running median: one warning, naming the largest episode."""
 
 import math
 
@@ -44,20 +44,25 @@ def test_an_episode_of_several_steps_is_one_warning(run, rng):
     assert "above the threshold for 5 steps, from step 400 to step 404." in warning.explanation
 
 
-def test_separate_episodes_are_separate_warnings(run, rng):
+def test_separate_episodes_are_one_warning_about_the_largest(run, rng):
     losses = [_decaying(step, rng) for step in range(600)]
-    losses[200] = losses[300] = 10.0
-    warnings = run(LossSpikeDetector(), _records(losses))[-1]
-    assert [warning.step for warning in warnings] == [200, 300]
+    losses[200], losses[300] = 10.0, 30.0
+    (warning,) = run(LossSpikeDetector(), _records(losses))[-1]
+    assert warning.step == 200
+    assert "The loss jumped to 30 at step 300" in warning.explanation
+    assert warning.explanation.endswith(
+        "the largest of 2 spike episodes so far, the first at step 200."
+    )
 
 
 def test_many_episodes_are_capped(run, rng):
     losses = [_decaying(step, rng) for step in range(1000)]
     for step in range(100, 1000, 50):
         losses[step] = 20.0
-    warnings = run(LossSpikeDetector(), _records(losses))[-1]
-    assert len(warnings) == MAX_EPISODES
-    assert warnings[-1].explanation.endswith(" 8 more spike episodes followed.")
+    (warning,) = run(LossSpikeDetector(), _records(losses))[-1]
+    assert warning.step == 100
+    assert "the largest of 18 spike episodes so far" in warning.explanation
+    assert MAX_EPISODES < 18  # episodes past the cap are counted, not kept
 
 
 def test_healthy_and_noisy_losses_are_quiet(run, rng):

@@ -109,13 +109,25 @@ class LossSpikeDetector:
         self._losses.append(loss)
 
     def findings(self) -> list[Finding]:
-        """One warning per spike episode (at most `MAX_EPISODES`), in order."""
-        findings = [self._finding(episode) for episode in self._episodes]
-        if self._uncounted and findings:
-            last = findings[-1]
-            more = count(self._uncounted, "more spike episode")
-            findings[-1] = replace(last, explanation=f"{last.explanation} {more} followed.")
-        return findings
+        """One warning for all the spikes (no warning storm), or none.
+
+        It is raised at the first episode's step and describes the largest one
+        (against its running median), with how many episodes there were.
+        """
+        if not self._episodes:
+            return []
+        first = self._episodes[0]
+        worst = max(self._episodes, key=_size)
+        finding = self._finding(worst)
+        total = len(self._episodes) + self._uncounted
+        if total > 1:
+            finding = replace(
+                finding,
+                step=first.start,
+                explanation=f"{finding.explanation} It is the largest of {total} spike "
+                f"episodes so far, the first at step {first.start}.",
+            )
+        return [finding]
 
     def _extend(self, step: int, loss: float, baseline: float, threshold: float) -> None:
         """Start an episode, or extend the current one."""
@@ -147,6 +159,13 @@ class LossSpikeDetector:
                 remedies.lower_learning_rate(self._setup),
             ),
         )
+
+
+def _size(episode: Episode) -> float:
+    """How far an episode's peak rose above its running median (a ratio where defined)."""
+    if episode.baseline > 0:
+        return episode.peak / episode.baseline
+    return episode.peak - episode.threshold
 
 
 def explain(episode: Episode) -> str:
