@@ -3,11 +3,13 @@
 When the guard trips, the update is skipped, so the model's variables still hold
 the last good state. Each trial traces the user's step afresh as a `tf.function`
 with one remedy in place (the origin op swapped for its safe version, a lower
-learning rate, gradient clipping), runs it for a number of steps on the failing
-batch and reads the guard after each step. Every variable the step touches
-(weights, optimizer slots and counters, metrics, seeds, the guard's own latch) is
-saved before the trials and put back after each one, so the user's run goes on
-(or stops) exactly as it would have.
+learning rate, gradient clipping), runs it for a number of steps (the failing batch
+first, then `fit`'s training data read anew when it can be) and reads the guard after
+each step. Every variable the step touches (weights, optimizer slots and counters,
+metrics, seeds, the guard's own latch) is saved before the trials; each trial starts
+from it (with the seed counters stepped back to the failing step's) and the saved
+state is put back at the end, so the user's run goes on (or stops) exactly as it
+would have.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class TrialPlan:
     """One remedy to try: its family, what it changes, and how to put it in place.
 
     `apply` is a context manager factory that holds the remedy in place while the
-    step is traced and run; `replaced` (from an op substitution) lists the ops it
+    step is traced and run; for an op substitution it yields the list of ops it
     swapped, so a substitution that met no op is reported as not tried.
     """
 
