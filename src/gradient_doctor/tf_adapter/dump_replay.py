@@ -175,16 +175,7 @@ def _restore(cls, values: dict | None):
 
 
 def _finding(evidence: Evidence) -> Finding:
-    diagnosis = diagnose(evidence)
-    return Finding(
-        category=diagnosis.category,
-        step=evidence.step,
-        phase=evidence.phase,
-        origin=evidence.origin,
-        explanation=diagnosis.explanation,
-        not_fixes=diagnosis.not_fixes,
-        fixes=diagnosis.fixes,
-    )
+    return diagnose(evidence).finding(evidence)
 
 
 def _unreadable(folder, why: str) -> str:

@@ -44,13 +44,14 @@ class TrialPlan:
     `apply` is a context manager factory that holds the remedy in place while the
     step is traced and run; for an op substitution it yields the list of ops it
     swapped, so a substitution that met no op is reported as not tried.
+    `replacement` is the safe computation an op substitution puts in (None for
+    other remedies); two families with the same one are run once.
     """
 
     remedy: str
     setting: str
     apply: Callable[[], object]
-    substitution: bool = False
-    same_as: object = None  # plans with the same non-None value run once
+    replacement: object = None
 
 
 def try_fixes(
@@ -89,9 +90,9 @@ def try_fixes(
             baseline = runner.run(None, steps)
             outcomes, done = [], {}
             for plan in plans:
-                outcome = done.get(plan.same_as) or runner.run(plan, steps)
-                if plan.same_as is not None:
-                    done[plan.same_as] = outcome
+                outcome = done.get(plan.replacement) or runner.run(plan, steps)
+                if plan.replacement is not None:
+                    done[plan.replacement] = outcome
                 outcomes.append(dataclasses.replace(outcome, remedy=plan.remedy))
     except Exception as error:  # the trials are extra evidence: never end the user's run
         warnings.warn(
@@ -133,8 +134,7 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPl
                         f"the safe version of `{forward_type}` at "
                         f"{origin.source.file}:{origin.source.line}",
                         lambda r=replacement: substituted(forward_type, origin.source, r),
-                        substitution=True,
-                        same_as=replacement,
+                        replacement=replacement,
                     )
                 )
     return plans
@@ -297,7 +297,7 @@ class _LastGoodState:
         try:
             with plan.apply() if plan is not None else nullcontext() as replaced:
                 concrete = self._trace()
-                if plan is not None and plan.substitution and not replaced:
+                if plan is not None and plan.replacement is not None and not replaced:
                     raise _NotTried("the op was not met when the step was traced again")
                 return self._steps(concrete, remedy, setting, steps)
         except _NotTried as reason:

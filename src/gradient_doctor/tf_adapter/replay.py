@@ -14,6 +14,11 @@ from tensorflow.python.ops import resource_variable_ops
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter.backward_marks import (
+    BackwardMarks,
+    gradient_functions_marked,
+    keras_layer_path,
+)
 from gradient_doctor.tf_adapter.guard import gradient_values
 from gradient_doctor.tf_adapter.source_frames import user_line
 from gradient_doctor.tf_adapter.step_context import StepCall
@@ -54,18 +59,11 @@ class ReplayResult:
         return bool(self.bad_ids)
 
 
-def _layer_path() -> str | None:
-    try:
-        from keras.src.backend.common.name_scope import current_path
-    except ImportError:  # pragma: no cover - other Keras layouts
-        return None
-    return current_path() or None
-
-
-class _Recorder:
+class _Recorder(BackwardMarks):
     """Op callback, gradient-function wrapper and optimizer stand-in during a replay."""
 
     def __init__(self, live: bool = False) -> None:
+        super().__init__()
         # A live recorder watches a real step (updates go through); otherwise the
         # step is a replay and its updates are only recorded.
         self.live = live
@@ -74,11 +72,8 @@ class _Recorder:
         self.tensors: dict[int, object] = {}
         self.stats: dict[int, TensorStats | None] = {}
         self.applies: list[tuple[list, list, list]] = []
-        self.losses: list[object] = []
         self.exits: dict[int, object] = {}  # tensor id -> user line where it left for NumPy
         self.windows: list[tuple | None] = []
-        self._backward_depth = 0
-        self._gradient_of: list[tuple[str, int | None]] = []
         self._forward_by_output: dict[int, int] = {}
         self._forward_by_inputs: dict[tuple, int] = {}
 
@@ -99,12 +94,10 @@ class _Recorder:
         input_ids = tuple(self._track(t) for t in inputs)
         output_ids = tuple(self._track(t) for t in outputs)
         index = len(self.events)
-        backward = self._backward_depth > 0
-        gradient_of, forward_index = (None, None)
-        if backward and self._gradient_of:
-            gradient_of, forward_index = self._gradient_of[-1]
+        backward = self.in_backward
+        gradient_of, forward_index = self.gradient_of()
         forward = self.events[forward_index] if forward_index is not None else None
-        layer = forward.layer if forward is not None else _layer_path()
+        layer = forward.layer if forward is not None else keras_layer_path()
         source = forward.source if forward is not None else user_line()
         prefix = "gradient_tape/" if backward else ""
         self.events.append(
@@ -130,7 +123,8 @@ class _Recorder:
         return None
 
     # -- gradient functions ----------------------------------------------------
-    def _find_forward(self, op) -> int | None:
+    def forward_of(self, op, op_type: str) -> int | None:
+        """The index of the replayed forward op a gradient function was called for."""
         for tensor in getattr(op, "outputs", None) or ():
             index = self._forward_by_output.get(id(tensor))
             if index is not None and self.events[index].op_type == op.type:
@@ -138,28 +132,8 @@ class _Recorder:
         inputs = tuple(id(t) for t in getattr(op, "inputs", None) or ())
         return self._forward_by_inputs.get((op.type, inputs))
 
-    def wrap_gradient_function(self, op_type: str, function):
-        def gradient_function(op, *grads):
-            self._gradient_of.append((op_type, self._find_forward(op)))
-            self._backward_depth += 1
-            try:
-                return function(op, *grads)
-            finally:
-                self._backward_depth -= 1
-                self._gradient_of.pop()
-
-        return gradient_function
-
-    @contextmanager
-    def backward(self, target, window=None) -> Iterator[None]:
-        """Mark ops run inside `tape.gradient` as backward; remember target and tape window."""
-        self.losses.append(target)
+    def note_window(self, window) -> None:
         self.windows.append(window)
-        self._backward_depth += 1
-        try:
-            yield
-        finally:
-            self._backward_depth -= 1
 
     # -- optimizer stand-in ------------------------------------------------
     def record_gradients(self, grads, variables) -> None:
@@ -283,27 +257,19 @@ def _snapshot_variable_writes() -> Iterator[dict]:
 @contextmanager
 def _instrumented(recorder: _Recorder) -> Iterator[None]:
     """Record every op while the block runs, with every tf.function run eagerly."""
-    registry = ops._gradient_registry  # eager backprop looks gradient functions up here
-
-    class _WrappingRegistry:
-        def __getattr__(self, name):
-            return getattr(registry, name)
-
-        def lookup(self, name):
-            function = registry.lookup(name)
-            return None if function is None else recorder.wrap_gradient_function(name, function)
-
     was_eager = tf.config.functions_run_eagerly()
-    ops._gradient_registry = _WrappingRegistry()
     tf.config.run_functions_eagerly(True)
     op_callbacks.add_op_callback(recorder.on_op)
     try:
-        with step_context.recording(recorder), _watch_numpy_exits(recorder):
+        with (
+            gradient_functions_marked(recorder),
+            step_context.recording(recorder),
+            _watch_numpy_exits(recorder),
+        ):
             yield
     finally:
         op_callbacks.remove_op_callback(recorder.on_op)
         tf.config.run_functions_eagerly(was_eager)
-        ops._gradient_registry = registry
 
 
 def replay_step(call: StepCall) -> ReplayResult:

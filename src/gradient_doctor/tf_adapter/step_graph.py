@@ -12,7 +12,6 @@ the user's source line comes from the op's creation stack afterwards.
 
 from __future__ import annotations
 
-import functools
 import linecache
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,10 +21,15 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.autograph.core import ag_ctx, converter
 from tensorflow.python.autograph.impl import api as autograph
-from tensorflow.python.framework import op_callbacks, ops
+from tensorflow.python.framework import op_callbacks
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter.backward_marks import (
+    BackwardMarks,
+    gradient_functions_marked,
+    keras_layer_path,
+)
 from gradient_doctor.tf_adapter.guard import gradient_values
 from gradient_doctor.tf_adapter.missing_gradients import variable_name
 from gradient_doctor.tf_adapter.source_frames import display_path, is_user_file
@@ -102,13 +106,7 @@ class TracedStep:
     optimizers: tuple[object, ...]
 
 
-def _layer_path() -> str | None:
-    from keras.src.backend.common.name_scope import current_path
-
-    return current_path() or None
-
-
-class _TraceRecorder:
+class _TraceRecorder(BackwardMarks):
     """Op callback, gradient-function wrapper and optimizer stand-in while the step is traced.
 
     It answers to the same calls as the replay's recorder (the guard hands it the
@@ -119,47 +117,25 @@ class _TraceRecorder:
     live = False  # updates are recorded, never applied
 
     def __init__(self) -> None:
+        super().__init__()
         # (graph, op name, op type, layer, backward, gradient_of, forward) per op, in
         # creation order; the tape hook measures positions by its length.
         self.events: list[tuple] = []
         self.updates: list[UpdateNote] = []
-        self.losses: list[object] = []
         self.optimizers: list[object] = []
-        self._backward_depth = 0
-        self._gradient_of: list[tuple[str, str | None]] = []
 
     def on_op(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
         if graph is None or not outputs or op_type in _NOT_COMPUTED:
             return None
         name = outputs[0].op.name
-        backward = self._backward_depth > 0
-        gradient_of, forward = (
-            self._gradient_of[-1] if backward and self._gradient_of else (None, None)
-        )
-        self.events.append((graph, name, op_type, _layer_path(), backward, gradient_of, forward))
+        gradient_of, forward = self.gradient_of()
+        layer = keras_layer_path()
+        self.events.append((graph, name, op_type, layer, self.in_backward, gradient_of, forward))
         return None
 
-    def wrap_gradient_function(self, op_type: str, function):
-        @functools.wraps(function)
-        def gradient_function(op, *grads):
-            self._gradient_of.append((op_type, _forward_name(op, op_type)))
-            self._backward_depth += 1
-            try:
-                return function(op, *grads)
-            finally:
-                self._backward_depth -= 1
-                self._gradient_of.pop()
-
-        return gradient_function
-
-    @contextmanager
-    def backward(self, target, window=None) -> Iterator[None]:
-        self.losses.append(target)
-        self._backward_depth += 1
-        try:
-            yield
-        finally:
-            self._backward_depth -= 1
+    def forward_of(self, op, op_type: str) -> str | None:
+        """The name of the forward graph op a gradient function was called for."""
+        return _forward_name(op, op_type)
 
     def record_gradients(self, grads, variables) -> None:
         names = tuple(None if g is None else gradient_values(g).name for g in grads)
@@ -189,16 +165,6 @@ def _recording(recorder: _TraceRecorder) -> Iterator[None]:
     """Note every op the block creates; inline nested tf.functions; note the optimizers."""
     from keras.src.optimizers.base_optimizer import BaseOptimizer
 
-    registry = ops._gradient_registry  # the tape looks gradient functions up here
-
-    class _WrappingRegistry:
-        def __getattr__(self, name):
-            return getattr(registry, name)
-
-        def lookup(self, name):
-            function = registry.lookup(name)
-            return None if function is None else recorder.wrap_gradient_function(name, function)
-
     original_apply_gradients = BaseOptimizer.apply_gradients
 
     def apply_gradients(optimizer, *args, **kwargs):
@@ -207,16 +173,14 @@ def _recording(recorder: _TraceRecorder) -> Iterator[None]:
         return original_apply_gradients(optimizer, *args, **kwargs)
 
     was_eager = tf.config.functions_run_eagerly()
-    ops._gradient_registry = _WrappingRegistry()
     BaseOptimizer.apply_gradients = apply_gradients
     op_callbacks.add_op_callback(recorder.on_op)
     try:
-        with step_context.recording(recorder):
+        with gradient_functions_marked(recorder), step_context.recording(recorder):
             yield
     finally:
         op_callbacks.remove_op_callback(recorder.on_op)
         BaseOptimizer.apply_gradients = original_apply_gradients
-        ops._gradient_registry = registry
         tf.config.run_functions_eagerly(was_eager)
 
 

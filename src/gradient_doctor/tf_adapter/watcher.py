@@ -15,7 +15,7 @@ from gradient_doctor.core.detectors.loss_spike import LossSpikeDetector
 from gradient_doctor.core.detectors.saturation import SaturationDetector
 from gradient_doctor.core.detectors.vanishing_gradients import VanishingGradientsDetector
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
-from gradient_doctor.core.findings import BreakPoint, Disconnected, Finding
+from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.rules import default as default_rule
@@ -281,28 +281,10 @@ class Watcher:
                 stacklevel=2,
             )
             diagnosis = default_rule.diagnose(evidence)
-        path_break = evidence.path_break
-        finding = Finding(
-            category=diagnosis.category,
-            step=evidence.step,
-            phase=evidence.phase,
-            origin=evidence.origin,
-            explanation=diagnosis.explanation
-            if replica is None
-            else f"{diagnosis.explanation} {replica_note(replica, self.guard.replicas)}",
-            not_fixes=diagnosis.not_fixes,
-            fixes=diagnosis.fixes,
-            disconnected=None
-            if path_break is None
-            else Disconnected(
-                variables=path_break.variables,
-                all=evidence.all_disconnected,
-                break_point=None
-                if path_break.node is None
-                else BreakPoint(path_break.node.op_type, path_break.node.source),
-            ),
-            replica=replica,
-        )
+        finding = diagnosis.finding(evidence)
+        if replica is not None:
+            note = replica_note(replica, self.guard.replicas)
+            finding = replace(finding, explanation=f"{finding.explanation} {note}", replica=replica)
         if call is not None:
             finding = try_fixes(
                 finding,

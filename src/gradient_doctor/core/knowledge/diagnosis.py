@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gradient_doctor.core.findings import CATEGORIES, FIX_FAMILIES, Fix, NotFix
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import (
+    CATEGORIES,
+    FIX_FAMILIES,
+    BreakPoint,
+    Disconnected,
+    Finding,
+    Fix,
+    NotFix,
+)
 
 
 @dataclass(frozen=True)
@@ -39,3 +48,26 @@ class Diagnosis:
                 f"Fix families must be ids from FIX_FAMILIES. Received: {unknown}. "
                 "Add a new id to FIX_FAMILIES in core/findings.py first."
             )
+
+    def finding(self, evidence: Evidence) -> Finding:
+        """The report's finding for `evidence` with this diagnosis (the disconnected
+        variables and where their path breaks included)."""
+        path_break = evidence.path_break
+        return Finding(
+            category=self.category,
+            step=evidence.step,
+            phase=evidence.phase,
+            origin=evidence.origin,
+            explanation=self.explanation,
+            not_fixes=self.not_fixes,
+            fixes=self.fixes,
+            disconnected=None
+            if path_break is None
+            else Disconnected(
+                variables=path_break.variables,
+                all=evidence.all_disconnected,
+                break_point=None
+                if path_break.node is None
+                else BreakPoint(path_break.node.op_type, path_break.node.source),
+            ),
+        )
