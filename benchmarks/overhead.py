@@ -14,11 +14,12 @@ each under four setups:
 
 Each fit is timed step by step by a callback (the time from `on_train_batch_begin`
 to `on_train_batch_end`, which includes Keras's own per-step host sync); the first
-steps of each fit (tracing, warm-up) are dropped. Each round runs every model under
-every setup, in an order that alternates between rounds, so that the machine's noise
-hits the setups alike. The table reports each setup's median step time over all
-rounds and its ratio to plain: the median, and the interquartile range, of the
-per-round ratios of median step times.
+steps of each fit (tracing, warm-up) are dropped. A watched model keeps its doctor
+(and so its traced, watched step) for all its fits, as under `gradient-doctor run`.
+Each round runs every model under every setup, in an order that alternates between
+rounds, so that the machine's noise hits the setups alike. The table reports each
+setup's median step time over all rounds and its ratio to plain: the median, and the
+interquartile range, of the per-round ratios of median step times.
 
 check_numerics is global to the thread: it is switched on only around its own fits
 (`enable_check_numerics` before, `disable_check_numerics` after), on separate model
@@ -53,6 +54,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import gradient_doctor  # noqa: E402
+from gradient_doctor.tf_adapter.watcher import Watcher  # noqa: E402
 
 SEED = 1234
 TARGET_RATIO = 1.10
@@ -121,7 +123,7 @@ class RunConfig:
         return max(5, round(spec.timed_steps * self.step_scale))
 
 
-FULL = RunConfig(rounds=10, warmup_steps=5, step_scale=1.0)
+FULL = RunConfig(rounds=30, warmup_steps=3, step_scale=0.34)
 QUICK = RunConfig(rounds=3, warmup_steps=5, step_scale=0.5)
 
 
@@ -327,8 +329,30 @@ def check_numerics_on() -> Iterator[None]:
         tf.debugging.disable_check_numerics()
 
 
+@dataclass
+class Contestant:
+    """One setup of one model: its own compiled model and, when watched, its doctor."""
+
+    model: keras.Model
+    callbacks: list[keras.callbacks.Callback]
+
+
+def doctor_for(setup: str) -> list[keras.callbacks.Callback]:
+    """The doctor of a watched setup, kept for every fit of its model (none for others).
+
+    Each doctor reports to a watcher of its own that outlives the fit, as under
+    `gradient-doctor run`: its hooks stay on the model, so the watched step is
+    traced once, not again at every fit.
+    """
+    if setup not in ("cheap", "doctor"):
+        return []
+    # Full monitoring (per-layer statistics) is the default; cheap keeps the global checks.
+    watcher = Watcher(layer_stats=setup == "doctor")
+    return [gradient_doctor.Doctor(verbose=False, watcher=watcher)]
+
+
 def timed_fit(
-    model: keras.Model,
+    contestant: Contestant,
     dataset: tf.data.Dataset,
     setup: str,
     steps: int,
@@ -338,7 +362,7 @@ def timed_fit(
     """Run one `model.fit` of `steps` steps under `setup`.
 
     Args:
-        model: the setup's own compiled model.
+        contestant: the setup's own compiled model and callbacks.
         dataset: the repeating training data.
         setup: one of `SETUPS`.
         steps: steps in the fit.
@@ -348,12 +372,9 @@ def timed_fit(
     Returns:
         The durations (seconds) of the steps after the first `skip`.
     """
+    model = contestant.model
     timer = StepTimer(skip=skip, steps_per_call=steps_per_call)
-    callbacks = {
-        "doctor": [gradient_doctor.Doctor(verbose=False)],  # full monitoring (the default)
-        "cheap": [gradient_doctor.Doctor(verbose=False, layer_stats=False)],
-    }.get(setup, [])
-    callbacks.append(timer)
+    callbacks = [*contestant.callbacks, timer]
     guard = check_numerics_on() if setup == "check_numerics" else contextlib.nullcontext()
     with guard:
         model.fit(
@@ -367,13 +388,13 @@ def timed_fit(
     return timer.times
 
 
-def new_model_set(spec: ModelSpec) -> dict[str, keras.Model]:
+def new_model_set(spec: ModelSpec) -> dict[str, Contestant]:
     """One model instance per setup, all with the same initial weights.
 
     Separate instances keep one setup's instrumentation (the doctor's optimizer
     hook, check_numerics's traced ops) from leaking into another's.
     """
-    return {setup: make_model(spec) for setup in spec.setups()}
+    return {setup: Contestant(make_model(spec), doctor_for(setup)) for setup in spec.setups()}
 
 
 def measure_all(config: RunConfig, models: tuple[ModelSpec, ...] = MODELS) -> Results:
@@ -516,6 +537,8 @@ def method_lines(config: RunConfig, mode: str) -> list[str]:
         f"and times each step after the first {config.warmup_steps} (tracing) from "
         "`on_train_batch_begin` to `on_train_batch_end` of a callback placed last, so a step "
         "includes Keras's per-step host sync and the doctor's read-back. "
+        "A watched model keeps its doctor across the rounds, as under `gradient-doctor run` "
+        "(the watched step is traced once). "
         "ms/step is the median over all rounds; a ratio is the median of the per-round ratios "
         "of median step times to plain's, with their interquartile range in brackets "
         "(on a noisy machine, read a ratio together with its bracket).",
@@ -558,7 +581,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (~1 min)")
     parser.add_argument("--output", metavar="PATH", help="also write the Markdown report here")
     parser.add_argument(
-        "--rounds", type=int, metavar="N", help="rounds per model (default 10; quick 3)"
+        "--rounds", type=int, metavar="N", help="rounds per model (default 30; quick 3)"
     )
     parser.add_argument(
         "--only",

@@ -19,10 +19,12 @@ def _fit(layers, steps, batch=8, seed=0, **compile_args):
     return model, doctor
 
 
-@pytest.fixture(scope="module")
-def eleven_steps():
+@pytest.fixture(scope="module", params=[False, True], ids=["graph", "xla"])
+def eleven_steps(request):
+    # Under XLA the sampled statistics and the measured update are separate branches
+    # (`xla_branches`): they must give the same values.
     layers = [keras.layers.Dense(5, activation="relu"), keras.layers.Dense(4, activation="tanh")]
-    return _fit(layers, steps=11)
+    return _fit(layers, steps=11, jit_compile=request.param)
 
 
 def test_weight_norms_are_the_layers_weights_after_the_sampled_step(eleven_steps):

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
 from gradient_doctor.tf_adapter import loss_scale, replicas, step_context
 from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.headroom_probe import Probe, find_probes
 from gradient_doctor.tf_adapter.layer_stats import LayerStats
+from gradient_doctor.tf_adapter.xla_branches import branches_kept, compiled_with_xla, keep_branch
 from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
@@ -170,10 +169,8 @@ class Guard:
             tf.logical_and(grads_finite, tf.math.is_finite(loss)), stats[_TRIPPED] <= 0
         )
 
-        def update():
-            with _guarded_update(), self._recording_updates(optimizer, float_pairs):
-                original_apply(grads, trainable_variables)
-            return tf.constant(True)
+        def apply_update():
+            original_apply(grads, trainable_variables)
 
         def keep_batch():
             with tf.control_dependencies(scope.stash.assign_ops(scope.batch)):
@@ -195,8 +192,9 @@ class Guard:
             tf.cond(finite_here, lambda: tf.constant(False), skip)
 
             def update_in_replica(grads, trainable_variables):
-                with _guarded_update(), self._recording_updates(optimizer, float_pairs):
-                    original_apply(grads, trainable_variables)
+                self._update(
+                    optimizer, float_pairs, lambda: original_apply(grads, trainable_variables)
+                )
 
             ok, failed_replica = replicas.update_if_all_finite(
                 finite_here,
@@ -205,7 +203,7 @@ class Guard:
                 (grads, trainable_variables),
             )
         else:
-            tf.cond(ok, update, skip)
+            ok = self._update_if(ok, optimizer, float_pairs, apply_update, skip)
         if not tf.executing_eagerly():
             self._measure_headroom(tf.compat.v1.get_default_graph())
             if self.layer_stats is not None:
@@ -234,19 +232,58 @@ class Guard:
                     loss,
                     zero_streak,
                     trip_at,
-                    tf.constant(1.0 if _compiled_with_xla() else 0.0),
+                    tf.constant(1.0 if compiled_with_xla() else 0.0),
                     failed_replica,
                 ]
             )
         )
         return None
 
-    def _recording_updates(self, optimizer, float_pairs):
-        """Measure the layers' update norms while the update is traced (full mode only)."""
-        if self.layer_stats is None or tf.executing_eagerly():
-            return contextlib.nullcontext()
-        optimizers = [optimizer, loss_scale.inner_optimizer(optimizer)]
-        return self.layer_stats.recording_updates(optimizers, [v for _, v in float_pairs])
+    def _update_if(self, ok, optimizer, float_pairs, apply, skip) -> tf.Tensor:
+        """Run the update (`apply`) when `ok`, else `skip`; returns whether it ran.
+
+        The result is `ok` again, as the branch taken: the statistics read it, which
+        keeps the update a real conditional under XLA (see `keep_branch`). Where XLA
+        keeps branches (a CPU) and per-layer statistics are on, the update is traced
+        twice, with and without measuring the update norms, as the branches of one
+        three-way `switch_case` (skip / update / update and measure): the norms are
+        read from the changes the optimizer writes, which XLA would otherwise write
+        out on every step instead of fusing them into the weights' update, and a
+        `cond` nested in the update would copy every weight and slot per step.
+        """
+        sampling = None
+        if self.layer_stats is not None and branches_kept():
+            sampling = self.layer_stats.sampling_now()
+        if sampling is None:
+            return tf.cond(ok, lambda: self._update(optimizer, float_pairs, apply), skip)
+        branch = tf.where(ok, tf.where(sampling, 2, 1), 0)
+        return tf.switch_case(
+            branch,
+            [
+                skip,
+                lambda: self._update(optimizer, float_pairs, apply, measure=False),
+                lambda: self._update(optimizer, float_pairs, apply, measure=True),
+            ],
+        )
+
+    def _update(self, optimizer, float_pairs, apply, measure: bool | None = None) -> tf.Tensor:
+        """Run `apply()`, the optimizer's update, marked as guarded; returns True.
+
+        Args:
+            measure: whether to measure the layers' update norms (full mode): True
+                on a sampled step, False not at all, None behind a `cond` of its own
+                on the sampled steps.
+        """
+        with _guarded_update():
+            if self.layer_stats is None or tf.executing_eagerly() or measure is False:
+                apply()
+            else:
+                optimizers = [optimizer, loss_scale.inner_optimizer(optimizer)]
+                with self.layer_stats.recording_updates(
+                    optimizers, [v for _, v in float_pairs], sampled_only=measure is None
+                ):
+                    apply()
+        return keep_branch(tf.constant(True))
 
     def _measure_headroom(self, graph) -> None:
         """Add, once per traced graph, the reductions that measure the user's risky ops.
@@ -294,13 +331,6 @@ def _guarded_update():
         yield
     finally:
         _updating.depth -= 1
-
-
-def _compiled_with_xla() -> bool:
-    """True while tracing a step that XLA compiles (`jit_compile=True`)."""
-    if tf.executing_eagerly():
-        return False
-    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
 def _variables_of(optimizer, trainable_variables) -> list:

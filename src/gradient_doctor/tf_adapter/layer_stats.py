@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from gradient_doctor.core.records import LayerRecord
 from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
+from gradient_doctor.tf_adapter.xla_branches import keep_branch
 
 FIELDS = ("grad_norm", "weight_norm", "activation_max_abs", "dead_fraction", "saturated_fraction")
 _DEAD_OPS = frozenset({"Relu", "Relu6"})
@@ -127,7 +128,7 @@ class LayerStats:
                     )
                 row[2:] = _activation_row(activations.get(layer, []))
                 rows.append(tf.stack([tf.cast(v, tf.float32) for v in row]))
-            site.holder.assign(tf.stack(rows))
+            site.holder.assign(keep_branch(tf.stack(rows)))  # computed 1 step in `every`
             return tf.constant(True)
 
         tf.cond(counter % self.every == 0, sample, lambda: tf.constant(False))
@@ -155,8 +156,19 @@ class LayerStats:
                 )
         return self._counter
 
+    def sampling_now(self) -> tf.Tensor | None:
+        """True on the steps that measure (a tensor of the step being traced).
+
+        None when the counter cannot be made (a retrace may not create variables).
+        """
+        try:
+            counter = self._step_counter()
+        except ValueError:
+            return None
+        return counter % self.every == 0
+
     @contextmanager
-    def recording_updates(self, optimizers, variables) -> Iterator[None]:
+    def recording_updates(self, optimizers, variables, sampled_only: bool = True) -> Iterator[None]:
         """While the block traces an optimizer update, measure each layer's update norm.
 
         Keras optimizers move each weight through their own `assign_add` or
@@ -168,6 +180,13 @@ class LayerStats:
         changes and stored; they are read as `update_ratio` = update norm / weight norm.
         A weight replaced whole (`assign`) is not measured: its change would need a
         copy of the old weight.
+
+        Args:
+            optimizers: the optimizers whose writes are measured (None entries skipped).
+            variables: the trainable variables being updated.
+            sampled_only: bool. Measure behind this module's own `cond` on the sampled
+                steps; False when the caller traces the block on sampled steps only.
+                Defaults to True.
         """
         layers_by_variable = {id(_backing(v)): layer_of(v) for v in variables}
         changes: dict[str, list] = {}
@@ -197,12 +216,12 @@ class LayerStats:
         try:
             yield
             if changes:
-                self._write_update_norms(changes)
+                self._write_update_norms(changes, sampled_only)
         finally:
             for optimizer, name in patched:
                 vars(optimizer).pop(name, None)
 
-    def _write_update_norms(self, changes: dict[str, list]) -> None:
+    def _write_update_norms(self, changes: dict[str, list], sampled_only: bool) -> None:
         key = tuple(changes)
         holder = self._updates.get(key)
         try:
@@ -223,9 +242,12 @@ class LayerStats:
                 )
                 for layer in key
             ]
-            holder.assign(tf.stack(norms))
+            holder.assign(keep_branch(tf.stack(norms)))
             return tf.constant(True)
 
+        if not sampled_only:
+            sample()
+            return
         # The same steps as the weight norms: the counter moves on after the update.
         tf.cond(counter % self.every == 0, sample, lambda: tf.constant(False))
 
