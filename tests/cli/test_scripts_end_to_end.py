@@ -83,3 +83,50 @@ def test_finite_gradients_whose_norm_overflows_are_stopped_before_adam_writes_na
     assert "was finite, but their global norm was 5.2e+21" in problem["explanation"]
     assert [n["remedy"] for n in problem["not_fixes"]] == ["gradient_clipping"]
     assert "clip_by_value" in [f["family"] for f in problem["fixes"]]
+
+
+def test_train_on_batch_loop_is_watched_call_by_call(doctor_run):
+    script = "tests/scripts/train_on_batch_sigmoid.py"
+    run = doctor_run(script)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert problem["category"] == "forward_overflow"
+    assert problem["step"] == 9  # rows 288-319: the first batch with a 120
+    assert problem["origin"]["op"] == "Exp"
+    assert problem["origin"]["layer"] == "squash"
+    assert problem["origin"]["line"] == line_of(script, "ops.exp(t) / (1.0 + ops.exp(t))")
+    assert "comes from the batch alone" in problem["explanation"]
+    families = [f["family"] for f in problem["fixes"]]
+    assert families[0] == "library_function"
+    assert "ops.sigmoid(t)" in problem["fixes"][0]["code"]
+    # No weight feeds the exp, and it is no softmax: neither remedy is offered.
+    assert "constrain_weights" not in families and "stable_softmax" not in families
+    assert run.report["steps_watched"] == 10  # stopped at the failing call
+
+
+def test_data_derived_denominator_in_a_dataset_loop_blames_the_data(doctor_run):
+    script = "tests/scripts/dataset_loop_batch_std.py"
+    run = doctor_run(script)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("forward_domain", 10)
+    assert problem["origin"]["op"] == "RealDiv"
+    assert problem["origin"]["line"] == line_of(script, "return (t - mean) / std")
+    assert "comes from the batch alone" in problem["explanation"]
+    why = {n["remedy"]: n["why"] for n in problem["not_fixes"]}
+    assert "cannot change it at all" in why["lower_learning_rate"]
+    safe_div = next(f for f in problem["fixes"] if f["family"] == "safe_div")
+    assert safe_div["verified"] is True
+
+
+def test_gan_train_step_with_stateful_noise_is_replayed_with_its_own_draws(tmp_path):
+    script = "tests/scripts/gan_train_step_noise.py"
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("forward_domain", 39)
+    assert problem["origin"]["op"] == "Log"
+    assert problem["origin"]["line"] == line_of(script, "d_loss = -tf.reduce_mean(")
+    # The log is taken of a sigmoid's output: the loss should start from the logits.
+    fixes = {f["family"]: f for f in problem["fixes"]}
+    assert "BinaryCrossentropy(from_logits=True)" in fixes["from_logits"]["code"]

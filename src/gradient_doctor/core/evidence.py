@@ -72,6 +72,11 @@ class Evidence:
         reduction_axis: the axis along which the origin's output is summed next
             (the normalisation of a hand-written softmax), when the replay saw it;
             a max-shift must use this axis to leave the softmax unchanged.
+        weights_upstream: whether trainable weights feed the origin's inputs: False
+            when the replay traced them back to the batch alone (the data itself
+            carries the value), None when unknown.
+        feeding_ops: the types of the ops a few steps upstream of the origin (a
+            Sigmoid before a Log says the log is taken of a probability).
         overflowed_norm: when every gradient of the failing update was finite but
             their global norm's square overflowed float32, that norm (measured in
             float64); None otherwise.
@@ -91,3 +96,5 @@ class Evidence:
     all_disconnected: bool = False
     reduction_axis: int | None = None
     overflowed_norm: float | None = None
+    weights_upstream: bool | None = None
+    feeding_ops: frozenset[str] = frozenset()

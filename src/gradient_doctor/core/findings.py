@@ -66,6 +66,8 @@ FIX_FAMILIES = (
     "disable_xla",
     # Added: clip each gradient value, for a global norm that itself overflows.
     "clip_by_value",
+    # Added: the library's sigmoid / softplus for a hand-written one that overflows.
+    "library_function",
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import SourceLine, TensorStats
@@ -47,3 +49,57 @@ class OpEvent:
     def creates_nonfinite(self) -> bool:
         """True when some output is non-finite although every input was finite."""
         return all(s.finite for s in self.inputs) and any(not s.finite for s in self.outputs)
+
+
+def weights_upstream(
+    events: Sequence[OpEvent],
+    target: OpEvent,
+    weight_reads: frozenset[str],
+    data_ids: frozenset[int],
+    stats: Mapping[int, TensorStats | None],
+) -> bool | None:
+    """Whether trainable weights feed `target`'s inputs, walking the trace upstream.
+
+    Args:
+        events: the step's trace.
+        target: an event of the trace.
+        weight_reads: the op types that read a variable (e.g. "ReadVariableOp").
+        data_ids: ids of the step's own inputs (the batch).
+        stats: the summary of each tensor id.
+
+    Returns:
+        True when a variable read lies upstream; False when every path leads back
+        to the batch or to scalar constants (the op sees the data itself); None
+        when some path ends at a tensor the trace does not explain (computed
+        before the step), which could hold weights.
+    """
+    producers = {output: event for event in events[: target.index] for output in event.output_ids}
+    pending, seen, explained = list(target.input_ids), set(), True
+    while pending:
+        tensor = pending.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        producer = producers.get(tensor)
+        if producer is None:
+            summary = stats.get(tensor)
+            constant = summary is not None and math.prod(d or 2 for d in summary.shape) <= 1
+            explained = explained and (tensor in data_ids or constant)
+        elif producer.op_type in weight_reads:
+            return True
+        else:
+            pending.extend(producer.input_ids)
+    return False if explained else None
+
+
+def feeding_op_types(events: Sequence[OpEvent], target: OpEvent, depth: int = 3) -> frozenset[str]:
+    """The types of the ops up to `depth` steps upstream of `target` (e.g. a Sigmoid
+    two ops before the Log of `log(1 - sigmoid(x))`)."""
+    producers = {output: event for event in events[: target.index] for output in event.output_ids}
+    found: set[str] = set()
+    frontier = list(target.input_ids)
+    for _ in range(depth):
+        feeding = [producers[t] for t in frontier if t in producers]
+        found.update(event.op_type for event in feeding)
+        frontier = [t for event in feeding for t in event.input_ids]
+    return frozenset(found)

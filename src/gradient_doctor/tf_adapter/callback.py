@@ -8,7 +8,6 @@ import keras
 
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS
-from gradient_doctor.tf_adapter.input_scan import keras_batch_names
 from gradient_doctor.tf_adapter.model_hooks import ModelHook, attach
 from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
 
@@ -88,18 +87,10 @@ class Doctor(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None) -> None:
         if self._hook is None:
             return
-        hook = self._hook
         # With steps_per_execution > 1, one call ran the batches from the one
         # given to on_train_batch_begin to this one.
         steps = max(batch - getattr(self, "_first_batch", batch) + 1, 1)
-        finding = self.watcher.after_step(
-            hook.replay_call,
-            lambda: keras_batch_names(hook.kept_batch()),
-            hook.take_stats(),
-            steps=steps,
-            step_base=hook.steps_seen,
-        )
-        hook.steps_seen += steps
+        finding = self._hook.after_steps(steps)
         if finding is not None and self.watcher.stop_on_problem:
             self.model.stop_training = True
 

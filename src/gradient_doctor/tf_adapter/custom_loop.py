@@ -10,7 +10,11 @@ import tensorflow as tf
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter import step_context
 from gradient_doctor.tf_adapter.input_scan import named_leaves
+from gradient_doctor.tf_adapter.random_draws import RandomDraws
 from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
+
+# The attribute that holds a watched step's kept random draws (one per step function).
+_DRAWS = "_gradient_doctor_draws"
 
 
 def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, object]]:
@@ -45,7 +49,11 @@ def call_watched_step(
     """
     if step_context.current_recorder() is not None or not tf.executing_eagerly():
         return fn(*args, **kwargs)  # a replay, or a call traced inside another step
-    scope = StepScope(call=StepCall(fn, args, kwargs))
+    draws = getattr(marker, _DRAWS, None)
+    if draws is None:
+        draws = RandomDraws()
+        setattr(marker, _DRAWS, draws)
+    scope = StepScope(call=StepCall(fn, args, kwargs), draws=draws)
     with step_scope(scope):
         result = fn(*args, **kwargs)
     if scope.applied:
@@ -54,7 +62,7 @@ def call_watched_step(
         return result
     traceable = getattr(fn, "python_function", None) or traceable
     finding = watcher.after_step(
-        lambda: StepCall(fn, args, kwargs, traceable),
+        lambda: StepCall(fn, args, kwargs, traceable, draws=draws.restore()),
         lambda: argument_names(signature_of or fn, args, kwargs),
     )
     if finding is not None and watcher.stop_on_problem:

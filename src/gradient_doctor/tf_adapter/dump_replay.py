@@ -92,7 +92,8 @@ def replay_dump(directory: str | os.PathLike[str]) -> DumpReplay:
             f"cannot replay {str(files.directory)!r}: the step raised "
             f"{type(run.error).__name__} when run again ({_first_line(run.error)})."
         )
-    result = _replay_result(ops, sources, run, updates, losses)
+    result, ids = _replay_result(ops, sources, run, updates, losses)
+    data_ids = frozenset(ids[e["placeholder"]] for e in step["batch"] if e["placeholder"] in ids)
     context = manifest.get("context") or {}
     named = [(entry["name"], tf.constant(feeds[entry["placeholder"]])) for entry in step["batch"]]
     evidence = evidence_from_replay(
@@ -101,6 +102,7 @@ def replay_dump(directory: str | os.PathLike[str]) -> DumpReplay:
         input_scan.scan(named),
         _restore(StepHistory, context.get("history")),
         _restore(TrainingSetup, context.get("setup")),
+        data_ids,
     )
     return DumpReplay(manifest, _finding(evidence), result.reproduced)
 
@@ -119,8 +121,12 @@ def _arrays(entries: list[dict], arrays: dict[str, np.ndarray], bound_only=False
 
 def _replay_result(
     ops: list[dict], sources: list[SourceLine], run: SessionRun, updates: list, losses: list
-) -> ReplayResult:
-    """The session's values as the trace an eager replay records: one event per op."""
+) -> tuple[ReplayResult, dict[str, int]]:
+    """The session's values as the trace an eager replay records: one event per op.
+
+    Returns:
+        The trace, and the id given to each tensor name in it.
+    """
     ids: dict[str, int] = {}
     tensors: dict[int, object] = {}
     stats: dict[int, TensorStats | None] = {}
@@ -160,7 +166,7 @@ def _replay_result(
         )
     applies = [(gradients, [], []) for gradients in updates]
     bad_ids = first_nonfinite(applies, losses, tracked)
-    return ReplayResult(events, bad_ids, tensors, stats, [], None, {})
+    return ReplayResult(events, bad_ids, tensors, stats, [], None, {}), ids
 
 
 def _restore(cls, values: dict | None):

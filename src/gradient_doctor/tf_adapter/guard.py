@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from gradient_doctor.tf_adapter import loss_scale, replicas, step_context
+from gradient_doctor.tf_adapter import loss_scale, random_draws, replicas, step_context
 from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.headroom_probe import Probe, find_probes
 from gradient_doctor.tf_adapter.layer_stats import LayerStats
@@ -172,12 +172,20 @@ class Guard:
         def apply_update():
             original_apply(grads, trainable_variables)
 
+        # The stateful random draws made so far: kept with the batch, for the replay.
+        drawn = []
+        if scope is not None and scope.draws is not None and not tf.executing_eagerly():
+            drawn = random_draws.drawing_ops(tf.compat.v1.get_default_graph())
+
         def keep_batch():
-            with tf.control_dependencies(scope.stash.assign_ops(scope.batch)):
+            kept = [] if scope.stash is None else scope.stash.assign_ops(scope.batch)
+            if drawn:
+                kept += scope.draws.assign_ops(drawn)
+            with tf.control_dependencies(kept):
                 return tf.constant(False)
 
         def skip():
-            if scope is None or scope.stash is None:
+            if scope is None or (scope.stash is None and not drawn):
                 return tf.constant(False)
             # Only the first failing batch is kept: later skipped steps must not
             # overwrite it before Python has read it.

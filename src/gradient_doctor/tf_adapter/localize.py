@@ -5,10 +5,11 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import tensorflow as tf
 
 from gradient_doctor.core.evidence import BadInput, Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Origin
-from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.core.op_trace import OpEvent, feeding_op_types, weights_upstream
 from gradient_doctor.core.origin_search import find_origin
 from gradient_doctor.tf_adapter import input_scan
 from gradient_doctor.tf_adapter.guard import gradient_values
@@ -52,7 +53,8 @@ def localize(
             f"{result.error}; the op that started the problem may not be found.",
             stacklevel=2,
         )
-    return evidence_from_replay(result, step, bad_inputs, history, setup)
+    data_ids = frozenset(id(t) for t in tf.nest.flatten((call.args, call.kwargs)))
+    return evidence_from_replay(result, step, bad_inputs, history, setup, data_ids)
 
 
 def evidence_from_replay(
@@ -61,6 +63,7 @@ def evidence_from_replay(
     bad_inputs: tuple[BadInput, ...],
     history: StepHistory,
     setup: TrainingSetup,
+    data_ids: frozenset[int] = frozenset(),
 ) -> Evidence:
     """Walk a replayed step's trace back to its origin: the evidence for the knowledge base.
 
@@ -73,6 +76,7 @@ def evidence_from_replay(
         bad_inputs: non-finite values found in the step's batch.
         history: recent per-step statistics.
         setup: optimizer settings.
+        data_ids: ids of the tensors the step was called with (its batch).
     """
     search = find_origin(result.events, result.bad_ids)
     overflowed = None if result.reproduced else _overflowed_norm(result)
@@ -92,9 +96,21 @@ def evidence_from_replay(
         reproduced=result.reproduced or overflowed is not None,
         reduction_axis=axis,
         overflowed_norm=overflowed,
+        feeding_ops=(
+            feeding_op_types(result.events, origin_event)
+            if origin_event is not None
+            else frozenset()
+        ),
+        weights_upstream=(
+            weights_upstream(result.events, origin_event, WEIGHT_READS, data_ids, result.stats)
+            if origin_event is not None and origin_event.phase == "forward"
+            else None
+        ),
     )
 
 
+# The ops that read a variable's value into the step.
+WEIGHT_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 

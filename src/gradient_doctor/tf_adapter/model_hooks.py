@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from gradient_doctor.tf_adapter.batch_stash import BatchStash
 from gradient_doctor.tf_adapter.doctor_variables import doctor_variable
+from gradient_doctor.tf_adapter.input_scan import keras_batch_names
+from gradient_doctor.tf_adapter.random_draws import RandomDraws
 from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
 
 _HOOKED = "_gradient_doctor_hooked"
@@ -51,6 +53,7 @@ class ModelHook:
         self.model = model
         self.watcher = watcher
         self.stash = BatchStash(fixed_shapes=bool(getattr(model, "jit_compile", False)))
+        self.draws = RandomDraws()
         # Steps this hook has run, counted inside the compiled step, and as Python saw them.
         strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
         with strategy.scope():
@@ -66,7 +69,9 @@ class ModelHook:
             call = StepCall(self.original_train_step, (data,))
             index = self.steps_counter.read_value()
             with step_scope(
-                StepScope(batch=data, stash=self.stash, call=call, step_index=index)
+                StepScope(
+                    batch=data, stash=self.stash, draws=self.draws, call=call, step_index=index
+                )
             ) as scope:
                 logs = self.original_train_step(data)
             self.steps_counter.assign_add(1)
@@ -92,6 +97,22 @@ class ModelHook:
 
         model.train_function = train_function
 
+    def after_steps(self, steps: int = 1):
+        """Read the guard after a call of the train function that ran `steps` steps.
+
+        Returns:
+            The new finding when one of the steps was not finite, else None.
+        """
+        finding = self.watcher.after_step(
+            self.replay_call,
+            lambda: keras_batch_names(self.kept_batch()),
+            self.take_stats(),
+            steps=steps,
+            step_base=self.steps_seen,
+        )
+        self.steps_seen += steps
+        return finding
+
     def take_stats(self):
         """The guard's statistics the last step returned (then forgotten), or None."""
         fetched, self._fetched = self._fetched, None
@@ -110,7 +131,12 @@ class ModelHook:
                 stacklevel=2,
             )
             return None
-        return StepCall(self.original_train_step, (data,), traceable=self.original_train_step)
+        return StepCall(
+            self.original_train_step,
+            (data,),
+            traceable=self.original_train_step,
+            draws=self.draws.restore(replica),
+        )
 
     def kept_batch(self):
         """The failing batch as kept by the guard (after `replay_call`), or None."""

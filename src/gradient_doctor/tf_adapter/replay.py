@@ -20,6 +20,7 @@ from gradient_doctor.tf_adapter.backward_marks import (
     keras_layer_path,
 )
 from gradient_doctor.tf_adapter.guard import gradient_values
+from gradient_doctor.tf_adapter.random_draws import replaying
 from gradient_doctor.tf_adapter.source_frames import user_line
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tensor_summary import summarize
@@ -301,7 +302,7 @@ def _replay_once(call: StepCall, rewind: dict) -> tuple[ReplayResult, dict]:
     with _snapshot_variable_writes() as saved:
         for variable, delta in rewind.values():
             variable.assign(variable.read_value() - delta)
-        with _instrumented(recorder):
+        with _instrumented(recorder), replaying(call.draws):
             try:
                 call.fn(*call.args, **call.kwargs)
             except Exception as exc:  # the user's step may raise on the bad values it sees

@@ -18,6 +18,7 @@ from gradient_doctor.tf_adapter.callback import Doctor
 from gradient_doctor.tf_adapter.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
 from gradient_doctor.tf_adapter.guard import in_guarded_update
+from gradient_doctor.tf_adapter.model_hooks import attach
 from gradient_doctor.tf_adapter.source_frames import is_user_file
 from gradient_doctor.tf_adapter.trial_data import fit_batches
 from gradient_doctor.tf_adapter.watcher import Watcher
@@ -93,6 +94,7 @@ class RunPatches:
                 watcher.trial_batches = None
 
         self._replace(keras.Model, "fit", fit)
+        self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
 
     def uninstall(self) -> None:
         for owner, name, value in reversed(self._saved):
@@ -101,6 +103,29 @@ class RunPatches:
             else:
                 setattr(owner, name, value)
         self._saved.clear()
+
+
+def _watched_train_on_batch(watcher: Watcher):
+    """`keras.Model.train_on_batch`, each call read by the guard like one step of `fit`.
+
+    A hand-written loop of `train_on_batch` calls (common in GAN scripts) passes no
+    callbacks: the model is hooked on its first call and the hook stays, so the
+    step is traced once and every call is checked right after it ran.
+    """
+    original = keras.Model.train_on_batch
+
+    @functools.wraps(original)
+    def train_on_batch(model, *args, **kwargs):
+        if not getattr(model, "compiled", False):  # Keras's own error says what to do
+            return original(model, *args, **kwargs)
+        hook = attach(model, watcher)
+        logs = original(model, *args, **kwargs)
+        finding = hook.after_steps()
+        if finding is not None and watcher.stop_on_problem:
+            raise TrainingStopped(finding)
+        return logs
+
+    return train_on_batch
 
 
 def _guarded_apply(watcher: Watcher, original_apply):

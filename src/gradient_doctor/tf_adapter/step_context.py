@@ -23,6 +23,8 @@ class StepCall:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     traceable: Callable[..., Any] | None = None
+    # The failing run's stateful random draws, as (op type, value), for the replay.
+    draws: list | None = None
 
 
 @dataclass
@@ -33,6 +35,8 @@ class StepScope:
         batch: the step's input data (symbolic while tracing) to keep when the
             guard trips, or None when the caller keeps the arguments itself.
         stash: where to keep `batch` (a `BatchStash`), or None.
+        draws: where to keep the step's stateful random draws (a `RandomDraws`),
+            or None.
         loss: the most recent `tape.gradient` target in this step.
         tape_window: (start, end) positions between which that tape recorded
             (graph op ids while tracing, trace indices while replaying), or None.
@@ -44,6 +48,7 @@ class StepScope:
 
     batch: Any = None
     stash: Any = None
+    draws: Any = None
     loss: Any = None
     tape_window: tuple | None = None
     call: StepCall | None = None

@@ -21,6 +21,7 @@ def _headroom_record(
     layer: str | None = "message_passing",
     code: str | None = "w = tf.exp(scores)",
     dtype: str = "float32",
+    reduction_axis: int | None = 2,  # story 1 sums the exp over its neighbours' axis
 ) -> StepRecord:
     sample = HeadroomSample(
         key=key or f"{layer}/{op}",
@@ -33,6 +34,7 @@ def _headroom_record(
         kind=kind,
         value=value,
         limit=limit,
+        reduction_axis=reduction_axis,
     )
     return StepRecord(step, headroom=(sample,))
 

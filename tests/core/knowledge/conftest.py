@@ -38,6 +38,9 @@ def _evidence(
     clipping: str | None = None,
     with_origin: bool = True,
     reproduced: bool = True,
+    reduction_axis: int | None = -1,  # the exp of story 1 is normalised by its sum
+    weights_upstream: bool | None = None,
+    feeding_ops: frozenset[str] = frozenset(),
 ) -> Evidence:
     origin = None
     if with_origin:
@@ -62,6 +65,9 @@ def _evidence(
         history=history,
         setup=TrainingSetup(learning_rate=learning_rate, clipping=clipping),
         reproduced=reproduced,
+        reduction_axis=reduction_axis,
+        weights_upstream=weights_upstream,
+        feeding_ops=feeding_ops,
     )
 
 

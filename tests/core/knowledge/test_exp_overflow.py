@@ -117,3 +117,42 @@ def test_max_shift_is_taken_along_the_axis_the_softmax_sums_over(make_evidence):
     evidence = dataclasses.replace(make_evidence(), reduction_axis=2)
     stable = {fix.family: fix for fix in diagnose(evidence).fixes}["stable_softmax"]
     assert "tf.reduce_max(scores, axis=2, keepdims=True)" in stable.code
+
+
+def test_an_exp_not_normalised_by_its_sum_gets_no_max_shift(make_evidence, families):
+    # exp(t) * w is not a softmax: subtracting the max would change the result.
+    diagnosis = diagnose(make_evidence(code="y = tf.exp(t) * w", reduction_axis=None))
+    assert "stable_softmax" not in families(diagnosis)
+    assert families(diagnosis) == ["constrain_weights", "normalize_input", "clip_input_domain"]
+
+
+def test_a_hand_written_sigmoid_gets_the_library_sigmoid(make_evidence, families):
+    code = 'h = keras.layers.Lambda(lambda t: ops.exp(t) / (1.0 + ops.exp(t)), name="s")(x)'
+    diagnosis = diagnose(make_evidence(code=code, reduction_axis=None))
+    fix = diagnosis.fixes[0]
+    assert fix.family == "library_function"
+    assert fix.code == 'h = keras.layers.Lambda(lambda t: ops.sigmoid(t), name="s")(x)'
+    # The library's sigmoid is exact: no clip that would bend the curve is offered.
+    assert "clip_input_domain" not in families(diagnosis)
+    assert "stable_softmax" not in families(diagnosis)
+
+
+def test_other_hand_written_forms_get_their_library_function(make_evidence):
+    rewrites = {
+        "p = 1 / (1 + tf.exp(-logits))": "p = tf.math.sigmoid(logits)",
+        "p = 1.0/(1.0+tf.math.exp(-(a + b)))": "p = tf.math.sigmoid(a + b)",
+        "y = tf.math.log(1.0 + tf.exp(z))": "y = tf.math.softplus(z)",
+        "y = np.log1p(np.exp(z))": "y = np.logaddexp(0.0, z)",
+    }
+    for code, expected in rewrites.items():
+        fixes = {f.family: f for f in diagnose(make_evidence(code=code, reduction_axis=None)).fixes}
+        assert fixes["library_function"].code == expected, code
+
+
+def test_an_exp_fed_by_the_batch_alone_blames_the_data(make_evidence, families):
+    diagnosis = diagnose(make_evidence(code="y = tf.exp(t) * w", weights_upstream=False))
+    assert "comes from the batch alone" in diagnosis.explanation
+    assert "constrain_weights" not in families(diagnosis)
+    assert families(diagnosis)[1] == "normalize_input"
+    why = {item.remedy: item.why for item in diagnosis.not_fixes}
+    assert "cannot change it at all" in why["lower_learning_rate"]

@@ -57,3 +57,18 @@ def test_xlogy_guards_its_second_argument(make_evidence, make_stats):
 def test_unparsable_line_gets_a_generic_safe_log(make_evidence, make_stats):
     diagnosis = diagnose(log_evidence(make_evidence, make_stats, None))
     assert diagnosis.fixes[0].code == "y = tf.math.log(tf.maximum(x, 1e-7))"
+
+
+def test_log_of_a_sigmoid_output_named_anything_gets_binary_from_logits(
+    make_evidence, make_stats, families
+):
+    # Nothing on the line says "prob": the replay saw the Sigmoid two ops upstream.
+    code = "d_loss = -tf.reduce_mean(tf.math.log(p_real) + tf.math.log(1.0 - p_fake))"
+    evidence = log_evidence(
+        make_evidence, make_stats, code, feeding_ops=frozenset({"Sigmoid", "BiasAdd"})
+    )
+    diagnosis = diagnose(evidence)
+    assert "from_logits" in families(diagnosis)
+    fix = {f.family: f for f in diagnosis.fixes}["from_logits"]
+    assert "BinaryCrossentropy(from_logits=True)" in fix.code
+    assert "activation_change" not in families(diagnosis)

@@ -15,6 +15,7 @@ from gradient_doctor.core.knowledge.wording import (
     count,
     explain_input,
     format_number,
+    from_data_note,
     rounding_note,
 )
 
@@ -72,7 +73,8 @@ def diagnose_domain(
     guard = guard_fix(domain.family, domain.title, source_code(evidence), origin.op)
     return Diagnosis(
         category="forward_domain",
-        explanation=explain_input(origin, evidence.step, subject, reached, domain.rule),
-        not_fixes=forward_not_fixes(f"the invalid input to {origin.op}"),
+        explanation=explain_input(origin, evidence.step, subject, reached, domain.rule)
+        + from_data_note(evidence.weights_upstream),
+        not_fixes=forward_not_fixes(f"the invalid input to {origin.op}", evidence.weights_upstream),
         fixes=(guard, *extra_fixes),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from gradient_doctor.core.dtype_limits import DtypeLimits
 from gradient_doctor.core.findings import Fix
@@ -11,6 +12,7 @@ from gradient_doctor.core.knowledge.source_rewrite import (
     assigned_name,
     find_call,
     is_identifier,
+    matching_close,
     replace_span,
 )
 from gradient_doctor.core.knowledge.spelling import fill, spell
@@ -77,6 +79,56 @@ def stable_logsumexp(code: str) -> Fix | None:
         "Compute log(sum(exp(x))) as logsumexp(x), which never overflows",
         replace_span(code, log.start, log.end, logsumexp),
     )
+
+
+_ONE = r"1(?:\.0*)?"
+
+
+def library_form(code: str) -> Fix | None:
+    """Replace a hand-written sigmoid or softplus on the line by the library's own.
+
+    `exp(a) / (1 + exp(a))` and `1 / (1 + exp(-a))` are `sigmoid(a)`;
+    `log(1 + exp(a))` and `log1p(exp(a))` are `softplus(a)`. The library versions
+    never overflow (sigmoid saturates at 1, softplus(a) tends to a).
+
+    Returns:
+        A `library_function` fix, or None when the line has neither pattern.
+    """
+    call = find_call(code, ("exp",))
+    if call is None or len(call.args) != 1:
+        return None
+    arg, exp = call.args[0].strip(), re.escape(call.text)
+    patterns = [  # (regex around the exp call, the argument of the library function)
+        (rf"{exp}\s*/\s*\(\s*{_ONE}\s*\+\s*{exp}\s*\)", arg, "sigmoid"),
+        (rf"{_ONE}\s*/\s*\(\s*{_ONE}\s*\+\s*{exp}\s*\)", _negated(arg), "sigmoid"),
+        (rf"(?<![\w.])(?:[A-Za-z_]\w*\.)*log\(\s*{_ONE}\s*\+\s*{exp}\s*\)", arg, "softplus"),
+        (rf"(?<![\w.])(?:[A-Za-z_]\w*\.)*log1p\(\s*{exp}\s*\)", arg, "softplus"),
+    ]
+    numpy = call.prefix in ("np.", "numpy.")
+    for pattern, argument, helper in patterns:
+        match = re.search(pattern, code)
+        if match is None or argument is None:
+            continue
+        if helper == "softplus" and numpy:  # numpy has no softplus; logaddexp is one
+            replacement = f"np.logaddexp(0.0, {argument})"
+        else:
+            replacement = f"{spell(call, helper)}({argument})"
+        return Fix(
+            "library_function",
+            f"Use the library's {helper}, which computes the same without overflowing",
+            replace_span(code, match.start(), match.end(), replacement),
+        )
+    return None
+
+
+def _negated(arg: str) -> str | None:
+    """`a` for an argument written `-a` (or `-(a)`), else None."""
+    if not arg.startswith("-"):
+        return None
+    inner = arg[1:].strip()
+    if inner.startswith("(") and matching_close(inner, 0) == len(inner) - 1:
+        return inner[1:-1].strip()
+    return inner  # an argument of its own: no brackets needed
 
 
 def clip_exp_input(code: str, op: str, limits: DtypeLimits) -> Fix | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from gradient_doctor.core.findings import NotFix
 
 
-def forward_not_fixes(problem: str) -> tuple[NotFix, ...]:
+def forward_not_fixes(problem: str, weights_upstream: bool | None = None) -> tuple[NotFix, ...]:
     """Remedies that cannot remove a problem born in the forward pass.
 
     Args:
         problem: str, what happens in the forward pass, e.g. "the overflow in Exp".
+        weights_upstream: False when the op's inputs come from the batch alone (no
+            weight between, so the learning rate cannot even delay it).
 
     Returns:
         gradient_clipping, lower_learning_rate and larger_batch, each with its reason.
@@ -22,7 +24,10 @@ def forward_not_fixes(problem: str) -> tuple[NotFix, ...]:
         ),
         NotFix(
             "lower_learning_rate",
-            f"A smaller learning rate only slows the drift of the weights that lead to "
+            f"No trainable weight lies between the batch and {problem}: the learning rate "
+            "cannot change it at all."
+            if weights_upstream is False
+            else f"A smaller learning rate only slows the drift of the weights that lead to "
             f"{problem}: it delays it, it does not remove it.",
         ),
         NotFix(

@@ -20,6 +20,19 @@ def constrain_weights(origin: Origin) -> Fix:
     )
 
 
+def upstream_remedies(origin: Origin, weights_upstream: bool | None) -> tuple[Fix, ...]:
+    """Remedies for what feeds the op: the feeding layer's weights, then the input data.
+
+    Args:
+        origin: the op's `Origin`.
+        weights_upstream: False when the replay traced the op's inputs to the batch
+            alone: no weight lies between, so bounding weights cannot help.
+    """
+    if weights_upstream is False:
+        return (normalize_input(),)
+    return (constrain_weights(origin), normalize_input())
+
+
 def normalize_input() -> Fix:
     """Standardise the input features so that no feature dominates."""
     return Fix(

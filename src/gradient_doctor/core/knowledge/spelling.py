@@ -19,6 +19,8 @@ _SPELLINGS = {
         "divide_no_nan": "tf.math.divide_no_nan",
         "log": "tf.math.log",
         "l2_normalize": "tf.math.l2_normalize",
+        "sigmoid": "tf.math.sigmoid",
+        "softplus": "tf.math.softplus",
     },
     "keras": {
         **{
@@ -33,6 +35,8 @@ _SPELLINGS = {
                 "clip",
                 "divide_no_nan",
                 "log",
+                "sigmoid",
+                "softplus",
             )
         },
         "l2_normalize": "{p}normalize",
@@ -46,6 +50,7 @@ _SPELLINGS = {
         "logsumexp": "scipy.special.logsumexp",
         "clip": "np.clip",
         "log": "np.log",
+        "sigmoid": "scipy.special.expit",
     },
 }
 # NumPy functions that TensorFlow spells the same way under `tf.`.

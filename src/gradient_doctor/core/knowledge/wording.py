@@ -104,6 +104,16 @@ def explain_input(origin: Origin, step: int | None, subject: str, reached: str, 
     )
 
 
+def from_data_note(weights_upstream: bool | None) -> str:
+    """ " Its input comes from the batch alone ..." when no weight lies in between, else ""."""
+    if weights_upstream is not False:
+        return ""
+    return (
+        " Its input comes from the batch alone (no trainable weight lies in between): "
+        "the data itself carries this value."
+    )
+
+
 def value_range(stats: Sequence[TensorStats]) -> str:
     """Describe the finite values of some tensors: "from -3.1 to 712.4 (float32)"."""
     lows = [s.min for s in stats if s.min is not None]

@@ -10,6 +10,7 @@ from gradient_doctor.core.knowledge.facts import outputs_inf
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes, nan_gradient_not_fixes
 from gradient_doctor.core.knowledge.wording import (
     at_step,
+    from_data_note,
     nonfinite_counts,
     op_place,
     value_range,
@@ -45,12 +46,13 @@ def diagnose(evidence: Evidence) -> Diagnosis:
             fixes=(_CLIP_DOMAIN, _CUSTOM_GRADIENT),
         )
     overflow = outputs_inf(origin)
+    upstream = evidence.weights_upstream
     return Diagnosis(
         category="forward_overflow" if overflow else "forward_domain",
-        explanation=explain(origin, evidence.step, origin.op),
-        not_fixes=forward_not_fixes(f"the non-finite output of {origin.op}"),
+        explanation=explain(origin, evidence.step, origin.op) + from_data_note(upstream),
+        not_fixes=forward_not_fixes(f"the non-finite output of {origin.op}", upstream),
         fixes=(
-            (remedies.constrain_weights(origin), remedies.normalize_input())
+            remedies.upstream_remedies(origin, upstream)
             if overflow
             else (_CLIP_DOMAIN, remedies.normalize_input())
         ),

@@ -15,7 +15,12 @@ from gradient_doctor.core.knowledge.facts import (
 )
 from gradient_doctor.core.knowledge.norm_rewrite import safe_norm
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
-from gradient_doctor.core.knowledge.wording import count, explain_input, format_number
+from gradient_doctor.core.knowledge.wording import (
+    count,
+    explain_input,
+    format_number,
+    from_data_note,
+)
 
 OPS = frozenset(
     {"RealDiv", "Div", "FloorDiv", "TruncateDiv", "FloorMod", "Reciprocal", "Inv", "Xdivy"}
@@ -34,8 +39,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     fixes = (norm, safe_div(code, origin.op)) if norm else (safe_div(code, origin.op),)
     return Diagnosis(
         category="forward_domain",
-        explanation=explain(origin, evidence.step),
-        not_fixes=forward_not_fixes(f"the division by zero in {origin.op}"),
+        explanation=explain(origin, evidence.step) + from_data_note(evidence.weights_upstream),
+        not_fixes=forward_not_fixes(
+            f"the division by zero in {origin.op}", evidence.weights_upstream
+        ),
         fixes=fixes,
     )
 

@@ -12,6 +12,8 @@ from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.exp_rewrite import (
     clip_exp_input,
+    library_form,
+    looks_like_softmax,
     stable_logsumexp,
     stable_softmax,
 )
@@ -24,7 +26,7 @@ from gradient_doctor.core.knowledge.facts import (
     source_code,
 )
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
-from gradient_doctor.core.knowledge.wording import explain_input, format_number
+from gradient_doctor.core.knowledge.wording import explain_input, format_number, from_data_note
 
 OPS = frozenset({"Exp", "Expm1", "Cosh", "Sinh", "Pow"})
 _EXP_LIKE = frozenset({"Exp", "Expm1"})
@@ -36,11 +38,12 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if origin is None or evidence.phase != "forward" or not outputs_inf(origin):
         return None
     code = source_code(evidence)
+    upstream = evidence.weights_upstream
     return Diagnosis(
         category="forward_overflow",
-        explanation=explain(origin, evidence.step),
-        not_fixes=forward_not_fixes(f"the overflow in {origin.op}"),
-        fixes=_fixes(origin, code, evidence.reduction_axis),
+        explanation=explain(origin, evidence.step) + from_data_note(upstream),
+        not_fixes=forward_not_fixes(f"the overflow in {origin.op}", upstream),
+        fixes=_fixes(origin, code, evidence.reduction_axis, upstream),
     )
 
 
@@ -65,14 +68,25 @@ def explain(origin: Origin, step: int | None) -> str:
     return explain_input(origin, step, subject, format_number(reached), rule)
 
 
-def _fixes(origin: Origin, code: str, axis: int | None) -> tuple[Fix, ...]:
-    """Most specific first: a rewrite of the user's line, then the upstream causes."""
+def _fixes(
+    origin: Origin, code: str, axis: int | None, weights_upstream: bool | None
+) -> tuple[Fix, ...]:
+    """Most specific first: a rewrite of the user's line, then the upstream causes.
+
+    The max-shift is offered only for an exp whose result is normalised by its sum
+    (the replay saw the sum, or the line says softmax): elsewhere it changes the
+    result.
+    """
     names = call_names(origin.op)
     fixes: list[Fix | None] = []
     if origin_dtype(origin) in HALF_PRECISION:
         fixes.append(remedies.float32_island(code, names))
+    library = library_form(code) if origin.op in _EXP_LIKE else None
     if origin.op in _EXP_LIKE:
-        fixes += [stable_logsumexp(code), stable_softmax(code, -1 if axis is None else axis)]
-    fixes += [remedies.constrain_weights(origin), remedies.normalize_input()]
-    fixes.append(clip_exp_input(code, origin.op, limits_of(origin)))
+        fixes += [stable_logsumexp(code), library]
+        if axis is not None or looks_like_softmax(code):
+            fixes.append(stable_softmax(code, -1 if axis is None else axis))
+    fixes += remedies.upstream_remedies(origin, weights_upstream)
+    if library is None:  # the library's version is exact; a clip would only bend it
+        fixes.append(clip_exp_input(code, origin.op, limits_of(origin)))
     return tuple(fix for fix in fixes if fix is not None)

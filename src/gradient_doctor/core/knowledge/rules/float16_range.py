@@ -10,7 +10,7 @@ from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import origin_dtype, outputs_inf, source_code
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rules.overflow_generic import explain
-from gradient_doctor.core.knowledge.wording import format_number
+from gradient_doctor.core.knowledge.wording import format_number, from_data_note
 
 
 def applies(evidence: Evidence) -> bool:
@@ -29,11 +29,13 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if evidence.phase == "forward":
         wide = format_number(dtype_limits("float32").max)
         explanation = explain(origin, evidence.step, "values")
+        upstream = evidence.weights_upstream
         return Diagnosis(
             category="forward_overflow",
-            explanation=f"{explanation} In float32 the limit would be {wide}.",
-            not_fixes=forward_not_fixes(f"the {dtype} overflow in {origin.op}"),
-            fixes=(island, remedies.constrain_weights(origin), remedies.normalize_input()),
+            explanation=f"{explanation} In float32 the limit would be {wide}."
+            + from_data_note(upstream),
+            not_fixes=forward_not_fixes(f"the {dtype} overflow in {origin.op}", upstream),
+            fixes=(island, *remedies.upstream_remedies(origin, upstream)),
         )
     explanation = explain(origin, evidence.step, "gradients")
     return Diagnosis(

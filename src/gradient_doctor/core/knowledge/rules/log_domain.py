@@ -31,6 +31,8 @@ _DOMAINS = {
 OPS = frozenset(_DOMAINS)
 # Words that mark the log's argument as a probability (a softmax or sigmoid output).
 _PROBABILITY_WORDS = ("prob", "pred", "softmax", "sigmoid", "likelihood")
+# Ops whose output is a probability, seen upstream of the log in the replay.
+_PROBABILITY_OPS = frozenset({"Sigmoid", "Softmax"})
 
 
 def diagnose(evidence: Evidence) -> Diagnosis | None:
@@ -39,7 +41,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return None
     op = evidence.origin.op
     code = source_code(evidence)
-    if any(word in code.lower() for word in _PROBABILITY_WORDS):
+    probability = evidence.feeding_ops & _PROBABILITY_OPS
+    if probability or any(word in code.lower() for word in _PROBABILITY_WORDS):
         clip = guard_fix(
             "clip_input_domain",
             "Clip the probability into [1e-7, 1]",
@@ -47,17 +50,30 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             op,
             template="{clip}({arg}, 1e-7, 1.0)",
         )
-        extra = (clip, _from_logits())
+        sigmoid = "Sigmoid" in probability or "sigmoid" in code.lower()
+        extra = (clip, _from_logits(binary=sigmoid))
     else:
         extra = (_positive_activation(),)
     return diagnose_domain(evidence, _DOMAINS[op], extra)
 
 
-def _from_logits() -> Fix:
-    """Let the loss take the log of the logits itself, which is stable."""
+def _from_logits(binary: bool) -> Fix:
+    """Let the loss take the log of the logits itself, which is stable.
+
+    Args:
+        binary: bool, the probability is a sigmoid's (else a softmax's).
+    """
+    if binary:
+        return Fix(
+            "from_logits",
+            "Drop the final sigmoid and compute the loss from the logits",
+            "outputs = keras.layers.Dense(1)(x)  # no sigmoid\n"
+            "loss = keras.losses.BinaryCrossentropy(from_logits=True)\n"
+            "# by hand: tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits)",
+        )
     return Fix(
         "from_logits",
-        "Drop the final softmax/sigmoid and let the loss work on logits",
+        "Drop the final softmax and let the loss work on logits",
         "outputs = keras.layers.Dense(num_classes)(x)  # no activation\n"
         "loss = keras.losses.CategoricalCrossentropy(from_logits=True)",
     )

@@ -12,6 +12,7 @@ from gradient_doctor.core.knowledge.rules.exploding_gradients import exploding_f
 from gradient_doctor.core.knowledge.wording import (
     at_step,
     format_number,
+    from_data_note,
     nonfinite_counts,
     op_place,
     value_range,
@@ -36,15 +37,18 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if origin is None or not outputs_inf(origin):
         return None
     if evidence.phase == "forward":
+        upstream = evidence.weights_upstream
+        constrain, *normalize = remedies.upstream_remedies(origin, upstream)
+        fixes = (
+            (constrain, remedies.batch_normalization(origin.op), *normalize)
+            if normalize
+            else (constrain,)
+        )
         return Diagnosis(
             category="forward_overflow",
-            explanation=explain(origin, evidence.step, "values"),
-            not_fixes=forward_not_fixes(f"the overflow in {origin.op}"),
-            fixes=(
-                remedies.constrain_weights(origin),
-                remedies.batch_normalization(origin.op),
-                remedies.normalize_input(),
-            ),
+            explanation=explain(origin, evidence.step, "values") + from_data_note(upstream),
+            not_fixes=forward_not_fixes(f"the overflow in {origin.op}", upstream),
+            fixes=fixes,
         )
     return Diagnosis(
         category="exploding_gradients",

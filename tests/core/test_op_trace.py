@@ -1,0 +1,54 @@
+"""Whether trainable weights lie upstream of an op, on hand-built traces (no TensorFlow)."""
+
+from gradient_doctor.core.findings import TensorStats
+from gradient_doctor.core.op_trace import feeding_op_types, weights_upstream
+from tests.core.test_origin_search import FINITE, event
+
+READS = frozenset({"ReadVariableOp"})
+SCALAR = TensorStats("float32", (), 1.0, 1.0, nan=0, inf=0, zeros=0, size=1)
+# Tensor 1 is the batch, 2 a variable handle, 9 a scalar constant, 8 an unexplained tensor.
+STATS = {1: FINITE, 2: None, 8: FINITE, 9: SCALAR}
+
+
+def test_a_variable_read_upstream_is_found():
+    events = [
+        event(0, "ReadVariableOp", [(2, FINITE)], [(3, FINITE)]),
+        event(1, "MatMul", [(1, FINITE), (3, FINITE)], [(4, FINITE)]),
+        event(2, "AddV2", [(4, FINITE), (9, SCALAR)], [(5, FINITE)]),
+        event(3, "Exp", [(5, FINITE)], [(6, FINITE)]),
+    ]
+    assert weights_upstream(events, events[3], READS, frozenset({1}), STATS) is True
+
+
+def test_an_op_fed_by_the_batch_and_constants_only_has_no_weights_upstream():
+    events = [
+        event(0, "ReadVariableOp", [(2, FINITE)], [(3, FINITE)]),  # read, but elsewhere
+        event(1, "Mul", [(1, FINITE), (9, SCALAR)], [(4, FINITE)]),
+        event(2, "Exp", [(4, FINITE)], [(5, FINITE)]),
+        event(3, "MatMul", [(5, FINITE), (3, FINITE)], [(6, FINITE)]),
+    ]
+    assert weights_upstream(events, events[2], READS, frozenset({1}), STATS) is False
+
+
+def test_a_tensor_the_trace_does_not_explain_leaves_it_unknown():
+    events = [event(0, "Mul", [(1, FINITE), (8, FINITE)], [(4, FINITE)])]
+    assert weights_upstream(events, events[0], READS, frozenset({1}), STATS) is None
+
+
+def test_a_read_after_the_op_is_not_upstream_of_it():
+    events = [
+        event(0, "Exp", [(1, FINITE)], [(4, FINITE)]),
+        event(1, "ReadVariableOp", [(2, FINITE)], [(1, FINITE)]),  # same id, later
+    ]
+    assert weights_upstream(events, events[0], READS, frozenset({1}), STATS) is False
+
+
+def test_the_ops_feeding_an_op_are_found_a_few_steps_upstream():
+    events = [
+        event(0, "MatMul", [(1, FINITE), (3, FINITE)], [(4, FINITE)]),
+        event(1, "Sigmoid", [(4, FINITE)], [(5, FINITE)]),
+        event(2, "Sub", [(9, SCALAR), (5, FINITE)], [(6, FINITE)]),
+        event(3, "Log", [(6, FINITE)], [(7, FINITE)]),
+    ]
+    assert feeding_op_types(events, events[3], depth=2) == {"Sub", "Sigmoid"}
+    assert feeding_op_types(events, events[3]) == {"Sub", "Sigmoid", "MatMul"}
