@@ -534,7 +534,7 @@ def method_lines(config: RunConfig, mode: str) -> list[str]:
     return [
         f"In one process, each of {config.rounds} rounds runs one `model.fit` per model and "
         "setup (setup order alternating between rounds; synthetic data, fixed seeds, Adam), "
-        f"and times each step after the first {config.warmup_steps} (tracing) from "
+        f"and times each step after the first {config.warmup_steps} (warm-up) from "
         "`on_train_batch_begin` to `on_train_batch_end` of a callback placed last, so a step "
         "includes Keras's per-step host sync and the doctor's read-back. "
         "A watched model keeps its doctor across the rounds, as under `gradient-doctor run` "
