@@ -130,3 +130,16 @@ def test_gan_train_step_with_stateful_noise_is_replayed_with_its_own_draws(tmp_p
     # The log is taken of a sigmoid's output: the loss should start from the logits.
     fixes = {f["family"]: f for f in problem["fixes"]}
     assert "BinaryCrossentropy(from_logits=True)" in fixes["from_logits"]["code"]
+
+
+def test_vae_sampling_overflow_names_the_layer_whose_weights_feed_the_exp(tmp_path):
+    script = "tests/scripts/vae_sampling_overflow.py"
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("forward_overflow", 1)
+    assert (problem["origin"]["op"], problem["origin"]["layer"]) == ("Exp", "sampling")
+    assert problem["origin"]["line"] == line_of(script, "ops.exp(0.5 * z_log_var) * epsilon")
+    constrain = next(f for f in problem["fixes"] if f["family"] == "constrain_weights")
+    assert "`z_log_var`" in constrain["title"]
+    assert "stable_softmax" not in [f["family"] for f in problem["fixes"]]  # no sum follows

@@ -1,7 +1,9 @@
 """Whether trainable weights lie upstream of an op, on hand-built traces (no TensorFlow)."""
 
+import dataclasses
+
 from gradient_doctor.core.findings import TensorStats
-from gradient_doctor.core.op_trace import feeding_op_types, weights_upstream
+from gradient_doctor.core.op_trace import feeding_op_types, nearest_weight_layer, weights_upstream
 from tests.core.test_origin_search import FINITE, event
 
 READS = frozenset({"ReadVariableOp"})
@@ -52,3 +54,22 @@ def test_the_ops_feeding_an_op_are_found_a_few_steps_upstream():
     ]
     assert feeding_op_types(events, events[3], depth=2) == {"Sub", "Sigmoid"}
     assert feeding_op_types(events, events[3]) == {"Sub", "Sigmoid", "MatMul"}
+
+
+def test_the_closest_variable_read_upstream_names_the_feeding_layer():
+    def read(index, variable, output, layer):
+        return dataclasses.replace(
+            event(index, "ReadVariableOp", [(variable, FINITE)], [(output, FINITE)]), layer=layer
+        )
+
+    events = [
+        read(0, 2, 3, "encoder/hidden"),
+        event(1, "MatMul", [(1, FINITE), (3, FINITE)], [(4, FINITE)]),
+        read(2, 5, 6, "encoder/z_log_var"),
+        event(3, "MatMul", [(4, FINITE), (6, FINITE)], [(7, FINITE)]),
+        event(4, "Mul", [(7, FINITE), (9, SCALAR)], [(8, FINITE)]),
+        event(5, "Exp", [(8, FINITE)], [(10, FINITE)]),
+    ]
+    assert nearest_weight_layer(events, events[5], READS) == "encoder/z_log_var"
+    assert nearest_weight_layer(events, events[1], READS) == "encoder/hidden"
+    assert nearest_weight_layer(events, events[0], READS) is None

@@ -77,6 +77,8 @@ class Evidence:
             carries the value), None when unknown.
         feeding_ops: the types of the ops a few steps upstream of the origin (a
             Sigmoid before a Log says the log is taken of a probability).
+        weights_layer: the layer whose weights feed the origin most directly (the
+            closest variable read upstream in the replay), when known.
         overflowed_norm: when every gradient of the failing update was finite but
             their global norm's square overflowed float32, that norm (measured in
             float64); None otherwise.
@@ -98,3 +100,4 @@ class Evidence:
     overflowed_norm: float | None = None
     weights_upstream: bool | None = None
     feeding_ops: frozenset[str] = frozenset()
+    weights_layer: str | None = None

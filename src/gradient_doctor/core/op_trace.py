@@ -103,3 +103,24 @@ def feeding_op_types(events: Sequence[OpEvent], target: OpEvent, depth: int = 3)
         found.update(event.op_type for event in feeding)
         frontier = [t for event in feeding for t in event.input_ids]
     return frozenset(found)
+
+
+def nearest_weight_layer(
+    events: Sequence[OpEvent], target: OpEvent, weight_reads: frozenset[str]
+) -> str | None:
+    """The layer of the variable read closest upstream of `target` (breadth first).
+
+    That is the layer whose weights feed the op: `z_log_var` for the exp in a VAE's
+    sampling layer, which has no weights of its own. None when no read is upstream
+    or it ran outside any layer.
+    """
+    producers = {output: event for event in events[: target.index] for output in event.output_ids}
+    frontier, seen = list(target.input_ids), set()
+    while frontier:
+        feeding = [producers[t] for t in frontier if t in producers and t not in seen]
+        seen.update(frontier)
+        for event in feeding:
+            if event.op_type in weight_reads:
+                return event.layer
+        frontier = [t for event in feeding for t in event.input_ids]
+    return None

@@ -9,7 +9,12 @@ import tensorflow as tf
 
 from gradient_doctor.core.evidence import BadInput, Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Origin
-from gradient_doctor.core.op_trace import OpEvent, feeding_op_types, weights_upstream
+from gradient_doctor.core.op_trace import (
+    OpEvent,
+    feeding_op_types,
+    nearest_weight_layer,
+    weights_upstream,
+)
 from gradient_doctor.core.origin_search import find_origin
 from gradient_doctor.tf_adapter import input_scan
 from gradient_doctor.tf_adapter.guard import gradient_values
@@ -100,6 +105,11 @@ def evidence_from_replay(
             feeding_op_types(result.events, origin_event)
             if origin_event is not None
             else frozenset()
+        ),
+        weights_layer=(
+            nearest_weight_layer(result.events, origin_event, WEIGHT_READS)
+            if origin_event is not None and origin_event.phase == "forward"
+            else None
         ),
         weights_upstream=(
             weights_upstream(result.events, origin_event, WEIGHT_READS, data_ids, result.stats)

@@ -2,35 +2,45 @@
 
 from __future__ import annotations
 
-from gradient_doctor.core.evidence import TrainingSetup
+from gradient_doctor.core.evidence import Evidence, TrainingSetup
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge.source_rewrite import find_call, replace_span
 from gradient_doctor.core.knowledge.spelling import spell
 from gradient_doctor.core.knowledge.wording import format_number
 
 
-def constrain_weights(origin: Origin) -> Fix:
-    """Bound the kernel of the layer whose output feeds the op."""
-    where = f" in `{origin.layer}`" if origin.layer else ""
+def constrain_weights(origin: Origin, weights_layer: str | None = None) -> Fix:
+    """Bound the kernel of the layer whose output feeds the op.
+
+    Args:
+        origin: the op's `Origin`.
+        weights_layer: the layer whose weights the replay saw feeding the op; None
+            names the op's own layer, as the layer "in" which the feeding layer is.
+    """
+    if weights_layer:
+        title = f"Bound the weights of `{weights_layer}`, whose output feeds {origin.op}"
+        comment = f"# on `{weights_layer}`, which feeds {origin.op}:"
+    else:
+        where = f" in `{origin.layer}`" if origin.layer else ""
+        title = f"Bound the weights of the layer{where} whose output feeds {origin.op}"
+        comment = f"# on the Dense layer{where} that feeds {origin.op}:"
     return Fix(
         "constrain_weights",
-        f"Bound the weights of the layer{where} whose output feeds {origin.op}",
-        f"# on the Dense layer{where} that feeds {origin.op}:\n"
+        title,
+        f"{comment}\n"
         "keras.layers.Dense(units, kernel_constraint=keras.constraints.MaxNorm(max_value=3.0))",
     )
 
 
-def upstream_remedies(origin: Origin, weights_upstream: bool | None) -> tuple[Fix, ...]:
-    """Remedies for what feeds the op: the feeding layer's weights, then the input data.
+def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
+    """Remedies for what feeds the origin op: the feeding layer's weights, then the data.
 
-    Args:
-        origin: the op's `Origin`.
-        weights_upstream: False when the replay traced the op's inputs to the batch
-            alone: no weight lies between, so bounding weights cannot help.
+    When the replay traced the op's inputs to the batch alone, no weight lies
+    between, so bounding weights cannot help and only the data remedy is offered.
     """
-    if weights_upstream is False:
+    if evidence.weights_upstream is False:
         return (normalize_input(),)
-    return (constrain_weights(origin), normalize_input())
+    return (constrain_weights(evidence.origin, evidence.weights_layer), normalize_input())
 
 
 def normalize_input() -> Fix:

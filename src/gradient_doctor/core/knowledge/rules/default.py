@@ -52,7 +52,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
         explanation=explain(origin, evidence.step, origin.op) + from_data_note(upstream),
         not_fixes=forward_not_fixes(f"the non-finite output of {origin.op}", upstream),
         fixes=(
-            remedies.upstream_remedies(origin, upstream)
+            remedies.upstream_remedies(evidence)
             if overflow
             else (_CLIP_DOMAIN, remedies.normalize_input())
         ),

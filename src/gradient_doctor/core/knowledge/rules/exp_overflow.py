@@ -43,7 +43,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         category="forward_overflow",
         explanation=explain(origin, evidence.step) + from_data_note(upstream),
         not_fixes=forward_not_fixes(f"the overflow in {origin.op}", upstream),
-        fixes=_fixes(origin, code, evidence.reduction_axis, upstream),
+        fixes=_fixes(evidence, code),
     )
 
 
@@ -68,15 +68,14 @@ def explain(origin: Origin, step: int | None) -> str:
     return explain_input(origin, step, subject, format_number(reached), rule)
 
 
-def _fixes(
-    origin: Origin, code: str, axis: int | None, weights_upstream: bool | None
-) -> tuple[Fix, ...]:
+def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     """Most specific first: a rewrite of the user's line, then the upstream causes.
 
     The max-shift is offered only for an exp whose result is normalised by its sum
     (the replay saw the sum, or the line says softmax): elsewhere it changes the
     result.
     """
+    origin, axis = evidence.origin, evidence.reduction_axis
     names = call_names(origin.op)
     fixes: list[Fix | None] = []
     if origin_dtype(origin) in HALF_PRECISION:
@@ -86,7 +85,7 @@ def _fixes(
         fixes += [stable_logsumexp(code), library]
         if axis is not None or looks_like_softmax(code):
             fixes.append(stable_softmax(code, -1 if axis is None else axis))
-    fixes += remedies.upstream_remedies(origin, weights_upstream)
+    fixes += remedies.upstream_remedies(evidence)
     if library is None:  # the library's version is exact; a clip would only bend it
         fixes.append(clip_exp_input(code, origin.op, limits_of(origin)))
     return tuple(fix for fix in fixes if fix is not None)

@@ -35,7 +35,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             explanation=f"{explanation} In float32 the limit would be {wide}."
             + from_data_note(upstream),
             not_fixes=forward_not_fixes(f"the {dtype} overflow in {origin.op}", upstream),
-            fixes=(island, *remedies.upstream_remedies(origin, upstream)),
+            fixes=(island, *remedies.upstream_remedies(evidence)),
         )
     explanation = explain(origin, evidence.step, "gradients")
     return Diagnosis(

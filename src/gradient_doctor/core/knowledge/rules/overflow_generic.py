@@ -38,7 +38,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return None
     if evidence.phase == "forward":
         upstream = evidence.weights_upstream
-        constrain, *normalize = remedies.upstream_remedies(origin, upstream)
+        constrain, *normalize = remedies.upstream_remedies(evidence)
         fixes = (
             (constrain, remedies.batch_normalization(origin.op), *normalize)
             if normalize
