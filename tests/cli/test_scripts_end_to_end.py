@@ -143,3 +143,16 @@ def test_vae_sampling_overflow_names_the_layer_whose_weights_feed_the_exp(tmp_pa
     constrain = next(f for f in problem["fixes"] if f["family"] == "constrain_weights")
     assert "`z_log_var`" in constrain["title"]
     assert "stable_softmax" not in [f["family"] for f in problem["fixes"]]  # no sum follows
+
+
+def test_float16_mask_literal_out_of_range_is_named_on_its_line(tmp_path):
+    script = "tests/scripts/float16_mask_constant.py"
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("forward_overflow", 0)
+    assert problem["origin"]["op"] == "Mul"
+    assert problem["origin"]["line"] == line_of(script, "(1.0 - mask) * -1e9")
+    assert "1e9 on your line does not fit float16" in problem["explanation"]
+    assert problem["fixes"][0]["family"] == "dtype_safe_constant"
+    assert "* -1e4" in problem["fixes"][0]["code"]

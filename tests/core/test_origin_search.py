@@ -87,3 +87,16 @@ def test_backward_origin_without_select_is_not_masked():
     result = find_origin(events, [4])
     assert result.origin.op_type == "SqrtGrad"
     assert not result.masked_by_select
+
+
+def test_a_non_finite_value_no_op_made_is_traced_to_its_first_reader():
+    # Tensor 2 is -inf from the start (a constant); Mul is the first op to read it.
+    events = [
+        event(0, "Sub", [(1, FINITE)], [(3, FINITE)]),
+        event(1, "Mul", [(3, FINITE), (2, INF)], [(4, NAN)]),
+        event(2, "Mean", [(4, NAN)], [(5, NAN)]),
+    ]
+    result = find_origin(events, [5])
+    assert result.origin is None
+    assert result.unproduced_ids == (2,)
+    assert result.first_reader.op_type == "Mul"

@@ -79,6 +79,9 @@ class Evidence:
             Sigmoid before a Log says the log is taken of a probability).
         weights_layer: the layer whose weights feed the origin most directly (the
             closest variable read upstream in the replay), when known.
+        nonfinite_constant: the origin is the first op that read a non-finite value
+            no op of the step made and the batch did not hold: a constant (a literal
+            its dtype cannot hold, like -1e9 in float16) or a tensor made before.
         overflowed_norm: when every gradient of the failing update was finite but
             their global norm's square overflowed float32, that norm (measured in
             float64); None otherwise.
@@ -101,3 +104,4 @@ class Evidence:
     weights_upstream: bool | None = None
     feeding_ops: frozenset[str] = frozenset()
     weights_layer: str | None = None
+    nonfinite_constant: bool = False

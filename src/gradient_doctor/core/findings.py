@@ -68,6 +68,8 @@ FIX_FAMILIES = (
     "clip_by_value",
     # Added: the library's sigmoid / softplus for a hand-written one that overflows.
     "library_function",
+    # Added: a literal its dtype cannot hold (-1e9 in float16) written as one it can.
+    "dtype_safe_constant",
 )
 
 

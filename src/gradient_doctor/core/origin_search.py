@@ -23,12 +23,15 @@ class OriginSearch:
         unproduced_ids: non-finite tensors on the path that no traced op produced
             (the step's inputs or variables).
         masked_by_select: the forward op's non-finite output fed a select op.
+        first_reader: when no op made the non-finite values (`origin` None), the
+            earliest op that read one of `unproduced_ids`, else None.
     """
 
     origin: OpEvent | None
     forward_op: OpEvent | None
     unproduced_ids: tuple[int, ...]
     masked_by_select: bool
+    first_reader: OpEvent | None = None
 
 
 def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
@@ -75,7 +78,11 @@ def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
     if origin is not None and origin.forward_index is not None:
         forward_op = events[origin.forward_index]
         masked = _feeds_select_while_nonfinite(events, forward_op)
-    return OriginSearch(origin, forward_op, tuple(sorted(set(unproduced))), masked)
+    first_reader = None
+    if origin is None and unproduced:
+        readers = [e for e in events if set(unproduced).intersection(e.input_ids)]
+        first_reader = readers[0] if readers else None
+    return OriginSearch(origin, forward_op, tuple(sorted(set(unproduced))), masked, first_reader)
 
 
 def _feeds_select_while_nonfinite(events: list[OpEvent], forward_op: OpEvent) -> bool:

@@ -86,6 +86,16 @@ def evidence_from_replay(
     search = find_origin(result.events, result.bad_ids)
     overflowed = None if result.reproduced else _overflowed_norm(result)
     origin_event = search.origin
+    # No op made the non-finite value, and it is not in the batch: a constant (a
+    # literal the dtype cannot hold) or a tensor made before the step. Its first
+    # reader is where it entered the step.
+    foreign = (
+        origin_event is None
+        and search.first_reader is not None
+        and not set(search.unproduced_ids) & data_ids
+    )
+    if foreign:
+        origin_event = search.first_reader
     origin = _origin(origin_event, result) if origin_event is not None else None
     forward = search.forward_op
     axis = _reduction_axis(origin_event, result) if origin_event is not None else None
@@ -101,6 +111,7 @@ def evidence_from_replay(
         reproduced=result.reproduced or overflowed is not None,
         reduction_axis=axis,
         overflowed_norm=overflowed,
+        nonfinite_constant=foreign,
         feeding_ops=(
             feeding_op_types(result.events, origin_event)
             if origin_event is not None

@@ -41,6 +41,7 @@ def _evidence(
     reduction_axis: int | None = -1,  # the exp of story 1 is normalised by its sum
     weights_upstream: bool | None = None,
     feeding_ops: frozenset[str] = frozenset(),
+    nonfinite_constant: bool = False,
 ) -> Evidence:
     origin = None
     if with_origin:
@@ -68,6 +69,7 @@ def _evidence(
         reduction_axis=reduction_axis,
         weights_upstream=weights_upstream,
         feeding_ops=feeding_ops,
+        nonfinite_constant=nonfinite_constant,
     )
 
 

@@ -21,6 +21,7 @@ from gradient_doctor.core.knowledge.rules import (
     inverse_trig,
     log_domain,
     loss_scale_collapse,
+    nonfinite_constant,
     norm_overflow,
     overflow_generic,
     sqrt_domain,
@@ -110,8 +111,8 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     """Turn the evidence of a failing step into a diagnosis.
 
     Rules are asked in order of precedence: a broken gradient path (variables with
-    no gradient), bad input, a value only XLA made non-finite, finite gradients whose
-    norm overflows, the tf.where trap, a
+    no gradient), bad input, a non-finite constant, a value only XLA made
+    non-finite, finite gradients whose norm overflows, the tf.where trap, a
     collapsed loss scale, exploding gradients and half-precision range (unless the
     origin op has its own singular point), then the origin's op family, then the
     default rule. The remedies are then fitted to the user's setup (clipping or
@@ -128,6 +129,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     rules: list[Rule] = [
         disconnected.diagnose,
         bad_input.diagnose,
+        nonfinite_constant.diagnose,
         xla_only.diagnose,
         norm_overflow.diagnose,
         where_trap.diagnose,
