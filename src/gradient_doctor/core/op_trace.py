@@ -73,7 +73,7 @@ def weights_upstream(
         when some path ends at a tensor the trace does not explain (computed
         before the step), which could hold weights.
     """
-    producers = {output: event for event in events[: target.index] for output in event.output_ids}
+    producers = _producers_before(events, target)
     pending, seen, explained = list(target.input_ids), set(), True
     while pending:
         tensor = pending.pop()
@@ -95,7 +95,7 @@ def weights_upstream(
 def feeding_op_types(events: Sequence[OpEvent], target: OpEvent, depth: int = 3) -> frozenset[str]:
     """The types of the ops up to `depth` steps upstream of `target` (e.g. a Sigmoid
     two ops before the Log of `log(1 - sigmoid(x))`)."""
-    producers = {output: event for event in events[: target.index] for output in event.output_ids}
+    producers = _producers_before(events, target)
     found: set[str] = set()
     frontier = list(target.input_ids)
     for _ in range(depth):
@@ -114,7 +114,7 @@ def nearest_weight_layer(
     sampling layer, which has no weights of its own. None when no read is upstream
     or it ran outside any layer.
     """
-    producers = {output: event for event in events[: target.index] for output in event.output_ids}
+    producers = _producers_before(events, target)
     frontier, seen = list(target.input_ids), set()
     while frontier:
         feeding = [producers[t] for t in frontier if t in producers and t not in seen]
@@ -124,3 +124,8 @@ def nearest_weight_layer(
                 return event.layer
         frontier = [t for event in feeding for t in event.input_ids]
     return None
+
+
+def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, OpEvent]:
+    """Tensor id -> the event that wrote it, among the events that ran before `target`."""
+    return {output: event for event in events[: target.index] for output in event.output_ids}
