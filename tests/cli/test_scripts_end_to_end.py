@@ -156,3 +156,17 @@ def test_float16_mask_literal_out_of_range_is_named_on_its_line(tmp_path):
     assert "1e9 on your line does not fit float16" in problem["explanation"]
     assert problem["fixes"][0]["family"] == "dtype_safe_constant"
     assert "* -1e4" in problem["fixes"][0]["code"]
+
+
+def test_rnn_blow_up_is_traced_to_the_recurrent_cell_not_the_loss(tmp_path):
+    run = run_doctor(
+        "tests/scripts/rnn_relu_growth.py", tmp=tmp_path, options=("--trial-steps", "0")
+    )
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("forward_overflow", 0)
+    assert problem["origin"]["op"] == "Square"  # the first inf is the loss's square...
+    assert "first grew past 1e6 in layer `sequential/simple_rnn" in problem["explanation"]
+    families = [f["family"] for f in problem["fixes"]]
+    assert families[:2] == ["constrain_weights", "better_init"]
+    assert "simple_rnn" in problem["fixes"][0]["title"]  # ...the cell is where it began

@@ -3,8 +3,13 @@
 import dataclasses
 
 from gradient_doctor.core.findings import TensorStats
-from gradient_doctor.core.op_trace import feeding_op_types, nearest_weight_layer, weights_upstream
-from tests.core.test_origin_search import FINITE, event
+from gradient_doctor.core.op_trace import (
+    feeding_op_types,
+    nearest_weight_layer,
+    weights_upstream,
+    where_values_grew,
+)
+from tests.core.test_origin_search import FINITE, INF, event
 
 READS = frozenset({"ReadVariableOp"})
 SCALAR = TensorStats("float32", (), 1.0, 1.0, nan=0, inf=0, zeros=0, size=1)
@@ -73,3 +78,18 @@ def test_the_closest_variable_read_upstream_names_the_feeding_layer():
     assert nearest_weight_layer(events, events[5], READS) == "encoder/z_log_var"
     assert nearest_weight_layer(events, events[1], READS) == "encoder/hidden"
     assert nearest_weight_layer(events, events[0], READS) is None
+
+
+def test_the_op_where_values_first_grew_past_a_threshold_is_found():
+    def stats(largest):
+        return TensorStats("float32", (4,), -largest, largest, nan=0, inf=0, zeros=0, size=4)
+
+    events = [
+        event(0, "MatMul", [(1, stats(3.0)), (2, stats(1.0))], [(3, stats(50.0))]),
+        event(1, "MatMul", [(3, stats(50.0)), (2, stats(1.0))], [(4, stats(4e7))]),
+        event(2, "Relu", [(4, stats(4e7))], [(5, stats(4e7))]),
+        event(3, "Square", [(5, stats(4e7))], [(6, INF)]),
+    ]
+    assert where_values_grew(events, events[3], 1e6).index == 1
+    # Data that arrives huge did not grow anywhere in the step.
+    assert where_values_grew(events[2:], events[3], 10.0) is None

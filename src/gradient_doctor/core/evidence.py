@@ -82,6 +82,8 @@ class Evidence:
         nonfinite_constant: the origin is the first op that read a non-finite value
             no op of the step made and the batch did not hold: a constant (a literal
             its dtype cannot hold, like -1e9 in float16) or a tensor made before.
+        growth: for a forward overflow of values that were already huge, where they
+            first grew past 1e6 on the way: (layer, op type, magnitude it reached).
         overflowed_norm: when every gradient of the failing update was finite but
             their global norm's square overflowed float32, that norm (measured in
             float64); None otherwise.
@@ -105,3 +107,4 @@ class Evidence:
     feeding_ops: frozenset[str] = frozenset()
     weights_layer: str | None = None
     nonfinite_constant: bool = False
+    growth: tuple[str | None, str, float] | None = None

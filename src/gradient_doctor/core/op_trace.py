@@ -129,3 +129,42 @@ def nearest_weight_layer(
 def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, OpEvent]:
     """Tensor id -> the event that wrote it, among the events that ran before `target`."""
     return {output: event for event in events[: target.index] for output in event.output_ids}
+
+
+def where_values_grew(
+    events: Sequence[OpEvent], target: OpEvent, threshold: float
+) -> OpEvent | None:
+    """The op where the values feeding `target` first grew past `threshold` in magnitude.
+
+    Walks upstream along the input of largest magnitude and returns the earliest op
+    on that path whose output exceeded `threshold` although its inputs did not:
+    for a loss that overflowed on predictions of 1e30, the recurrent layer whose
+    loop blew them up, not the loss. None when the path starts above `threshold`
+    (the data) or never crosses it.
+    """
+    producers = _producers_before(events, target)
+    crossing = None
+    current = target
+    while True:
+        inputs = [
+            (_magnitude(stats), tensor)
+            for tensor, stats in zip(current.input_ids, current.inputs, strict=False)
+        ]
+        if not inputs:
+            return crossing
+        magnitude, tensor = max(inputs)
+        producer = producers.get(tensor)
+        if producer is None:
+            return None if magnitude > threshold else crossing
+        if magnitude > threshold and _largest_input(producer) <= threshold:
+            crossing = producer
+        current = producer
+
+
+def _magnitude(stats: TensorStats) -> float:
+    values = [abs(v) for v in (stats.min, stats.max) if v is not None]
+    return max(values, default=0.0)
+
+
+def _largest_input(event: OpEvent) -> float:
+    return max((_magnitude(stats) for stats in event.inputs), default=0.0)

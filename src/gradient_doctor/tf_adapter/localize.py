@@ -14,6 +14,7 @@ from gradient_doctor.core.op_trace import (
     feeding_op_types,
     nearest_weight_layer,
     weights_upstream,
+    where_values_grew,
 )
 from gradient_doctor.core.origin_search import find_origin
 from gradient_doctor.tf_adapter import input_scan
@@ -112,6 +113,7 @@ def evidence_from_replay(
         reduction_axis=axis,
         overflowed_norm=overflowed,
         nonfinite_constant=foreign,
+        growth=_growth(result, origin_event),
         feeding_ops=(
             feeding_op_types(result.events, origin_event)
             if origin_event is not None
@@ -159,6 +161,24 @@ def _reduction_axis(origin: OpEvent, result: ReplayResult) -> int | None:
             if axes.size == 1:
                 return int(axes[0])  # as the user wrote it
     return None
+
+
+# Activations past this magnitude have left any sane range: where they first crossed
+# it is where a forward overflow began, even when a later op wrote the inf.
+_HUGE = 1e6
+
+
+def _growth(result: ReplayResult, origin: OpEvent | None) -> tuple[str | None, str, float] | None:
+    """Where the values a forward origin overflowed on first grew past `_HUGE`."""
+    if origin is None or origin.phase != "forward":
+        return None
+    grew = where_values_grew(result.events, origin, _HUGE)
+    if grew is None or grew.index == origin.index:
+        return None
+    reached = max(
+        (abs(v) for s in grew.outputs for v in (s.min, s.max) if v is not None), default=0.0
+    )
+    return (grew.layer, grew.op_type, reached)
 
 
 def _origin(event: OpEvent, result: ReplayResult) -> Origin:

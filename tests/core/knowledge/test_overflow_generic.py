@@ -1,5 +1,7 @@
 """Arithmetic ops whose finite inputs produced inf: forward overflow or exploding gradients."""
 
+import dataclasses
+
 from gradient_doctor.core.knowledge import diagnose
 
 
@@ -43,3 +45,17 @@ def test_backward_overflow_is_exploding_gradients(make_evidence, make_stats, fam
 def test_nan_without_inf_is_left_to_the_default_rule(make_evidence, make_stats):
     evidence = make_evidence(op="Mul", code=None, outputs=(make_stats(nan=1),))
     assert "no specific rule" in diagnose(evidence).explanation
+
+
+def test_a_loss_overflowing_on_huge_predictions_names_the_layer_they_grew_in(make_evidence):
+    evidence = dataclasses.replace(
+        make_evidence(op="Square", code="model.fit(x, y)", reduction_axis=None),
+        growth=("sequential/simple_rnn/simple_rnn_cell", "MatMul", 1.5e6),
+    )
+    diagnosis = diagnose(evidence)
+    assert "first grew past 1e6 in layer `sequential/simple_rnn/simple_rnn_cell`" in (
+        diagnosis.explanation
+    )
+    fixes = [fix.family for fix in diagnosis.fixes]
+    assert fixes[:2] == ["constrain_weights", "better_init"]
+    assert "`sequential/simple_rnn/simple_rnn_cell`" in diagnosis.fixes[0].title

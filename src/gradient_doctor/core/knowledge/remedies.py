@@ -40,7 +40,10 @@ def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
     """
     if evidence.weights_upstream is False:
         return (normalize_input(),)
-    return (constrain_weights(evidence.origin, evidence.weights_layer), normalize_input())
+    # The layer where the values blew up, when the replay saw them grow on the way.
+    grew = evidence.growth[0] if evidence.growth else None
+    layer = grew or evidence.weights_layer
+    return (constrain_weights(evidence.origin, layer), normalize_input())
 
 
 def normalize_input() -> Fix:

@@ -114,6 +114,18 @@ def from_data_note(weights_upstream: bool | None) -> str:
     )
 
 
+def growth_note(growth: tuple[str | None, str, float] | None) -> str:
+    """ " The values first grew past 1e6 in layer `x` ..." when the replay saw where."""
+    if growth is None:
+        return ""
+    layer, op, reached = growth
+    where = f"in layer `{layer}` ({op})" if layer else f"at {op}"
+    return (
+        f" The values first grew past 1e6 {where}, up to {format_number(reached)}: "
+        "the overflow began there."
+    )
+
+
 def value_range(stats: Sequence[TensorStats]) -> str:
     """Describe the finite values of some tensors: "from -3.1 to 712.4 (float32)"."""
     lows = [s.min for s in stats if s.min is not None]

@@ -13,6 +13,7 @@ from gradient_doctor.core.knowledge.wording import (
     at_step,
     format_number,
     from_data_note,
+    growth_note,
     nonfinite_counts,
     op_place,
     value_range,
@@ -39,14 +40,18 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if evidence.phase == "forward":
         upstream = evidence.weights_upstream
         constrain, *normalize = remedies.upstream_remedies(evidence)
+        # Values that blew up inside a layer: its initial scale is the first suspect.
+        init = (remedies.better_init(),) if evidence.growth else ()
         fixes = (
-            (constrain, remedies.batch_normalization(origin.op), *normalize)
+            (constrain, *init, remedies.batch_normalization(origin.op), *normalize)
             if normalize
             else (constrain,)
         )
         return Diagnosis(
             category="forward_overflow",
-            explanation=explain(origin, evidence.step, "values") + from_data_note(upstream),
+            explanation=explain(origin, evidence.step, "values")
+            + growth_note(evidence.growth)
+            + from_data_note(upstream),
             not_fixes=forward_not_fixes(f"the overflow in {origin.op}", upstream),
             fixes=fixes,
         )
