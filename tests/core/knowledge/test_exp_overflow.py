@@ -156,3 +156,19 @@ def test_an_exp_fed_by_the_batch_alone_blames_the_data(make_evidence, families):
     assert families(diagnosis)[1] == "normalize_input"
     why = {item.remedy: item.why for item in diagnosis.not_fixes}
     assert "cannot change it at all" in why["lower_learning_rate"]
+
+
+def test_a_negative_base_to_a_fractional_power_is_pow_s_domain(make_evidence, make_stats):
+    evidence = make_evidence(
+        op="Pow",
+        code="y = tf.pow(h, 0.5)",
+        inputs=(make_stats(min=-2.0, max=3.0), make_stats(min=0.5, max=0.5)),
+        outputs=(make_stats(min=0.0, max=1.7, nan=40),),
+        reduction_axis=None,
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "forward_domain"
+    assert "reached -2; a negative base raised to a non-integer power is NaN" in (
+        diagnosis.explanation
+    )
+    assert diagnosis.fixes[0].code == "y = tf.pow(tf.maximum(h, 1e-12), 0.5)"

@@ -10,6 +10,7 @@ from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.domain_rule import Domain, diagnose_domain
 from gradient_doctor.core.knowledge.exp_rewrite import (
     clip_exp_input,
     library_form,
@@ -32,10 +33,24 @@ OPS = frozenset({"Exp", "Expm1", "Cosh", "Sinh", "Pow"})
 _EXP_LIKE = frozenset({"Exp", "Expm1"})
 
 
+# A negative base to a non-integer power: Pow's own domain, where it writes NaN, not inf.
+_POW_DOMAIN = Domain(
+    "a negative base raised to a non-integer power is NaN",
+    "clip_input_domain",
+    "Keep the base of the power positive",
+    boundary=0,
+)
+
+
 def diagnose(evidence: Evidence) -> Diagnosis | None:
-    """Explain a forward overflow of an exp-like op; decline anything else."""
+    """Explain a forward overflow of an exp-like op (or Pow's NaN domain); decline others."""
     origin = evidence.origin
-    if origin is None or evidence.phase != "forward" or not outputs_inf(origin):
+    if origin is None or evidence.phase != "forward":
+        return None
+    base = input_at(origin, 0)
+    if origin.op == "Pow" and not outputs_inf(origin) and base and (base.min or 0.0) < 0:
+        return diagnose_domain(evidence, _POW_DOMAIN)
+    if not outputs_inf(origin):
         return None
     code = source_code(evidence)
     upstream = evidence.weights_upstream
