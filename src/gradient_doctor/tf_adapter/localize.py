@@ -113,23 +113,22 @@ def evidence_from_replay(
         reduction_axis=axis,
         overflowed_norm=overflowed,
         nonfinite_constant=foreign,
-        growth=_growth(result, origin_event),
-        feeding_ops=(
-            feeding_op_types(result.events, origin_event)
-            if origin_event is not None
-            else frozenset()
-        ),
-        weights_layer=(
-            nearest_weight_layer(result.events, origin_event, WEIGHT_READS)
-            if origin_event is not None and origin_event.phase == "forward"
-            else None
-        ),
-        weights_upstream=(
-            weights_upstream(result.events, origin_event, WEIGHT_READS, data_ids, result.stats)
-            if origin_event is not None and origin_event.phase == "forward"
-            else None
-        ),
+        **_upstream_facts(result, origin_event, data_ids),
     )
+
+
+def _upstream_facts(result: ReplayResult, origin: OpEvent | None, data_ids) -> dict:
+    """What the trace says about what fed a forward origin: the `Evidence` fields
+    `feeding_ops`, `weights_layer`, `weights_upstream` and `growth`."""
+    if origin is None or origin.phase != "forward":
+        return {}
+    events = result.events
+    return {
+        "feeding_ops": feeding_op_types(events, origin),
+        "weights_layer": nearest_weight_layer(events, origin, WEIGHT_READS),
+        "weights_upstream": weights_upstream(events, origin, WEIGHT_READS, data_ids, result.stats),
+        "growth": _growth(result, origin),
+    }
 
 
 # The ops that read a variable's value into the step.
@@ -168,10 +167,8 @@ def _reduction_axis(origin: OpEvent, result: ReplayResult) -> int | None:
 _HUGE = 1e6
 
 
-def _growth(result: ReplayResult, origin: OpEvent | None) -> tuple[str | None, str, float] | None:
+def _growth(result: ReplayResult, origin: OpEvent) -> tuple[str | None, str, float] | None:
     """Where the values a forward origin overflowed on first grew past `_HUGE`."""
-    if origin is None or origin.phase != "forward":
-        return None
     grew = where_values_grew(result.events, origin, _HUGE)
     if grew is None or grew.index == origin.index:
         return None
