@@ -7,6 +7,13 @@ from tests.conftest import line_of, run_doctor
 pytestmark = pytest.mark.slow
 
 
+def _diagnosed_without_trials(script: str, tmp_path) -> dict:
+    """The first problem of a `gradient-doctor run --trial-steps 0` of `script` (exit 1)."""
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    assert run.exit_code == 1, run.stderr[-3000:]
+    return run.problem
+
+
 def test_where_trap_in_a_subclassed_model_is_a_backward_singularity(doctor_run):
     run = doctor_run("tests/scripts/where_trap_subclassed.py")
     assert run.exit_code == 1
@@ -72,9 +79,7 @@ def test_cheap_mode_keeps_the_global_series_and_drops_the_per_layer_ones(tmp_pat
 
 def test_finite_gradients_whose_norm_overflows_are_stopped_before_adam_writes_nan(tmp_path):
     script = "tests/scripts/huge_finite_gradients.py"
-    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
-    assert run.exit_code == 1, run.stderr[-3000:]
-    problem = run.report["problems"][0]
+    problem = _diagnosed_without_trials(script, tmp_path)
     assert (problem["category"], problem["step"], problem["origin"]) == (
         "exploding_gradients",
         3,
@@ -121,9 +126,7 @@ def test_data_derived_denominator_in_a_dataset_loop_blames_the_data(doctor_run):
 
 def test_gan_train_step_with_stateful_noise_is_replayed_with_its_own_draws(tmp_path):
     script = "tests/scripts/gan_train_step_noise.py"
-    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
-    assert run.exit_code == 1, run.stderr[-3000:]
-    problem = run.problem
+    problem = _diagnosed_without_trials(script, tmp_path)
     assert (problem["category"], problem["step"]) == ("forward_domain", 39)
     assert problem["origin"]["op"] == "Log"
     assert problem["origin"]["line"] == line_of(script, "d_loss = -tf.reduce_mean(")
@@ -134,9 +137,7 @@ def test_gan_train_step_with_stateful_noise_is_replayed_with_its_own_draws(tmp_p
 
 def test_vae_sampling_overflow_names_the_layer_whose_weights_feed_the_exp(tmp_path):
     script = "tests/scripts/vae_sampling_overflow.py"
-    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
-    assert run.exit_code == 1, run.stderr[-3000:]
-    problem = run.problem
+    problem = _diagnosed_without_trials(script, tmp_path)
     assert (problem["category"], problem["step"]) == ("forward_overflow", 1)
     assert (problem["origin"]["op"], problem["origin"]["layer"]) == ("Exp", "sampling")
     assert problem["origin"]["line"] == line_of(script, "ops.exp(0.5 * z_log_var) * epsilon")
@@ -147,9 +148,7 @@ def test_vae_sampling_overflow_names_the_layer_whose_weights_feed_the_exp(tmp_pa
 
 def test_float16_mask_literal_out_of_range_is_named_on_its_line(tmp_path):
     script = "tests/scripts/float16_mask_constant.py"
-    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
-    assert run.exit_code == 1, run.stderr[-3000:]
-    problem = run.problem
+    problem = _diagnosed_without_trials(script, tmp_path)
     assert (problem["category"], problem["step"]) == ("forward_overflow", 0)
     assert problem["origin"]["op"] == "Mul"
     assert problem["origin"]["line"] == line_of(script, "(1.0 - mask) * -1e9")
@@ -159,11 +158,7 @@ def test_float16_mask_literal_out_of_range_is_named_on_its_line(tmp_path):
 
 
 def test_rnn_blow_up_is_traced_to_the_recurrent_cell_not_the_loss(tmp_path):
-    run = run_doctor(
-        "tests/scripts/rnn_relu_growth.py", tmp=tmp_path, options=("--trial-steps", "0")
-    )
-    assert run.exit_code == 1, run.stderr[-3000:]
-    problem = run.problem
+    problem = _diagnosed_without_trials("tests/scripts/rnn_relu_growth.py", tmp_path)
     assert (problem["category"], problem["step"]) == ("forward_overflow", 0)
     assert problem["origin"]["op"] == "Square"  # the first inf is the loss's square...
     assert "first grew past 1e6 in layer `sequential/simple_rnn" in problem["explanation"]

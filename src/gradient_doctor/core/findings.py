@@ -97,6 +97,12 @@ class TensorStats:
         """True when the tensor holds no NaN and no infinity."""
         return self.nan == 0 and self.inf == 0
 
+    @property
+    def largest_magnitude(self) -> float | None:
+        """The largest |value| among the finite values, or None when there are none."""
+        ends = [abs(end) for end in (self.min, self.max) if end is not None]
+        return max(ends) if ends else None
+
 
 @dataclass(frozen=True)
 class SourceLine:

@@ -126,11 +126,6 @@ def nearest_weight_layer(
     return None
 
 
-def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, OpEvent]:
-    """Tensor id -> the event that wrote it, among the events that ran before `target`."""
-    return {output: event for event in events[: target.index] for output in event.output_ids}
-
-
 def where_values_grew(
     events: Sequence[OpEvent], target: OpEvent, threshold: float
 ) -> OpEvent | None:
@@ -161,10 +156,19 @@ def where_values_grew(
         current = producer
 
 
+def largest_output(event: OpEvent) -> float:
+    """The largest finite |value| among an event's outputs (0 when it has none)."""
+    return max((_magnitude(stats) for stats in event.outputs), default=0.0)
+
+
 def _magnitude(stats: TensorStats) -> float:
-    values = [abs(v) for v in (stats.min, stats.max) if v is not None]
-    return max(values, default=0.0)
+    return stats.largest_magnitude or 0.0
 
 
 def _largest_input(event: OpEvent) -> float:
     return max((_magnitude(stats) for stats in event.inputs), default=0.0)
+
+
+def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, OpEvent]:
+    """Tensor id -> the event that wrote it, among the events that ran before `target`."""
+    return {output: event for event in events[: target.index] for output in event.output_ids}

@@ -12,6 +12,7 @@ from gradient_doctor.core.findings import Origin
 from gradient_doctor.core.op_trace import (
     OpEvent,
     feeding_op_types,
+    largest_output,
     nearest_weight_layer,
     weights_upstream,
     where_values_grew,
@@ -172,10 +173,7 @@ def _growth(result: ReplayResult, origin: OpEvent) -> tuple[str | None, str, flo
     grew = where_values_grew(result.events, origin, _HUGE)
     if grew is None or grew.index == origin.index:
         return None
-    reached = max(
-        (abs(v) for s in grew.outputs for v in (s.min, s.max) if v is not None), default=0.0
-    )
-    return (grew.layer, grew.op_type, reached)
+    return (grew.layer, grew.op_type, largest_output(grew))
 
 
 def _origin(event: OpEvent, result: ReplayResult) -> Origin:

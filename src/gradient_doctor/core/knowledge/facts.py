@@ -39,10 +39,7 @@ def input_at(origin: Origin, index: int) -> TensorStats | None:
 
 def largest_magnitude(stats: TensorStats | None) -> float | None:
     """The largest |value| among a tensor's finite values, or None when unknown."""
-    if stats is None:
-        return None
-    ends = [abs(end) for end in (stats.min, stats.max) if end is not None]
-    return max(ends) if ends else None
+    return None if stats is None else stats.largest_magnitude
 
 
 def outputs_inf(origin: Origin) -> bool:
