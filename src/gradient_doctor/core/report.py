@@ -22,6 +22,8 @@ class Report:
         script_error: a non-numeric exception the script raised, as text.
         series: what was watched over the run (loss, gradient norms, headroom of
             risky ops), bounded; empty when nothing was recorded.
+        interrupted: the signal that stopped the run before it ended on its own
+            ("SIGTERM", "SIGINT"), or None.
     """
 
     script: str | None
@@ -30,8 +32,13 @@ class Report:
     warnings: tuple[Finding, ...] = ()
     script_error: str | None = None
     series: tuple[Series, ...] = ()
+    interrupted: str | None = None
 
     @property
     def status(self) -> str:
-        """ "problem" when anything went wrong, else "healthy"."""
-        return "problem" if self.problems or self.script_error else "healthy"
+        """ "problem" when anything went wrong; else "interrupted" when a signal stopped the
+        run (nothing was found before it, which says nothing about the steps never run);
+        else "healthy"."""
+        if self.problems or self.script_error:
+            return "problem"
+        return "interrupted" if self.interrupted else "healthy"

@@ -19,6 +19,9 @@ from gradient_doctor.render.terminal import finding_title, header_line, headroom
 VARIABLES_LISTED = 40
 # Sample input values shown per input of the origin op.
 VALUES_SHOWN = 8
+# In the <head> of every page the doctor writes: how `run --html` recognises an earlier
+# report it may overwrite (it never overwrites a page it did not write).
+GENERATOR_META = '<meta name="generator" content="gradient-doctor/report/v1">'
 
 STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1b1b1b;
@@ -31,6 +34,7 @@ h4 { font-size: 15px; margin: 14px 0 4px; }
           font-weight: 600; }
 .status-healthy { background: #2e7d32; }
 .status-problem { background: #c62828; }
+.status-interrupted { background: #ef6c00; }
 .summary { color: #444; margin: 8px 0; }
 .script-error { color: #c62828; font-family: ui-monospace, monospace; }
 .finding { border: 1px solid #ddd; border-left: 6px solid #c62828; border-radius: 4px;
@@ -101,7 +105,7 @@ def render_html(report: Report) -> str:
     ]
     return (
         "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
+        f'<html lang="en"><head><meta charset="utf-8">{GENERATOR_META}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{STYLE}</style></head>\n"
         "<body>\n" + "\n".join(body) + "\n</body></html>\n"

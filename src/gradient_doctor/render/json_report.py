@@ -37,7 +37,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     Returns:
         A dict with the keys `schema`, `status`, `script`, `steps_watched`,
         `problems` and `warnings`, plus `script_error` only when the script raised
-        a non-numeric exception, and `series` only when the report carries series.
+        a non-numeric exception, `interrupted` (the signal's name) only when a signal
+        stopped the run, and `series` only when the report carries series.
 
     Example:
         >>> report_to_dict(Report(script="train.py", steps_watched=3))["status"]
@@ -53,6 +54,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     }
     if report.script_error is not None:
         result["script_error"] = report.script_error
+    if report.interrupted is not None:
+        result["interrupted"] = report.interrupted
     if report.series:
         result["series"] = [series_to_dict(series) for series in report.series]
     return result

@@ -38,6 +38,8 @@ FIXES_WITH_CODE = 3
 # Beyond this many variables the terminal counts layers instead of naming variables.
 NAMES_LISTED = 5
 
+STATUS_STYLES = {"healthy": "bold green", "interrupted": "bold yellow", "problem": "bold red"}
+
 # Styles keyed by how a line's text begins (after its indent), so the plain text
 # stays the one source of truth.
 LINE_STYLES = (
@@ -55,16 +57,23 @@ def header_line(report: Report) -> str:
         report: Report, the outcome of a watched run.
 
     Returns:
-        "healthy: 1234 steps watched, no non-finite values" for a healthy run, else
-        e.g. "problem: train.py, 1831 steps watched, 1 problem, 2 warnings".
+        "healthy: 1234 steps watched, no non-finite values" for a healthy run,
+        "interrupted by SIGTERM: train.py, 37 steps watched, nothing found before the
+        signal" for a run a signal stopped, else e.g. "problem: train.py, 1831 steps
+        watched, 1 problem, 2 warnings" (", interrupted by SIGTERM" when it was).
     """
     watched = f"{count(report.steps_watched, 'step')} watched"
     if report.status == "healthy":
         return f"healthy: {watched}, no non-finite values"
-    parts = [report.script, watched, count(len(report.problems), "problem")]
+    interrupted = report.status == "interrupted"
+    found = "nothing found before the signal" if interrupted else None
+    parts = [report.script, watched, found or count(len(report.problems), "problem")]
     if report.warnings:
         parts.append(count(len(report.warnings), "warning"))
-    return "problem: " + ", ".join(part for part in parts if part)
+    if report.interrupted and not interrupted:
+        parts.append(f"interrupted by {report.interrupted}")
+    label = f"interrupted by {report.interrupted}" if interrupted else "problem"
+    return f"{label}: " + ", ".join(part for part in parts if part)
 
 
 def finding_title(finding: Finding) -> str:
@@ -326,11 +335,10 @@ def render_report(
         >>> render_report(report, Console(no_color=True))
     """
     console = console or Console(stderr=True)
-    healthy = report.status == "healthy"
     console.print(
         Text.assemble(
             ("gradient-doctor ", "bold"),
-            (header_line(report), "bold green" if healthy else "bold red"),
+            (header_line(report), STATUS_STYLES[report.status]),
         )
     )
     if report.script_error is not None:
