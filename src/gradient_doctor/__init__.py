@@ -9,6 +9,7 @@ Public API (everything else is internal):
 """
 
 import importlib
+import importlib.metadata
 
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.report import Report
@@ -25,7 +26,10 @@ __all__ = [
     "watch",
 ]
 
-__version__ = "0.1.0"
+try:  # the version is written once, in pyproject.toml
+    __version__ = importlib.metadata.version("gradient-doctor")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str):
