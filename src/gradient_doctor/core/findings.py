@@ -73,6 +73,12 @@ FIX_FAMILIES = (
 )
 
 
+# What an origin's `source` line is: the user's line that ran the op; the line that
+# created the library layer whose own code ran it; the call that wrote the non-finite
+# value into the variable the op read (`adapt`, `set_weights`, `load_weights`, `assign`).
+SOURCE_KINDS = ("op", "layer_creation", "state_write")
+
+
 @dataclass(frozen=True)
 class TensorStats:
     """Summary of one tensor's values: enough to explain, small enough to print.
@@ -111,6 +117,8 @@ class SourceLine:
     file: str
     line: int
     code: str
+    # The last line of a statement that spans several (a layer built over lines 12-15).
+    end_line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,9 @@ class Origin:
 
     For a backward op, `op` is the gradient op's type and `gradient_of` the forward
     op type whose gradient it computes; `source` is the user's line that created
-    that forward op.
+    that forward op. An op that Keras's own code ran inside a library layer (a
+    Dense's MatMul, an LSTM cell's ops) has, as `source`, the line that created
+    that layer instead (`source_kind` "layer_creation").
     """
 
     op: str
@@ -130,6 +140,10 @@ class Origin:
     inputs: tuple[TensorStats, ...]
     outputs: tuple[TensorStats, ...]
     input_values: tuple[tuple[float, ...], ...] = ()
+    # What `source` is (`SOURCE_KINDS`), and the variable whose value the op read
+    # or whose update overflowed, when there is one.
+    source_kind: str = "op"
+    variable: str | None = None
 
 
 @dataclass(frozen=True)
