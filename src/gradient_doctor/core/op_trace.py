@@ -29,6 +29,8 @@ class OpEvent:
         source: the user's line that created the op (for a backward op, the line
             that created its forward op).
         input_values: a few of the input values, for the report.
+        source_kind: what `source` is (`SOURCE_KINDS` in `findings`): "op", or
+            "layer_creation" for an op a library layer's own code ran.
     """
 
     index: int
@@ -44,6 +46,7 @@ class OpEvent:
     outputs: tuple[TensorStats, ...]
     source: SourceLine | None
     input_values: tuple[tuple[float, ...], ...] = ()
+    source_kind: str = "op"
 
     @property
     def creates_nonfinite(self) -> bool:
