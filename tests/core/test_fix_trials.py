@@ -3,6 +3,8 @@
 from gradient_doctor.core.findings import Finding, Fix, NotFix
 from gradient_doctor.core.fix_trials import TrialOutcome, describe, judge
 
+_PATCH = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-w = tf.exp(s)\n+w = tf.exp(s - m)\n"
+
 
 def _finding(phase="forward"):
     return Finding(
@@ -12,7 +14,10 @@ def _finding(phase="forward"):
         origin=None,
         explanation="x",
         not_fixes=(NotFix("gradient_clipping", "clipping acts on gradients"),),
-        fixes=(Fix("stable_softmax", "shift", "code"), Fix("normalize_input", "norm", "code")),
+        fixes=(
+            Fix("stable_softmax", "shift", "code", patch=_PATCH),
+            Fix("normalize_input", "norm", "code"),
+        ),
     )
 
 
@@ -32,6 +37,13 @@ def test_a_fix_that_holds_where_the_unchanged_step_fails_is_verified():
     assert "all 4 steps finite" in fix.evidence
     assert "loss 1 -> 0.7 (falling)" in fix.evidence
     assert "failed again at trial step 1" in fix.evidence
+
+
+def test_a_remedy_that_held_but_has_no_patch_is_not_marked_verified():
+    judged = judge(_finding(), FAILED_BASELINE, [_outcome("normalize_input")])
+    fix = judged.fixes[1]
+    assert fix.verified is None
+    assert "no patch of your file could be written" in fix.evidence
 
 
 def test_untried_fixes_and_not_fixes_are_left_as_they_were():

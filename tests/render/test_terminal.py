@@ -10,6 +10,7 @@ from gradient_doctor.core.report import Report
 from gradient_doctor.render.terminal import (
     format_finding_lines,
     header_line,
+    patch_text,
     render_finding,
     render_report,
     source_line,
@@ -41,7 +42,23 @@ def test_forward_finding_lines(exp_problem):
         "  1. Subtract the row maximum before exp [stable_softmax]",
         "     verified: replayed 200 steps from step 1829: all finite",
         "     w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))",
+        "     patch (apply with `patch -p1` in the folder you ran from):",
+        "     --- a/train.py",
+        "     +++ b/train.py",
+        "     @@ -42 +42 @@",
+        "     -    w = tf.exp(scores)",
+        "     +    w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))",
     ]
+
+
+def test_a_patch_is_drawn_as_a_coloured_diff(exp_problem):
+    text = patch_text(exp_problem.fixes[0])
+    styles = {text.plain[span.start : span.end]: str(span.style) for span in text.spans}
+    assert styles["\n-    w = tf.exp(scores)"] == "red"
+    assert styles["\n+    w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))"] == (
+        "green"
+    )
+    assert styles["\n--- a/train.py"] == "bold"
 
 
 def test_backward_finding_names_the_gradient_and_the_forward_line(sqrt_problem):

@@ -1,4 +1,4 @@
-"""Fix trials on real tiny models: the safe op is swapped in, and the user's model is untouched."""
+"""Fix trials on real tiny models: the patch runs as written, and the user's model is untouched."""
 
 import keras
 import numpy as np
@@ -6,17 +6,15 @@ import pytest
 import tensorflow as tf
 
 from gradient_doctor import Doctor
-from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.tf_adapter.op_substitution import safe_version, substituted
+from gradient_doctor.core.findings import Edit
+from gradient_doctor.tf_adapter.patched_source import NotPatchable, patched_functions
 from gradient_doctor.tf_adapter.source_frames import display_path
 
 THIS_FILE = display_path(__file__)
 
 
-def _two_roots(x):
-    first = tf.sqrt(x)  # the line the trial swaps
-    second = tf.sqrt(x)  # another line, left alone
-    return first, second
+def _roots(x):
+    return tf.sqrt(x) + tf.sqrt(x + 1.0)  # the line the patch rewrites
 
 
 def _line_of(text: str) -> int:
@@ -24,36 +22,28 @@ def _line_of(text: str) -> int:
     return next(n for n, line in enumerate(lines, 1) if text in line and "_line_of" not in line)
 
 
-def test_only_the_op_on_the_origin_line_is_swapped_and_its_gradient_is_finite():
-    source = SourceLine(THIS_FILE, _line_of("the line the trial swaps"), "")
-    x = tf.constant([0.0, 4.0])
-
-    def gradients(x):
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(x)
-            first, second = _two_roots(x)
-        return tape.gradient(first, x), tape.gradient(second, x), first
-
-    with substituted("Sqrt", source, safe_version("safe_sqrt", "Sqrt", None)) as replaced:
-        concrete = tf.function(gradients).get_concrete_function(x)
-    assert len(replaced) == 1
-    safe_grad, plain_grad, value = concrete(x)
-    np.testing.assert_allclose(value.numpy(), [0.0, 2.0])
-    np.testing.assert_allclose(safe_grad.numpy(), [0.0, 0.25])  # sqrt's own gradient: inf at 0
-    assert np.isinf(plain_grad.numpy()[0])
-
-
-def test_exp_is_only_shifted_when_the_softmax_axis_is_known():
-    assert safe_version("stable_softmax", "Exp", None) is None
-    shifted = safe_version("stable_softmax", "Exp", -1)
-    x = tf.constant([[1000.0, 999.0]])
-    weights = shifted(x)
-    np.testing.assert_allclose(
-        (weights / tf.reduce_sum(weights, -1, keepdims=True)).numpy(),
-        tf.nn.softmax(x).numpy(),
-        rtol=1e-6,
+def test_the_patched_function_runs_the_patch_as_written_and_gets_its_code_back():
+    line = _line_of("the line the patch rewrites")
+    code = open(__file__).read().splitlines()[line - 1]
+    edit = Edit(
+        THIS_FILE, line, line, (code.replace("tf.sqrt(x) +", "tf.sqrt(x + 3.0) +"),), (code,)
     )
-    assert safe_version("stable_softmax", "Log", -1) is None  # a family fixes its own ops only
+    original = _roots.__code__
+    with patched_functions([edit]) as placed:
+        traced = tf.function(_roots)(tf.constant(1.0))  # AutoGraph reads the patched copy
+        eager = _roots(tf.constant(1.0))
+    assert placed.functions == ["_roots"] and placed.met
+    np.testing.assert_allclose([traced.numpy(), eager.numpy()], [2.0 + 2**0.5] * 2, rtol=1e-6)
+    assert _roots.__code__ is original
+    np.testing.assert_allclose(_roots(tf.constant(1.0)).numpy(), 1.0 + 2**0.5, rtol=1e-6)
+
+
+def test_a_patch_of_module_level_code_cannot_be_run_again_in_process():
+    line = _line_of("THIS_FILE = display_path")
+    code = open(__file__).read().splitlines()[line - 1]
+    with pytest.raises(NotPatchable, match="module level"):
+        with patched_functions([Edit(THIS_FILE, line, line, (code + "  # x",), (code,))]):
+            pass
 
 
 class _Distance(keras.layers.Layer):
@@ -97,6 +87,10 @@ def test_safe_norm_is_verified_on_a_zero_row(fitted_with_trials):
     fix = next(f for f in problem.fixes if f.family == "safe_norm")
     assert fix.verified is True, fix.evidence
     assert "all 30 steps finite" in fix.evidence
+    assert (
+        "+        return tf.sqrt(tf.reduce_sum(tf.square(h), axis=-1, keepdims=True) + 1e-12)"
+        in (fix.patch.splitlines())
+    )
 
 
 def test_trials_leave_the_model_and_optimizer_as_training_left_them(fitted_with_trials):

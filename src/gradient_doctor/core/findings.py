@@ -112,13 +112,27 @@ class TensorStats:
 
 @dataclass(frozen=True)
 class SourceLine:
-    """A line of the user's own code (never TensorFlow's, Keras's or the doctor's)."""
+    """A line of the user's own code (never TensorFlow's, Keras's or the doctor's).
+
+    `column` and `end_column`, when known, mark the expression on the line that made
+    the op (offsets into `code`): of two `log(...)` calls on one line, the one that
+    ran. They are None when the interpreter does not record positions.
+    """
 
     file: str
     line: int
     code: str
+    column: int | None = None
+    end_column: int | None = None
     # The last line of a statement that spans several (a layer built over lines 12-15).
     end_line: int | None = None
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """(column, end_column) of the expression that made the op, or None."""
+        if self.column is None or self.end_column is None:
+            return None
+        return self.column, self.end_column
 
 
 @dataclass(frozen=True)
@@ -148,13 +162,50 @@ class Origin:
 
 @dataclass(frozen=True)
 class Fix:
-    """A remedy the doctor proposes, with code that fits the user's line."""
+    """A remedy the doctor proposes, with code that fits the user's line.
+
+    Attributes:
+        family: the fix family id (`FIX_FAMILIES`).
+        title: one line saying what the fix does.
+        code: the code to read: the user's line rewritten, with alternatives as
+            comments, or a generic snippet when no line of the user's is known.
+        verified: True when `patch`, applied, was trialed and held; False when
+            it was trialed and failed; None when it was not tried (`evidence` says why).
+        evidence: what the trial ran and saw, in words.
+        rewrite: the lines that replace the origin op's line, as the rule wrote them
+            (empty when the fix does not rewrite that line); the patch is built from it.
+        edits: the changes of the user's files this fix makes, placed (file, lines).
+        patch: `edits` as a unified diff (`a/` and `b/` prefixes, paths relative to
+            the directory the script ran from), or None when the fix has no patch.
+    """
 
     family: str
     title: str
     code: str
     verified: bool | None = None
     evidence: str | None = None
+    rewrite: tuple[str, ...] = ()
+    edits: tuple[Edit, ...] = ()
+    patch: str | None = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change of a user's file: lines `line` to `end_line` become `new_lines`.
+
+    Attributes:
+        file: the file as displayed (relative to the working directory).
+        line: the first replaced line, 1-based.
+        end_line: the last replaced line (`line - 1` inserts before `line`).
+        new_lines: the replacement, each line with its indentation.
+        old_lines: the replaced lines as they were (the patch's context check).
+    """
+
+    file: str
+    line: int
+    end_line: int
+    new_lines: tuple[str, ...]
+    old_lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -101,9 +101,10 @@ def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = 
 def judge(finding: Finding, baseline: TrialOutcome, outcomes: Sequence[TrialOutcome]) -> Finding:
     """The finding with each tried fix marked verified or not, with its evidence.
 
-    A fix is `verified: true` when its trial ran every step finite with the loss
-    not blowing up, and the baseline failed again (so the trial can tell); false
-    when it failed too; null, with the reason, when the trial could not tell.
+    A fix is `verified: true` when its patch was trialed and every step ran finite
+    with the loss not blowing up, and the baseline failed again (so the trial can
+    tell); false when it failed too; null, with the reason, when the trial could not
+    tell or the fix has no patch to prove.
     Not-fixes that were tried get their evidence as well.
     """
     start = finding.step
@@ -143,6 +144,9 @@ def _judged_fix(
     if outcome.held and baseline.failed_at is None:
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
+    elif outcome.held and outcome.learning() and not fix.patch:
+        verified = None  # what held was the remedy, not a patch the user can apply
+        evidence += f" ({base_note}); no patch of your file could be written for it"
     else:
         verified = outcome.held and outcome.learning()
         evidence += f" ({base_note})"

@@ -11,6 +11,7 @@ from gradient_doctor.core.knowledge.wording import format_number, line_ref, list
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import Series
 from gradient_doctor.render.atomic_file import write_text_atomically
+from gradient_doctor.render.diff_lines import diff_line_kind
 from gradient_doctor.render.svg_plot import Marker, line_plot
 from gradient_doctor.render.terminal import finding_title, header_line, headroom_text, value_range
 
@@ -62,6 +63,10 @@ table.tensors td.role, table.tensors td.dtype { text-align: left; }
 .verdict-unknown { background: #eceff1; color: #37474f; }
 .evidence { color: #444; font-size: 13px; }
 .family { color: #555; font-size: 13px; }
+pre.patch .diff-added { color: #1b5e20; background: #e8f5e9; }
+pre.patch .diff-removed { color: #b71c1c; background: #ffebee; }
+pre.patch .diff-header { color: #555; font-weight: 600; }
+pre.patch .diff-hunk { color: #6a1b9a; }
 figure { margin: 12px 0 20px; }
 svg.plot { max-width: 100%; height: auto; background: #fff; border: 1px solid #e3e6ea; }
 figcaption { font-weight: 600; margin-bottom: 4px; overflow-wrap: anywhere; }
@@ -278,11 +283,22 @@ def fix_html(fix: Fix) -> str:
     verdict = {True: ("yes", "verified"), False: ("no", "not verified"), None: None}[fix.verified]
     badge = f'<span class="verdict verdict-{verdict[0]}">{verdict[1]}</span>' if verdict else ""
     evidence = f'<div class="evidence">{escape(fix.evidence)}</div>' if fix.evidence else ""
+    patch = f'<pre class="patch">{_diff_html(fix.patch)}</pre>' if fix.patch else ""
     return (
         f"<li><strong>{escape(fix.title)}</strong> "
         f'<span class="family">[{escape(fix.family)}]</span>{badge}{evidence}'
-        f"<pre><code>{escape(fix.code.strip(chr(10)))}</code></pre></li>"
+        f"<pre><code>{escape(fix.code.strip(chr(10)))}</code></pre>{patch}</li>"
     )
+
+
+def _diff_html(patch: str) -> str:
+    """A unified diff, its added and removed lines marked for colour."""
+    lines = []
+    for line in patch.splitlines():
+        kind = diff_line_kind(line)
+        text = escape(line)
+        lines.append(f'<span class="diff-{kind}">{text}</span>' if kind else text)
+    return "\n".join(lines)
 
 
 def _plots_section(report: Report) -> str:

@@ -22,9 +22,12 @@ from gradient_doctor.core.findings import (
 )
 from gradient_doctor.core.knowledge.wording import at_step, count, format_number, listing, op_place
 from gradient_doctor.core.report import Report
+from gradient_doctor.render.diff_lines import diff_line_kind
 
 NOT_FIXES_HEADING = "Will not help:"
 FIXES_HEADING = "Try:"
+# Said above a fix's patch: how to apply it, from the folder the script was run in.
+PATCH_HEADING = "patch (apply with `patch -p1` in the folder you ran from):"
 WARNINGS_HEADING = "Warnings:"
 
 # Ops such as AddN or Concat may read dozens of tensors; the first few tell the story
@@ -101,8 +104,16 @@ def format_finding_lines(finding: Finding) -> list[str]:
     for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):
         lines += fix_heading_lines(number, fix)
         lines += [" " * CODE_INDENT + line for line in fix.code.strip("\n").splitlines()]
+        lines += [" " * CODE_INDENT + line for line in patch_lines(fix)]
     lines += more_fixes_lines(finding)
     return lines
+
+
+def patch_lines(fix: Fix) -> list[str]:
+    """The fix's patch, under a line that says how to apply it (none without a patch)."""
+    if not fix.patch:
+        return []
+    return [PATCH_HEADING, *fix.patch.rstrip("\n").splitlines()]
 
 
 def more_fixes_lines(finding: Finding) -> list[str]:
@@ -153,12 +164,35 @@ def origin_lines(origin: Origin) -> list[str]:
     parts = [f"op: {op}", f"name: {origin.op_name}"]
     if origin.layer:
         parts.append(f"layer: {origin.layer}")
+    if origin.variable:
+        parts.append(f"variable: {origin.variable}")
     lines = ["  ".join(parts)]
     if origin.source is not None:
         lines.append(source_line(origin.source))
+        lines += source_kind_lines(origin)
     lines += tensor_lines("input", origin.inputs, with_range=True)
     lines += tensor_lines("output", origin.outputs, with_range=False)
     return lines
+
+
+def source_kind_lines(origin: Origin) -> list[str]:
+    """Say what the `->` line is when it is not the line that ran the op.
+
+    Returns:
+        For an op Keras ran inside a layer: "     (created layer `dense`, where Keras
+        ran MatMul)" (or "which holds `dense/kernel`" when a variable is named); for
+        a variable written before the step: "     (wrote `normalization/mean` before
+        the step)"; else nothing.
+    """
+    if origin.source_kind == "layer_creation":
+        layer = f"layer `{origin.layer}`" if origin.layer else "the layer"
+        if origin.variable:
+            return [f"     (created {layer}, which holds `{origin.variable}`)"]
+        return [f"     (created {layer}, where Keras ran {origin.op})"]
+    if origin.source_kind == "state_write":
+        written = f"`{origin.variable}`" if origin.variable else "the variable"
+        return [f"     (wrote {written} before the step)"]
+    return []
 
 
 def source_line(source: SourceLine) -> str:
@@ -393,10 +427,24 @@ def finding_panel(finding: Finding, title: str) -> Panel:
     for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):
         parts += [styled_line(line) for line in fix_heading_lines(number, fix)]
         parts.append(Padding(fix_syntax(fix.code), (0, 0, 0, CODE_INDENT)))
+        if fix.patch:
+            parts.append(Padding(patch_text(fix), (0, 0, 0, CODE_INDENT)))
     parts += [styled_line(line) for line in more_fixes_lines(finding)]
     return Panel(
         Group(*parts), title=Text(title, style="bold red"), title_align="left", border_style="red"
     )
+
+
+_DIFF_STYLES = {"header": "bold", "hunk": "magenta", "added": "green", "removed": "red"}
+
+
+def patch_text(fix: Fix) -> Text:
+    """The fix's patch as a coloured diff (added lines green, removed red)."""
+    text = Text(overflow="fold")
+    for number, line in enumerate(patch_lines(fix)):
+        style = "dim" if number == 0 else _DIFF_STYLES.get(diff_line_kind(line) or "", "")
+        text.append(("\n" if number else "") + line, style=style)
+    return text
 
 
 def fix_syntax(code: str) -> Syntax:

@@ -27,8 +27,13 @@ import tensorflow as tf
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_trials import TrialOutcome, judge
+from gradient_doctor.core.patches import PatchError
 from gradient_doctor.tf_adapter import loss_scale
-from gradient_doctor.tf_adapter.op_substitution import safe_version, substituted
+from gradient_doctor.tf_adapter.patched_source import (
+    NotPatchable,
+    PatchedSource,
+    patched_functions,
+)
 from gradient_doctor.tf_adapter.step_context import StepCall
 
 # Steps each trial runs unless told otherwise.
@@ -42,10 +47,10 @@ class TrialPlan:
     """One remedy to try: its family, what it changes, and how to put it in place.
 
     `apply` is a context manager factory that holds the remedy in place while the
-    step is traced and run; for an op substitution it yields the list of ops it
-    swapped, so a substitution that met no op is reported as not tried.
-    `replacement` is the safe computation an op substitution puts in (None for
-    other remedies); two families with the same one are run once.
+    step is traced and run; for a patch it yields the `PatchedSource`, so a patch
+    whose line the new trace never reached is reported as not tried.
+    `replacement` is the patch's text (None for other remedies); two families with
+    the same patch are run once.
     """
 
     remedy: str
@@ -113,31 +118,43 @@ def _distributed(optimizer) -> bool:
 
 
 def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPlan]:
-    """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order."""
-    origin = finding.origin
-    forward_type = origin.gradient_of or origin.op
+    """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order.
+
+    A fix with a patch is tried as the patch is written: the user's functions run
+    from the patched copy of their file (`patched_functions`). Two fixes with the
+    same patch are run once.
+    """
     # A loss-scaling optimizer's own learning rate and clipping are not the ones used.
     optimizer = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
     plans: list[TrialPlan] = []
+    patches = {fix.family: fix for fix in finding.fixes if fix.patch}
     remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
     for remedy in dict.fromkeys(remedies):
-        if remedy == "lower_learning_rate":
+        if remedy in patches:
+            fix = patches[remedy]
+            plans.append(
+                TrialPlan(
+                    remedy,
+                    f"the patch of {', '.join(sorted({e.file for e in fix.edits}))}",
+                    lambda edits=fix.edits: _patched(edits),
+                    replacement=fix.patch,
+                )
+            )
+        elif remedy == "lower_learning_rate":
             plans.append(_lower_learning_rate(optimizer))
         elif remedy == "gradient_clipping":
             plans.append(_gradient_clipping(optimizer, evidence))
-        elif origin.source is not None:
-            replacement = safe_version(remedy, forward_type, evidence.reduction_axis)
-            if replacement is not None:
-                plans.append(
-                    TrialPlan(
-                        remedy,
-                        f"the safe version of `{forward_type}` at "
-                        f"{origin.source.file}:{origin.source.line}",
-                        lambda r=replacement: substituted(forward_type, origin.source, r),
-                        replacement=replacement,
-                    )
-                )
     return plans
+
+
+@contextmanager
+def _patched(edits) -> Iterator[PatchedSource]:
+    """The patch in place, or `_NotTried` saying why it cannot be run again in-process."""
+    try:
+        with patched_functions(edits) as placed:
+            yield placed
+    except (NotPatchable, PatchError) as reason:
+        raise _NotTried(str(reason)) from None
 
 
 def _lower_learning_rate(optimizer) -> TrialPlan:
@@ -295,10 +312,10 @@ class _LastGoodState:
         self._restore()
         self._guard.reset()
         try:
-            with plan.apply() if plan is not None else nullcontext() as replaced:
+            with plan.apply() if plan is not None else nullcontext() as placed:
                 concrete = self._trace()
-                if plan is not None and plan.replacement is not None and not replaced:
-                    raise _NotTried("the op was not met when the step was traced again")
+                if isinstance(placed, PatchedSource) and not placed.met:
+                    raise _NotTried("the patched line was not reached when the step was traced")
                 return self._steps(concrete, remedy, setting, steps)
         except _NotTried as reason:
             return TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))

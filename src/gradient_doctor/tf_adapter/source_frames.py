@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import os
 import sys
@@ -57,10 +58,37 @@ def user_line(frame: FrameType | None = None) -> SourceLine | None:
         filename = frame.f_code.co_filename
         if is_user_file(filename):
             lineno = frame.f_lineno
-            code = linecache.getline(filename, lineno).strip()
-            return SourceLine(display_path(filename), lineno, code)
+            raw = linecache.getline(filename, lineno)
+            code = raw.strip()
+            span = _expression_span(frame, lineno, len(raw) - len(raw.lstrip()), len(code))
+            return SourceLine(display_path(filename), lineno, code, *span)
         frame = frame.f_back
     return None
+
+
+def _expression_span(
+    frame: FrameType, lineno: int, indent: int, length: int
+) -> tuple[int | None, int | None]:
+    """Where on its line the frame's current expression is, as offsets into the stripped
+    line: the call or operator that is running (Python 3.11+ records instruction positions).
+
+    (None, None) when the positions are unknown or the expression spans several lines.
+    """
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is None or frame.f_lasti < 0:
+        return None, None
+    try:
+        start_line, end_line, start, end = next(
+            itertools.islice(positions(), frame.f_lasti // 2, None)
+        )
+    except StopIteration:
+        return None, None
+    if start_line != lineno or end_line != lineno or start is None or end is None:
+        return None, None
+    start, end = start - indent, end - indent
+    if not 0 <= start < end <= length:
+        return None, None
+    return start, end
 
 
 def user_frame(frame: FrameType | None = None) -> FrameType | None:

@@ -16,6 +16,7 @@ from gradient_doctor.core.detectors.saturation import SaturationDetector
 from gradient_doctor.core.detectors.vanishing_gradients import VanishingGradientsDetector
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_placement import place_fixes
 from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.rules import default as default_rule
@@ -285,6 +286,7 @@ class Watcher:
         if replica is not None:
             note = replica_note(replica, self.guard.replicas)
             finding = replace(finding, explanation=f"{finding.explanation} {note}", replica=replica)
+        finding = place_fixes(finding)
         if call is not None:
             finding = try_fixes(
                 finding,

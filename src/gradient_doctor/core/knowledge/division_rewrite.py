@@ -12,17 +12,18 @@ _TITLE = "Divide safely: the result is 0 where the denominator is 0"
 _FALLBACK = "z = tf.math.divide_no_nan(x, y)  # 0 where y == 0"
 
 
-def safe_div(code: str, op: str) -> Fix:
+def safe_div(code: str, op: str, focus: tuple[int, int] | None = None) -> Fix:
     """Rewrite the op's division on the line with divide_no_nan, plus an epsilon variant.
 
     Args:
         code: str, the user's line, e.g. "w = a / tf.reduce_sum(a, axis=1)".
         op: str, the division op type ("RealDiv", "Div", "FloorDiv", "Reciprocal", ...).
+        focus: where on the line the op was made (`SourceLine.span`).
 
     Returns:
         A `safe_div` fix; a generic one when the line has no division to rewrite.
     """
-    operands = _operands(code, op)
+    operands = _operands(code, op, focus)
     if operands is None:
         return Fix("safe_div", _TITLE, _FALLBACK)
     numerator, denominator, start, end, call = operands
@@ -35,18 +36,20 @@ def safe_div(code: str, op: str) -> Fix:
         "# or, for a denominator that is never negative, keep it away from 0:",
         replace_span(code, start, end, epsilon),
     ]
-    return Fix("safe_div", _TITLE, "\n".join(lines))
+    return Fix("safe_div", _TITLE, "\n".join(lines), rewrite=(lines[0],))
 
 
-def _operands(code: str, op: str) -> tuple[str, str, int, int, Call | None] | None:
+def _operands(
+    code: str, op: str, focus: tuple[int, int] | None
+) -> tuple[str, str, int, int, Call | None] | None:
     """Numerator, denominator and span of the op's division on the line."""
-    call = find_call(code, call_names(op))
+    call = find_call(code, call_names(op), focus)
     if call is not None and call.args:
         if op in ("Reciprocal", "Inv"):
             return "1.0", call.args[0], call.start, call.end, call
         if len(call.args) > 1:
             return call.args[0], call.args[1], call.start, call.end, call
-    binary = find_binary(code, "//" if op == "FloorDiv" else "/")
+    binary = find_binary(code, "//" if op == "FloorDiv" else "/", focus)
     if binary is None:
         return None
     return binary.left, binary.right, binary.start, binary.end, None

@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.facts import input_at, largest_magnitude, source_code
+from gradient_doctor.core.knowledge.facts import (
+    input_at,
+    largest_magnitude,
+    source_code,
+    source_focus,
+)
 from gradient_doctor.core.knowledge.guards import guard_fix
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.wording import (
@@ -70,7 +75,9 @@ def diagnose_domain(
     if value is not None and domain.boundary is not None:
         reached += rounding_note(abs(value - domain.boundary))
     subject = "The input to" if domain.argument == 0 else "The second argument of"
-    guard = guard_fix(domain.family, domain.title, source_code(evidence), origin.op)
+    guard = guard_fix(
+        domain.family, domain.title, source_code(evidence), origin.op, focus=source_focus(evidence)
+    )
     return Diagnosis(
         category="forward_domain",
         explanation=explain_input(origin, evidence.step, subject, reached, domain.rule)

@@ -27,7 +27,7 @@ def looks_like_softmax(code: str) -> bool:
     return "softmax" in lowered or ("exp(" in lowered and "sum(" in lowered and "/" in code)
 
 
-def stable_softmax(code: str, axis: int = -1) -> Fix:
+def stable_softmax(code: str, axis: int = -1, focus: tuple[int, int] | None = None) -> Fix:
     """Shift the exp's input by its maximum; offer the library softmax for a softmax line.
 
     Args:
@@ -35,11 +35,12 @@ def stable_softmax(code: str, axis: int = -1) -> Fix:
         axis: int, the axis the exp's result is normalised over: the shift must
             be constant along it (a max over another axis changes the softmax).
             Defaults to -1.
+        focus: where on the line the exp was made (`SourceLine.span`).
 
     Returns:
         A `stable_softmax` fix; a generic one when the line has no parsable exp call.
     """
-    call = find_call(code, ("exp",))
+    call = find_call(code, ("exp",), focus)
     if call is None or not call.args:
         return Fix(
             "stable_softmax",
@@ -54,19 +55,23 @@ def stable_softmax(code: str, axis: int = -1) -> Fix:
         lines = [f"{arg} = {arg} - {shift}", code]
     else:
         shifted = call.with_argument(0, "shifted")
-        lines = [f"shifted = ({arg}) - {shift}", code.replace(call.text, shifted)]
+        lines = [f"shifted = ({arg}) - {shift}", replace_span(code, call.start, call.end, shifted)]
+    rewrite = tuple(lines)
     if looks_like_softmax(code):
         target = assigned_name(code) or "probs"
         lines += [
             "# or let the library do it:",
             f"{target} = {spell(call, 'softmax')}({arg}, axis={axis})",
         ]
-    return Fix("stable_softmax", _SHIFT_TITLE, "\n".join(lines))
+    return Fix("stable_softmax", _SHIFT_TITLE, "\n".join(lines), rewrite=rewrite)
 
 
-def stable_logsumexp(code: str) -> Fix | None:
-    """Replace log(sum(exp(x))) on the line by logsumexp(x); None when absent."""
-    log = find_call(code, ("log",))
+def stable_logsumexp(code: str, focus: tuple[int, int] | None = None) -> Fix | None:
+    """Replace log(sum(exp(x))) on the line by logsumexp(x); None when absent.
+
+    `focus` is where on the line the exp was made: the log around it is rewritten.
+    """
+    log = find_call(code, ("log",), focus)
     inner = find_call(log.args[0], ("reduce_sum", "sum")) if log and log.args else None
     exp = find_call(inner.args[0], ("exp",)) if inner and inner.args else None
     if exp is None or not exp.args:
@@ -74,27 +79,31 @@ def stable_logsumexp(code: str) -> Fix | None:
     keywords = "".join(f", {key}={value}" for key, value in inner.kwargs)
     axis = f", {inner.args[1]}" if len(inner.args) > 1 else ""
     logsumexp = f"{spell(exp, 'logsumexp')}({exp.args[0]}{axis}{keywords})"
+    rewritten = replace_span(code, log.start, log.end, logsumexp)
     return Fix(
         "stable_logsumexp",
         "Compute log(sum(exp(x))) as logsumexp(x), which never overflows",
-        replace_span(code, log.start, log.end, logsumexp),
+        rewritten,
+        rewrite=(rewritten,),
     )
 
 
 _ONE = r"1(?:\.0*)?"
 
 
-def library_form(code: str) -> Fix | None:
+def library_form(code: str, focus: tuple[int, int] | None = None) -> Fix | None:
     """Replace a hand-written sigmoid or softplus on the line by the library's own.
 
     `exp(a) / (1 + exp(a))` and `1 / (1 + exp(-a))` are `sigmoid(a)`;
     `log(1 + exp(a))` and `log1p(exp(a))` are `softplus(a)`. The library versions
     never overflow (sigmoid saturates at 1, softplus(a) tends to a).
 
+    `focus` is where on the line the exp was made (`SourceLine.span`).
+
     Returns:
         A `library_function` fix, or None when the line has neither pattern.
     """
-    call = find_call(code, ("exp",))
+    call = find_call(code, ("exp",), focus)
     if call is None or len(call.args) != 1:
         return None
     arg, exp = call.args[0].strip(), re.escape(call.text)
@@ -113,10 +122,12 @@ def library_form(code: str) -> Fix | None:
             replacement = f"np.logaddexp(0.0, {argument})"
         else:
             replacement = f"{spell(call, helper)}({argument})"
+        rewritten = replace_span(code, match.start(), match.end(), replacement)
         return Fix(
             "library_function",
             f"Use the library's {helper}, which computes the same without overflowing",
-            replace_span(code, match.start(), match.end(), replacement),
+            rewritten,
+            rewrite=(rewritten,),
         )
     return None
 
@@ -131,7 +142,9 @@ def _negated(arg: str) -> str | None:
     return inner  # an argument of its own: no brackets needed
 
 
-def clip_exp_input(code: str, op: str, limits: DtypeLimits) -> Fix | None:
+def clip_exp_input(
+    code: str, op: str, limits: DtypeLimits, focus: tuple[int, int] | None = None
+) -> Fix | None:
     """Keep the input of exp, expm1, cosh or sinh below the overflow limit.
 
     Not offered for a softmax line (the shift is exact there) or a line without such
@@ -141,8 +154,9 @@ def clip_exp_input(code: str, op: str, limits: DtypeLimits) -> Fix | None:
         code: str, the user's line.
         op: str, the op type: "Exp", "Expm1", "Cosh" or "Sinh".
         limits: the limits of the op's dtype.
+        focus: where on the line the op was made (`SourceLine.span`).
     """
-    operand = None if looks_like_softmax(code) else risky_operand(code, op)
+    operand = None if looks_like_softmax(code) else risky_operand(code, op, focus)
     if operand is None:
         return None
     bound = format_number(float(math.floor(0.9 * limits.exp_limit)))
@@ -150,8 +164,10 @@ def clip_exp_input(code: str, op: str, limits: DtypeLimits) -> Fix | None:
         template = f"{{minimum}}({{arg}}, {bound}.0)"
     else:
         template = f"{{clip}}({{arg}}, -{bound}.0, {bound}.0)"
+    rewritten = operand.replaced(code, fill(template, operand.call, operand.text))
     return Fix(
         "clip_input_domain",
         f"Keep the input of {op} below {bound} (its gradient is 0 beyond)",
-        operand.replaced(code, fill(template, operand.call, operand.text)),
+        rewritten,
+        rewrite=(rewritten,),
     )

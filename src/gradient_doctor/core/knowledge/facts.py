@@ -13,6 +13,12 @@ def source_code(evidence: Evidence) -> str:
     return origin.source.code.strip() if origin and origin.source else ""
 
 
+def source_focus(evidence: Evidence) -> tuple[int, int] | None:
+    """Where on the user's line the origin op was made (to pick one of several calls)."""
+    origin = evidence.origin
+    return origin.source.span if origin and origin.source else None
+
+
 def origin_dtype(origin: Origin) -> str:
     """The dtype the op computed in: its first output's, else its first input's."""
     for stats in origin.outputs + origin.inputs:

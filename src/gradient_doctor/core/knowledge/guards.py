@@ -38,7 +38,14 @@ GUARDS = {
 }
 
 
-def guard_fix(family: str, title: str, code: str, op: str, template: str | None = None) -> Fix:
+def guard_fix(
+    family: str,
+    title: str,
+    code: str,
+    op: str,
+    template: str | None = None,
+    focus: tuple[int, int] | None = None,
+) -> Fix:
     """A fix that wraps the op's risky operand on the user's line in its guard.
 
     Args:
@@ -47,15 +54,18 @@ def guard_fix(family: str, title: str, code: str, op: str, template: str | None 
         code: str, the user's line ("" when unknown).
         op: str, the op type whose operand is guarded; a key of `GUARDS`.
         template: str, a template to use instead of the op's own guard.
+        focus: where on the user's line the op was made (`SourceLine.span`).
 
     Returns:
         The fix, rewriting the user's line, or the op's generic line when the user's
         line has no call to the op.
     """
     guard = GUARDS[op]
-    for line in (code, guard.fallback):
-        operand = risky_operand(line, op)
+    for users, line, at in ((True, code, focus), (False, guard.fallback, None)):
+        operand = risky_operand(line, op, at)
         if operand is not None:
-            guarded = fill(template or guard.template, operand.call, operand.text)
-            return Fix(family, title, operand.replaced(line, guarded))
+            guarded = operand.replaced(
+                line, fill(template or guard.template, operand.call, operand.text)
+            )
+            return Fix(family, title, guarded, rewrite=(guarded,) if users else ())
     return Fix(family, title, guard.fallback)

@@ -18,7 +18,9 @@ def mentions_norm(code: str) -> bool:
     return "norm" in code.lower()
 
 
-def safe_norm(code: str, required: bool = False) -> Fix | None:
+def safe_norm(
+    code: str, required: bool = False, focus: tuple[int, int] | None = None
+) -> Fix | None:
     """Replace a Euclidean `norm(x, axis=...)` by `sqrt(sum(square(x), axis=...) + 1e-12)`.
 
     A line that names a norm but computes it with an explicit square root gets the
@@ -28,25 +30,28 @@ def safe_norm(code: str, required: bool = False) -> Fix | None:
         code: str, the user's line, e.g. "gp = tf.reduce_mean((tf.norm(g, axis=1) - 1.0) ** 2)".
         required: bool, return a generic fix rather than None when the line has no
             norm to rewrite. Defaults to False.
+        focus: where on the line the op was made (`SourceLine.span`), to pick the
+            right one of several norms.
 
     Returns:
         A `safe_norm` fix, or None when the line has no norm to rewrite.
     """
-    fix = _rewrite(code)
+    fix = _rewrite(code, focus)
     if fix is None and required:
         return Fix("safe_norm", _TITLE, _FALLBACK)
     return fix
 
 
-def _rewrite(code: str) -> Fix | None:
+def _rewrite(code: str, focus: tuple[int, int] | None) -> Fix | None:
     """The rewrite behind `safe_norm`."""
-    call = find_call(code, ("norm",))
+    call = find_call(code, ("norm",), focus)
     tensor = None if call is None else call.argument(0, "tensor") or call.argument(0, "x")
     if call is None or tensor is None:
-        operand = risky_operand(code, "Sqrt") if mentions_norm(code) else None
+        operand = risky_operand(code, "Sqrt", focus) if mentions_norm(code) else None
         if operand is None:
             return None
-        return Fix("safe_norm", _TITLE, operand.replaced(code, f"{operand.text} + 1e-12"))
+        rewritten = operand.replaced(code, f"{operand.text} + 1e-12")
+        return Fix("safe_norm", _TITLE, rewritten, rewrite=(rewritten,))
     if (call.argument(1, "ord") or "None") not in _EUCLIDEAN:
         return None
     options = "".join(
@@ -65,4 +70,4 @@ def _rewrite(code: str) -> Fix | None:
             "# or, for x / norm(x):",
             replace_span(code, division.start, division.end, normalize),
         ]
-    return Fix("safe_norm", _TITLE, "\n".join(lines))
+    return Fix("safe_norm", _TITLE, "\n".join(lines), rewrite=(lines[0],))

@@ -105,21 +105,25 @@ def gradient_clipping(setup: TrainingSetup) -> Fix:
     )
 
 
-def float32_island(code: str, names: tuple[str, ...]) -> Fix:
+def float32_island(code: str, names: tuple[str, ...], focus: tuple[int, int] | None = None) -> Fix:
     """Compute the op in float32 even when the model runs in half precision.
 
     Args:
         code: str, the user's line ("" when unknown).
         names: tuple of str, the function names that create the op, e.g. ("exp",).
+        focus: where on the line the op was made (`SourceLine.span`).
     """
-    call = find_call(code, names) if names else None
-    if call is not None and call.args:
-        cast_name = spell(call, "cast")
-        cast = call.render(tuple(f'{cast_name}({arg}, "float32")' for arg in call.args))
-        snippet = f"{replace_span(code, call.start, call.end, cast)}  # the result is float32"
-    else:
+    title = "Compute this op in float32 under mixed precision"
+    call = find_call(code, names, focus) if names else None
+    if call is None or not call.args:
         snippet = 'keras.layers.Dense(units, dtype="float32")  # this layer computes in float32'
-    return Fix("float32_island", "Compute this op in float32 under mixed precision", snippet)
+        return Fix("float32_island", title, snippet)
+    cast_name = spell(call, "cast")
+    cast = call.render(tuple(f'{cast_name}({arg}, "float32")' for arg in call.args))
+    rewritten = replace_span(code, call.start, call.end, cast)
+    return Fix(
+        "float32_island", title, f"{rewritten}  # the result is float32", rewrite=(rewritten,)
+    )
 
 
 def loss_scaling() -> Fix:

@@ -57,24 +57,26 @@ class Operand:
         )
 
 
-def risky_operand(code: str, op: str) -> Operand | None:
+def risky_operand(code: str, op: str, focus: tuple[int, int] | None = None) -> Operand | None:
     """Find the operand of `op` on the line, or None when the line has no such call.
 
     Args:
         code: str, the user's line, e.g. "gp = tf.sqrt(tf.reduce_sum(g ** 2))".
         op: str, the op type, e.g. "Sqrt", "Pow", "RealDiv".
+        focus: where on the line the op was made (`SourceLine.span`), to pick the
+            right one of several calls; None takes the first.
 
     Returns:
         An `Operand`, or None.
     """
-    call = find_call(code, call_names(op))
+    call = find_call(code, call_names(op), focus)
     if call is not None:
         position = 1 if op in _SECOND_ARGUMENT else 0
         if position < len(call.args):
             return Operand(call.args[position], call=call, position=position)
     if op in _OPERATORS:
         operator, side = _OPERATORS[op]
-        binary = find_binary(code, operator)
+        binary = find_binary(code, operator, focus)
         if binary is not None:
             text = binary.left if side == "left" else binary.right
             return Operand(text, binary=binary, operator=operator)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gradient_doctor.core.knowledge.source_rewrite import QUOTES, matching_close
+from gradient_doctor.core.knowledge.source_rewrite import QUOTES, matching_close, nearest
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -22,16 +22,31 @@ class Binary:
     text: str
 
 
-def find_binary(code: str, operator: str) -> Binary | None:
-    """Find the first use of `operator` ("/", "//" or "**") and its two operands."""
+def find_binary(code: str, operator: str, focus: tuple[int, int] | None = None) -> Binary | None:
+    """Find a use of `operator` ("/", "//" or "**") and its two operands.
+
+    Args:
+        code: str, one line of the user's code.
+        operator: str, the operator.
+        focus: (start, end) of the expression that made the op, as the replay saw
+            it; the use at (or around, or inside) it is taken, as `find_call` does.
+            None takes the first use on the line.
+    """
+    found = list(_binaries(code, operator))
+    if focus is None or not found:
+        return found[0] if found else None
+    return nearest(found, focus)
+
+
+def _binaries(code: str, operator: str) -> Iterable[Binary]:
+    """Every use of `operator` on the line with both operands, in order."""
     for index in _operator_positions(code, operator):
         start = _operand_start(code, index)
         end = _operand_end(code, index + len(operator))
         left = code[start:index].strip()
         right = code[index + len(operator) : end].strip()
         if left and right:
-            return Binary(left, right, start, end, code[start:end])
-    return None
+            yield Binary(left, right, start, end, code[start:end])
 
 
 def _operator_positions(code: str, operator: str) -> Iterable[int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
@@ -69,12 +69,44 @@ def replace_span(code: str, start: int, end: int, text: str) -> str:
     return code[:start] + text + code[end:]
 
 
-def find_call(code: str, names: Iterable[str]) -> Call | None:
-    """Find the first call in `code` of a function named one of `names`.
+def find_call(code: str, names: Iterable[str], focus: tuple[int, int] | None = None) -> Call | None:
+    """Find the call in `code` of a function named one of `names`: the one at `focus`.
 
     Any module prefix matches: "exp" finds `tf.exp(`, `tf.math.exp(`, `K.exp(`,
     `keras.ops.exp(` and `np.exp(`, but not `safe_exp(`.
+
+    Args:
+        code: str, one line of the user's code.
+        names: the function names to look for.
+        focus: (start, end) of the expression that made the op on this line, as the
+            replay saw it, or None. Of several calls on the line, the one at the focus
+            is taken, else the innermost one around it, else the first one inside it,
+            else none (the op came from another expression on the line, a library
+            call say, and rewriting a call elsewhere would change the wrong code).
+            Without a focus, the first call on the line.
+
+    Returns:
+        The `Call`, or None when the line has no such call.
     """
+    calls = list(_calls(code, names))
+    if focus is None or not calls:
+        return calls[0] if calls else None
+    return nearest(calls, focus)
+
+
+def nearest(spans: list, focus: tuple[int, int]):
+    """Of items with `start`/`end` offsets, the one at `focus`: the innermost around it,
+    else the first inside it, else None."""
+    start, end = focus
+    around = [s for s in spans if s.start <= start and end <= s.end]
+    if around:
+        return min(around, key=lambda s: s.end - s.start)
+    inside = [s for s in spans if start <= s.start and s.end <= end]
+    return inside[0] if inside else None
+
+
+def _calls(code: str, names: Iterable[str]) -> Iterator[Call]:
+    """Every call in `code` of a function named one of `names`, in order."""
     alternatives = "|".join(re.escape(name) for name in names)
     pattern = re.compile(rf"(?<![\w.])((?:[A-Za-z_]\w*\.)*)({alternatives})\s*\(")
     for match in pattern.finditer(code):
@@ -83,8 +115,7 @@ def find_call(code: str, names: Iterable[str]) -> Call | None:
             continue
         args, kwargs = _split_arguments(code[match.end() : close])
         start, end = match.start(), close + 1
-        return Call(match.group(1), match.group(2), args, kwargs, start, end, code[start:end])
-    return None
+        yield Call(match.group(1), match.group(2), args, kwargs, start, end, code[start:end])
 
 
 def matching_close(code: str, open_index: int) -> int | None:

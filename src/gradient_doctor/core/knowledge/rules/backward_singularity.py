@@ -8,7 +8,7 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.division_rewrite import safe_div
-from gradient_doctor.core.knowledge.facts import source_code
+from gradient_doctor.core.knowledge.facts import input_at, source_code, source_focus
 from gradient_doctor.core.knowledge.guards import guard_fix
 from gradient_doctor.core.knowledge.norm_rewrite import mentions_norm, safe_norm
 from gradient_doctor.core.knowledge.not_fixes import nan_gradient_not_fixes
@@ -29,30 +29,48 @@ class Singularity:
         derivative: the derivative, in plain notation.
         point: where it is infinite or undefined.
         family: the fix family that keeps the op off that point.
+        operand: what the derivative divides by (or takes a negative power of):
+            exactly 0 where the forward op's input sits on `point`.
     """
 
     derivative: str
     point: str
     family: str
+    operand: str = "x"
 
 
 _UNIT = "x = -1 and x = 1"
-_DIVISION = Singularity("-a / b^2 (for the denominator b)", "b = 0", "safe_div")
+_DIVISION = Singularity("-a / b^2 (for the denominator b)", "b = 0", "safe_div", "b")
 SINGULARITIES = {
-    "Sqrt": Singularity("0.5 / sqrt(x)", "x = 0", "safe_sqrt"),
+    "Sqrt": Singularity("0.5 / sqrt(x)", "x = 0", "safe_sqrt", "sqrt(x)"),
     "Rsqrt": Singularity("-0.5 / x^1.5", "x = 0", "safe_sqrt"),
     "Pow": Singularity("p * x^(p - 1)", "x = 0 when p < 1", "safe_sqrt"),
     "Log": Singularity("1 / x", "x = 0", "safe_log"),
-    "Log1p": Singularity("1 / (1 + x)", "x = -1", "safe_log"),
-    "Acos": Singularity("-1 / sqrt(1 - x^2)", _UNIT, "clip_input_domain"),
-    "Asin": Singularity("1 / sqrt(1 - x^2)", _UNIT, "clip_input_domain"),
-    "Atanh": Singularity("1 / (1 - x^2)", _UNIT, "clip_input_domain"),
-    "Acosh": Singularity("1 / sqrt(x^2 - 1)", "x = 1", "clip_input_domain"),
+    "Log1p": Singularity("1 / (1 + x)", "x = -1", "safe_log", "1 + x"),
+    "Acos": Singularity("-1 / sqrt(1 - x^2)", _UNIT, "clip_input_domain", "sqrt(1 - x^2)"),
+    "Asin": Singularity("1 / sqrt(1 - x^2)", _UNIT, "clip_input_domain", "sqrt(1 - x^2)"),
+    "Atanh": Singularity("1 / (1 - x^2)", _UNIT, "clip_input_domain", "1 - x^2"),
+    "Acosh": Singularity("1 / sqrt(x^2 - 1)", "x = 1", "clip_input_domain", "sqrt(x^2 - 1)"),
     "Reciprocal": Singularity("-1 / x^2", "x = 0", "safe_div"),
     "Inv": Singularity("-1 / x^2", "x = 0", "safe_div"),
     "RealDiv": _DIVISION,
     "Div": _DIVISION,
-    "EuclideanNorm": Singularity("x / ||x||", "the zero vector", "safe_norm"),
+    "EuclideanNorm": Singularity("x / ||x||", "the zero vector", "safe_norm", "||x||"),
+}
+# Which input of the backward op holds the `operand`, for the ops TensorFlow's gradients
+# use: SqrtGrad(y, dy) reads y = sqrt(x); Log's, Log1p's, Acos's, Asin's and Atanh's
+# gradients take a Reciprocal (or Rsqrt) of it; Pow's raises x to p - 1; divisions
+# (RealDiv's, Acosh's, EuclideanNorm's gradients) divide by it. The other inputs (the
+# incoming gradient above all) say nothing about the point: their counts are not quoted.
+OPERAND_INPUT = {
+    "SqrtGrad": 0,
+    "Reciprocal": 0,
+    "Inv": 0,
+    "Rsqrt": 0,
+    "Pow": 0,
+    "RealDiv": 1,
+    "Div": 1,
+    "DivNoNan": 1,
 }
 GRADIENT_OF = frozenset(SINGULARITIES)
 
@@ -70,19 +88,23 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         not_fixes=nan_gradient_not_fixes(
             f"the derivative of {forward} itself, evaluated at {singularity.point}"
         ),
-        fixes=guard_fixes(forward, source_code(evidence)),
+        fixes=guard_fixes(forward, source_code(evidence), source_focus(evidence)),
     )
 
 
 def explain(origin: Origin, forward: str, step: int | None) -> str:
-    """Name the derivative, its singular point, and how many values sat on it."""
+    """Name the derivative, its singular point, and how many values sat on it.
+
+    The count is of the tensor the derivative divides by (`OPERAND_INPUT`), never of
+    another input: the incoming gradient's zeros are no values on the point.
+    """
     singularity = SINGULARITIES[forward]
-    zeros = max((stats.zeros for stats in origin.inputs), default=0)
-    closest = [stats.min_abs for stats in origin.inputs if stats.min_abs is not None]
-    if zeros:
-        hits = f"{count(zeros, 'value')} sat exactly on that point"
-    elif closest:
-        hits = f"its values came within {format_number(min(closest))} of that point"
+    index = OPERAND_INPUT.get(origin.op)
+    operand = input_at(origin, index) if index is not None else None
+    if operand is not None and operand.zeros:
+        hits = f"{count(operand.zeros, 'value')} sat exactly on that point"
+    elif operand is not None and operand.min_abs is not None:
+        hits = f"the smallest |{singularity.operand}| was {format_number(operand.min_abs)}"
     else:
         hits = "its values reached that point"
     return (
@@ -92,22 +114,23 @@ def explain(origin: Origin, forward: str, step: int | None) -> str:
     )
 
 
-def guard_fixes(forward: str, code: str) -> tuple[Fix, ...]:
+def guard_fixes(forward: str, code: str, focus: tuple[int, int] | None = None) -> tuple[Fix, ...]:
     """The fixes that keep the forward op off its singular point, for the user's line.
 
     Args:
         forward: str, the forward op type, e.g. "Sqrt".
         code: str, the user's line ("" when unknown).
+        focus: where on the line the forward op was made (`SourceLine.span`).
 
     Returns:
         safe_norm for a line that computes a norm, else the op's own guard.
     """
     singularity = SINGULARITIES[forward]
     if mentions_norm(code) or forward == "EuclideanNorm":
-        norm = safe_norm(code, required=forward == "EuclideanNorm")
+        norm = safe_norm(code, required=forward == "EuclideanNorm", focus=focus)
         if norm is not None:
             return (norm,)
     if singularity.family == "safe_div":
-        return (safe_div(code, forward),)
+        return (safe_div(code, forward, focus),)
     title = f"Keep the input of {forward} off {singularity.point}"
-    return (guard_fix(singularity.family, title, code, forward),)
+    return (guard_fix(singularity.family, title, code, forward, focus=focus),)

@@ -12,6 +12,7 @@ from gradient_doctor.core.knowledge.facts import (
     limits_of,
     origin_dtype,
     source_code,
+    source_focus,
 )
 from gradient_doctor.core.knowledge.norm_rewrite import safe_norm
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
@@ -34,9 +35,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     origin = evidence.origin
     if origin is None or evidence.phase != "forward":
         return None
-    code = source_code(evidence)
-    norm = safe_norm(code)
-    fixes = (norm, safe_div(code, origin.op)) if norm else (safe_div(code, origin.op),)
+    code, focus = source_code(evidence), source_focus(evidence)
+    norm = safe_norm(code, focus=focus)
+    division = safe_div(code, origin.op, focus)
+    fixes = (norm, division) if norm else (division,)
     return Diagnosis(
         category="forward_domain",
         explanation=explain(origin, evidence.step) + from_data_note(evidence.weights_upstream),

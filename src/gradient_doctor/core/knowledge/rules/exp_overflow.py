@@ -25,6 +25,7 @@ from gradient_doctor.core.knowledge.facts import (
     origin_dtype,
     outputs_inf,
     source_code,
+    source_focus,
 )
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.wording import explain_input, format_number, from_data_note
@@ -91,16 +92,16 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     result.
     """
     origin, axis = evidence.origin, evidence.reduction_axis
-    names = call_names(origin.op)
+    names, focus = call_names(origin.op), source_focus(evidence)
     fixes: list[Fix | None] = []
     if origin_dtype(origin) in HALF_PRECISION:
-        fixes.append(remedies.float32_island(code, names))
-    library = library_form(code) if origin.op in _EXP_LIKE else None
+        fixes.append(remedies.float32_island(code, names, focus))
+    library = library_form(code, focus) if origin.op in _EXP_LIKE else None
     if origin.op in _EXP_LIKE:
-        fixes += [stable_logsumexp(code), library]
+        fixes += [stable_logsumexp(code, focus), library]
         if axis is not None or looks_like_softmax(code):
-            fixes.append(stable_softmax(code, -1 if axis is None else axis))
+            fixes.append(stable_softmax(code, -1 if axis is None else axis, focus))
     fixes += remedies.upstream_remedies(evidence)
     if library is None:  # the library's version is exact; a clip would only bend it
-        fixes.append(clip_exp_input(code, origin.op, limits_of(origin)))
+        fixes.append(clip_exp_input(code, origin.op, limits_of(origin), focus))
     return tuple(fix for fix in fixes if fix is not None)

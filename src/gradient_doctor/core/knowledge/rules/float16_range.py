@@ -7,7 +7,12 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.facts import origin_dtype, outputs_inf, source_code
+from gradient_doctor.core.knowledge.facts import (
+    origin_dtype,
+    outputs_inf,
+    source_code,
+    source_focus,
+)
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rules.overflow_generic import explain
 from gradient_doctor.core.knowledge.wording import format_number, from_data_note
@@ -24,7 +29,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     origin = evidence.origin
     if origin is None or not applies(evidence):
         return None
-    island = remedies.float32_island(source_code(evidence), call_names(origin.op))
+    island = remedies.float32_island(
+        source_code(evidence), call_names(origin.op), source_focus(evidence)
+    )
     dtype = origin_dtype(origin)
     if evidence.phase == "forward":
         wide = format_number(dtype_limits("float32").max)

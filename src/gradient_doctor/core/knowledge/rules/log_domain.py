@@ -6,7 +6,7 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.domain_rule import Domain, diagnose_domain
-from gradient_doctor.core.knowledge.facts import source_code
+from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.guards import guard_fix
 
 _TITLE = "Keep the logarithm's argument inside its domain"
@@ -49,6 +49,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             code,
             op,
             template="{clip}({arg}, 1e-7, 1.0)",
+            focus=source_focus(evidence),
         )
         sigmoid = "Sigmoid" in probability or "sigmoid" in code.lower()
         extra = (clip, _from_logits(binary=sigmoid))

@@ -16,7 +16,7 @@ from gradient_doctor.core.findings import NotFix
 from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, source_code
+from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, source_code, source_focus
 from gradient_doctor.core.knowledge.wording import (
     at_step,
     format_number,
@@ -86,7 +86,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             ),
         ),
         fixes=(
-            remedies.float32_island(source_code(evidence), names),
+            remedies.float32_island(source_code(evidence), names, source_focus(evidence)),
             remedies.batch_normalization("the layer whose gradient overflows"),
             remedies.normalize_input(),
         ),

@@ -16,7 +16,7 @@ from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.facts import source_code
+from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.wording import (
     at_step,
@@ -60,7 +60,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     )
     fixes: list[Fix | None] = [_safe_constant(code, literal, dtype, limit)]
     if dtype in HALF_PRECISION:
-        fixes.append(remedies.float32_island(code, call_names(origin.op)))
+        fixes.append(remedies.float32_island(code, call_names(origin.op), source_focus(evidence)))
     return Diagnosis(
         category="forward_overflow",
         explanation=explanation,
@@ -94,6 +94,7 @@ def _safe_constant(code: str, literal: str | None, dtype: str, limit: float) -> 
         "dtype_safe_constant",
         f"Write the constant as a value {dtype} can hold",
         f"{rewritten}  # {literal} is out of {dtype}'s range",
+        rewrite=(rewritten,),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.facts import source_code
+from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.not_fixes import nan_gradient_not_fixes
 from gradient_doctor.core.knowledge.risky_operand import risky_operand
 from gradient_doctor.core.knowledge.rules.backward_singularity import SINGULARITIES, guard_fixes
@@ -26,10 +26,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if origin is None or evidence.phase != "backward" or not evidence.masked_by_select:
         return None
     forward = origin.gradient_of or origin.op
-    code = source_code(evidence)
-    fixes = (safe_where(code, forward),)
+    code, focus = source_code(evidence), source_focus(evidence)
+    fixes = (safe_where(code, forward, focus),)
     if forward in SINGULARITIES:
-        fixes += guard_fixes(forward, code)
+        fixes += guard_fixes(forward, code, focus)
     return Diagnosis(
         category="backward_singularity",
         explanation=explain(origin, forward, evidence.step),
@@ -48,17 +48,18 @@ def explain(origin: Origin, forward: str, step: int | None) -> str:
     )
 
 
-def safe_where(code: str, forward: str) -> Fix:
+def safe_where(code: str, forward: str, focus: tuple[int, int] | None = None) -> Fix:
     """Build the double-where for the user's line.
 
     Args:
         code: str, the user's line (the one that created the forward op).
         forward: str, the forward op type, e.g. "Log".
+        focus: where on the line the forward op was made (`SourceLine.span`).
 
     Returns:
         A `safe_where` fix; a generic one when the line does not parse.
     """
-    where = find_call(code, ("where",))
+    where = find_call(code, ("where",), focus)
     branches = where.args[1:3] if where is not None and len(where.args) == 3 else ()
     for index, branch in enumerate(branches, start=1):
         operand = risky_operand(branch, forward)
@@ -69,10 +70,9 @@ def safe_where(code: str, forward: str) -> Fix:
         picked = (x, stand_in) if index == 1 else (stand_in, x)
         safe = f"safe_x = {where.render((cond, *picked))}"
         new_where = where.with_argument(index, operand.replaced(branch, "safe_x"))
-        return Fix(
-            "safe_where", _TITLE, f"{safe}\n{replace_span(code, where.start, where.end, new_where)}"
-        )
-    operand = risky_operand(code, forward)
+        lines = (safe, replace_span(code, where.start, where.end, new_where))
+        return Fix("safe_where", _TITLE, "\n".join(lines), rewrite=lines)
+    operand = risky_operand(code, forward, focus)
     if operand is None:
         return Fix("safe_where", _TITLE, _GENERIC)
     stand_in = _stand_in(operand.call, forward, operand.text)
