@@ -115,7 +115,63 @@ def test_near_miss_reports_the_closest_value(make_evidence, make_stats):
         inputs=(make_stats(min=1e-45, max=2.0, min_abs=1e-45),),
         outputs=(make_stats(inf=1),),
     )
-    assert "came within 1e-45 of that point" in diagnose(evidence).explanation
+    assert "the smallest |sqrt(x)| was 1e-45" in diagnose(evidence).explanation
+
+
+def _gradient_op(make_evidence, make_stats, op, gradient_of, inputs):
+    return make_evidence(
+        op=op,
+        code="",
+        phase="backward",
+        gradient_of=gradient_of,
+        inputs=inputs,
+        outputs=(make_stats(inf=4),),
+    )
+
+
+def test_zeros_are_counted_in_the_sqrt_output_not_in_the_incoming_gradient(
+    make_evidence, make_stats
+):
+    # SqrtGrad(y, dy): y = sqrt(x) is 0 exactly where x is; dy's zeros (rows a hinge
+    # left without gradient) are no values on the point.
+    sqrt_output, incoming = make_stats(min=0.0, zeros=4), make_stats(min=-1.0, zeros=24)
+    evidence = _gradient_op(make_evidence, make_stats, "SqrtGrad", "Sqrt", (sqrt_output, incoming))
+    explanation = diagnose(evidence).explanation
+    assert "4 values sat exactly on that point" in explanation
+    assert "24" not in explanation
+
+
+def test_a_division_gradient_counts_its_denominator(make_evidence, make_stats):
+    # RealDiv(grad, b): the denominator is the second input.
+    numerator, denominator = make_stats(zeros=30), make_stats(min=0.0, zeros=2)
+    evidence = _gradient_op(
+        make_evidence, make_stats, "RealDiv", "RealDiv", (numerator, denominator)
+    )
+    explanation = diagnose(evidence).explanation
+    assert "2 values sat exactly on that point" in explanation
+    assert "30" not in explanation
+
+
+def test_the_closest_value_is_the_operands_not_the_incoming_gradients(make_evidence, make_stats):
+    # Log's gradient is grad * Reciprocal(x): the Reciprocal's only input is x.
+    evidence = _gradient_op(
+        make_evidence, make_stats, "Reciprocal", "Log", (make_stats(min=1e-30, min_abs=1e-30),)
+    )
+    assert "the smallest |x| was 1e-30" in diagnose(evidence).explanation
+    sqrt_output, incoming = make_stats(min_abs=1e-30), make_stats(min_abs=1e-45)
+    evidence = _gradient_op(make_evidence, make_stats, "SqrtGrad", "Sqrt", (sqrt_output, incoming))
+    explanation = diagnose(evidence).explanation
+    assert "the smallest |sqrt(x)| was 1e-30" in explanation
+    assert "1e-45" not in explanation
+
+
+def test_an_op_whose_inputs_do_not_hold_the_point_quotes_no_count(make_evidence, make_stats):
+    inputs = (make_stats(zeros=24), make_stats(zeros=7))
+    explanation = diagnose(
+        _gradient_op(make_evidence, make_stats, "Mul", "Pow", inputs)
+    ).explanation
+    assert "its values reached that point" in explanation
+    assert "24" not in explanation and "7 values" not in explanation
 
 
 def test_euclidean_norm_without_a_line_still_gets_safe_norm(make_evidence, make_stats, families):
