@@ -64,6 +64,7 @@ class Doctor(keras.callbacks.Callback):
             layer_stats=layer_stats,
         )
         self._hook: ModelHook | None = None
+        self._variables_checked = False
 
     def adopt(self, watcher) -> None:
         """Report to `watcher` (a whole run's) instead of this callback's own."""
@@ -71,15 +72,25 @@ class Doctor(keras.callbacks.Callback):
         self._persistent = True
 
     def on_train_begin(self, logs=None) -> None:
-        if not self.model.trainable_weights:
-            warnings.warn(
-                "gradient-doctor: the model has no trainable variables, so there are no "
-                "gradients to watch. Check `layer.trainable` and that the model was built.",
-                stacklevel=2,
-            )
+        # A model without `Input` (a subclassed one, layers made in `build`) creates its
+        # variables when fit first traces its step, after this: watch it from that step.
+        self._variables_checked = False
+        if _is_built(self.model) and not self._check_something_trains():
             return
         if self._hook is None or self._hook.model is not self.model:
             self._hook = attach(self.model, self.watcher)
+
+    def _check_something_trains(self) -> bool:
+        """False, with a warning, when the built model has no trainable variables."""
+        self._variables_checked = True
+        if self.model.trainable_weights:
+            return True
+        warnings.warn(
+            "gradient-doctor: the model has no trainable variables, so there are no "
+            "gradients to watch. Check `layer.trainable` and that the model was built.",
+            stacklevel=3,
+        )
+        return False
 
     def on_train_batch_begin(self, batch, logs=None) -> None:
         self._first_batch = batch
@@ -87,6 +98,8 @@ class Doctor(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None) -> None:
         if self._hook is None:
             return
+        if not self._variables_checked:  # built by the first step
+            self._check_something_trains()
         # With steps_per_execution > 1, one call ran the batches from the one
         # given to on_train_batch_begin to this one.
         steps = max(batch - getattr(self, "_first_batch", batch) + 1, 1)
@@ -102,3 +115,9 @@ class Doctor(keras.callbacks.Callback):
     def report(self, script: str | None = None) -> Report:
         """What the doctor found so far."""
         return self.watcher.report(script)
+
+
+def _is_built(model) -> bool:
+    """True when the model and every layer in it have made their variables."""
+    layers = model._flatten_layers() if hasattr(model, "_flatten_layers") else [model]
+    return all(getattr(layer, "built", True) for layer in layers)

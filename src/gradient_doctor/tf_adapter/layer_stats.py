@@ -30,6 +30,7 @@ _SATURATING_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh"}
 # where the curve's slope is below ~1% of its peak.
 SIGMOID_FLAT = 0.01
 TANH_FLAT = 0.99
+_BELOW_ONE = 1.0 - 2.0**-24  # the largest float32 below 1 (keeps atanh and logit finite)
 _MISSING = -1.0  # a field not measured for a layer (a negative value none of them takes)
 
 
@@ -355,15 +356,32 @@ def _activation_ops(graph, layers_by_handle: dict[str, str]) -> dict[str, list]:
     return found
 
 
+def _largest_pre_activation(op_type: str, output: tf.Tensor) -> tf.Tensor:
+    """The largest |pre-activation| of an activation op, recovered from its output.
+
+    The input itself is not read: a second reader of a Dense's pre-activation stops
+    oneDNN from fusing the MatMul, BiasAdd and activation into one kernel, and the
+    unfused kernels round differently, so the watched run would no longer be
+    bit-identical. ReLU gives back its positive pre-activations; sigmoid and tanh are
+    inverted at the output furthest from their centre (a lower bound where the output
+    rounds to the asymptote: about 16.6 for sigmoid, 9 for tanh in float32).
+    """
+    if op_type in _DEAD_OPS:
+        return tf.reduce_max(output)
+    if _SATURATING_OPS[op_type] == "tanh":
+        return tf.math.atanh(tf.minimum(tf.reduce_max(tf.abs(output)), _BELOW_ONE))
+    furthest = tf.minimum(0.5 + tf.reduce_max(tf.abs(output - 0.5)), _BELOW_ONE)
+    return tf.math.log(furthest) - tf.math.log1p(-furthest)  # logit
+
+
 def _activation_row(ops) -> list:
     """[max |pre-activation|, dead fraction, saturated fraction] of a layer's ops."""
     if not ops:
         return [_MISSING] * 3
     largest, dead, saturated = [], [], []
     for op in ops:
-        before = tf.cast(op.inputs[0], tf.float32)
         after = tf.cast(op.outputs[0], tf.float32)
-        largest.append(tf.reduce_max(tf.abs(before)))
+        largest.append(_largest_pre_activation(op.type, after))
         batch_axes = list(range(after.shape.rank - 1))  # units are the last axis
         if op.type in _DEAD_OPS:
             stuck = tf.reduce_all(tf.equal(after, 0.0), axis=batch_axes)
