@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gradient_doctor.core.findings import Origin, TensorStats
+from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
 from gradient_doctor.core.gradient_paths import PathBreak
 
 
@@ -18,6 +18,30 @@ class BadInput:
     inf: int
     rows: tuple[int, ...]
     columns: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BrokenState:
+    """Variables that already held NaN or Inf when the failing step began.
+
+    Attributes:
+        variables: their names, e.g. ("normalization/mean", "normalization/variance").
+        layer: the path of the layer that holds them, when known.
+        nan: how many of their values are NaN.
+        inf: how many are infinite.
+        written_by: the call that wrote them, when the doctor saw it: "adapt",
+            "set_weights", "load_weights" or "assign".
+        written_at: the user's line of that call.
+        created_at: the user's line that created their layer.
+    """
+
+    variables: tuple[str, ...]
+    layer: str | None
+    nan: int
+    inf: int
+    written_by: str | None = None
+    written_at: SourceLine | None = None
+    created_at: SourceLine | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,8 @@ class Evidence:
         overflowed_norm: when every gradient of the failing update was finite but
             their global norm's square overflowed float32, that norm (measured in
             float64); None otherwise.
+        broken_state: the origin only read a variable (a weight or a statistic)
+            that held non-finite values before the step; which, and what wrote them.
     """
 
     step: int | None
@@ -108,3 +134,4 @@ class Evidence:
     weights_layer: str | None = None
     nonfinite_constant: bool = False
     growth: tuple[str | None, str, float] | None = None
+    broken_state: BrokenState | None = None
