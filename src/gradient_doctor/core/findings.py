@@ -70,6 +70,9 @@ FIX_FAMILIES = (
     "library_function",
     # Added: a literal its dtype cannot hold (-1e9 in float16) written as one it can.
     "dtype_safe_constant",
+    # Added: a weight or statistic that was NaN or Inf before training (a broken
+    # checkpoint, `set_weights` or `assign` of non-finite values) set from finite ones.
+    "finite_weights",
 )
 
 
