@@ -113,6 +113,9 @@ class Evidence:
             float64); None otherwise.
         broken_state: the origin only read a variable (a weight or a statistic)
             that held non-finite values before the step; which, and what wrote them.
+        skipped_updates: how many updates the guard skipped, the failing one and
+            every one after it, before the step was read (more than 1 when nothing
+            read the step's check until the end of the run); 0 when not counted.
     """
 
     step: int | None
@@ -135,3 +138,4 @@ class Evidence:
     nonfinite_constant: bool = False
     growth: tuple[str | None, str, float] | None = None
     broken_state: BrokenState | None = None
+    skipped_updates: int = 0

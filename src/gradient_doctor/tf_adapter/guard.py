@@ -17,8 +17,8 @@ from gradient_doctor.tf_adapter.xla_branches import branches_kept, compiled_with
 from gradient_doctor.tf_adapter.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
-_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT, _XLA, _REPLICA = 0, 1, 2, 3, 4, 5, 6
-_STATS_SIZE = 7
+(_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT, _XLA, _REPLICA, _SKIPPED, _UPDATES) = range(9)
+_STATS_SIZE = 9
 # Set while a guarded update runs: an optimizer applied inside it (the inner optimizer
 # of a LossScaleOptimizer) is part of that update, not a step of its own.
 _updating = threading.local()
@@ -35,6 +35,8 @@ class StepStats:
     trip_at: int = -1  # the step counter of the step that tripped, when the step has one
     xla: bool = False  # the step was compiled with XLA
     replica: int = -1  # under tf.distribute, the first replica whose values were not finite
+    skipped: int = 0  # updates the guard skipped since the latch was last opened
+    updates: int = 0  # updates asked for (applied or skipped) since then
 
 
 def gradient_values(gradient):
@@ -96,6 +98,8 @@ class Guard:
             int(values[_TRIP_AT]),
             bool(values[_XLA] > 0),
             int(values[_REPLICA]),
+            int(values[_SKIPPED]),
+            int(values[_UPDATES]),
         )
 
     def stats_tensor(self) -> tf.Tensor:
@@ -229,6 +233,7 @@ class Guard:
         index = -1.0 if scope is None or scope.step_index is None else scope.step_index
         newly_tripped = tf.logical_and(tf.logical_not(ok), stats[_TRIPPED] <= 0)
         trip_at = tf.where(newly_tripped, tf.cast(index, tf.float32), stats[_TRIP_AT])
+        skipped = stats[_SKIPPED] + 1.0 - tf.cast(ok, tf.float32)
         norm = tf.sqrt(sum_of_squares)
         if scale is not None:  # the user's loss and gradients, not the scaled ones
             norm, loss = norm / scale, loss / scale
@@ -242,6 +247,8 @@ class Guard:
                     trip_at,
                     tf.constant(1.0 if compiled_with_xla() else 0.0),
                     failed_replica,
+                    skipped,
+                    stats[_UPDATES] + 1.0,
                 ]
             )
         )

@@ -150,6 +150,9 @@ class Watcher:
         self.on_record = on_record
         self.on_problem = on_problem
         self.series = RunSeries()
+        # True while the guard's latch is closed by a step this watcher diagnosed; a latch
+        # closed where no step wrapper read it skips every later update unseen (`finish`).
+        self._latch_diagnosed = False
 
     def after_step(
         self,
@@ -200,12 +203,14 @@ class Watcher:
                 stacklevel=2,
             )
             evidence = localize(None, step, [], history, setup)
+        evidence = replace(evidence, skipped_updates=stats.skipped)
         # Which replica failed first matters only where there are several.
         several = (self.guard.replicas or 1) > 1
         replica = stats.replica if stats.replica >= 0 and several else None
         finding = self._record(evidence, call, replica)
         if self.on_problem is not None:
             self.on_problem(finding, evidence, call, named)
+        self._latch_diagnosed = self.stop_on_problem
         if not self.stop_on_problem:
             self.guard.reset()
         return finding
@@ -304,12 +309,14 @@ class Watcher:
         return finding
 
     def finish(self) -> None:
-        """Diagnose a latch that closed where no step wrapper read it (e.g. `train_on_batch`).
+        """Diagnose a latch that closed where no step wrapper read it (a library's step).
 
-        Without this, a closed latch would silently skip every later update.
+        Every update from then on was skipped: the finding says how many, at the step
+        of the first one (counting one optimizer update per step, as the guard did).
         """
-        if self.guard.read().tripped and not self.problems:
-            self.steps_watched = max(self.steps_watched - 1, 0)
+        stats = self.guard.read()
+        if stats.tripped and not self._latch_diagnosed:
+            self.steps_watched = max(stats.updates - stats.skipped, 0)
             self.after_step(lambda: None, list)
 
     def _look_ahead(self, step: int, stats) -> None:

@@ -79,10 +79,22 @@ def _unlocated(evidence: Evidence) -> Diagnosis:
     step = "The step" if evidence.step is None else f"Step {evidence.step}"
     return Diagnosis(
         category="loss_spike",
-        explanation=f"{step} went non-finite, but no single op could be named{replay}.",
+        explanation=f"{step} went non-finite, but no single op could be named{replay}."
+        + _skipped_note(evidence.skipped_updates),
         not_fixes=(),
         fixes=(
             remedies.lower_learning_rate(evidence.setup),
             remedies.gradient_clipping(evidence.setup),
         ),
+    )
+
+
+def _skipped_note(skipped: int) -> str:
+    """Say that updates were skipped unseen, when the check was read only at the end."""
+    if skipped <= 1:
+        return ""
+    return (
+        " Nothing read the doctor's check of that step until the run ended, so its update "
+        f"and the {skipped - 1} after it were skipped: the weights stayed those of the last "
+        "good step."
     )
