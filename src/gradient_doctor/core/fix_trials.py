@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Finding, Fix, NotFix
@@ -37,6 +37,8 @@ class TrialOutcome:
         losses: the loss of each finite step, in order.
         batches: which batches the trial ran on, in words.
         skipped: why the remedy could not be tried, or None when it ran.
+        start: the step the trial started from (None: the failing step).
+        start_reason: why it started there, in words ("" when it is the failing step).
     """
 
     remedy: str | None
@@ -47,6 +49,8 @@ class TrialOutcome:
     losses: tuple[float, ...] = ()
     batches: str = "the failing batch"
     skipped: str | None = None
+    start: int | None = None
+    start_reason: str = ""
 
     @property
     def held(self) -> bool:
@@ -61,20 +65,31 @@ class TrialOutcome:
         window = max(1, len(finite) // 10)
         return sum(finite[:window]) / window, sum(finite[-window:]) / window
 
-    def learning(self) -> bool:
-        """True when the loss did not blow up over the trial (losses may be negative)."""
+    def learning(self, reference: float | None = None) -> bool:
+        """True when the loss did not blow up over the trial (losses may be negative),
+        and ended no worse than `reference` (the loss before the trouble) allows."""
         trend = self.loss_trend()
         if trend is None:
             return True
         first, last = trend
-        return last - first <= LOSS_RISE_ALLOWED * max(abs(first), 1e-12)
+        if last - first > LOSS_RISE_ALLOWED * max(abs(first), 1e-12):
+            return False
+        if reference is None or not math.isfinite(reference):
+            return True
+        return last - reference <= LOSS_RISE_ALLOWED * max(abs(reference), 1e-12)
 
 
 def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = None) -> str:
-    """One sentence of evidence: what was run, from where, and what happened."""
+    """One sentence of evidence: what was run, from where, and what happened.
+
+    `start_step` is the failing step, used when the outcome says no start of its own.
+    """
     if outcome.skipped is not None:
         return f"not tried: {outcome.skipped}"
+    start_step = outcome.start if outcome.start is not None else start_step
     origin = "" if start_step is None else f" from the state before step {start_step}"
+    if outcome.start_reason:
+        origin += f" ({outcome.start_reason})"
     setting = f" with {outcome.setting}" if outcome.setting else ""
     if outcome.failed_at is not None:
         text = (
@@ -98,21 +113,47 @@ def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = 
     )
 
 
-def judge(finding: Finding, baseline: TrialOutcome, outcomes: Sequence[TrialOutcome]) -> Finding:
+def judge(
+    finding: Finding,
+    baselines: TrialOutcome | Mapping[int | None, TrialOutcome],
+    outcomes: Sequence[TrialOutcome],
+    reference_loss: float | None = None,
+) -> Finding:
     """The finding with each tried fix marked verified or not, with its evidence.
 
     A fix is `verified: true` when its patch was trialed and every step ran finite
-    with the loss not blowing up, and the baseline failed again (so the trial can
-    tell); false when it failed too; null, with the reason, when the trial could not
-    tell or the fix has no patch to prove.
+    with the loss not blowing up (and ending no worse than `reference_loss`, the loss
+    before the trouble, allows), and the unchanged step, run from the same start,
+    failed again (so the trial can tell); false when it failed too; null, with the
+    reason, when the trial could not tell or the fix has no patch to prove.
     Not-fixes that were tried get their evidence as well.
+
+    Args:
+        finding: the diagnosed problem.
+        baselines: the unchanged step's trial, or one per start step (the key is
+            an outcome's `start`).
+        outcomes: one trial per remedy tried.
+        reference_loss: the loss before the trouble began, or None.
     """
     start = finding.step
+    if isinstance(baselines, TrialOutcome):
+        baselines = {baselines.start: baselines}
     by_remedy = {o.remedy: o for o in outcomes}
-    base_note = _baseline_note(baseline, start)
     phase = finding.phase
+
+    def baseline_of(outcome: TrialOutcome | None) -> TrialOutcome:
+        key = None if outcome is None else outcome.start
+        return baselines.get(key) or next(iter(baselines.values()))
+
     fixes = tuple(
-        _judged_fix(fix, by_remedy.get(fix.family), baseline, start, base_note, phase)
+        _judged_fix(
+            fix,
+            (outcome := by_remedy.get(fix.family)),
+            baseline_of(outcome),
+            start,
+            phase,
+            reference_loss,
+        )
         for fix in finding.fixes
     )
     not_fixes = tuple(
@@ -133,25 +174,31 @@ def _judged_fix(
     outcome: TrialOutcome | None,
     baseline: TrialOutcome,
     start: int | None,
-    base_note: str,
     phase: str | None,
+    reference_loss: float | None,
 ) -> Fix:
     if outcome is None:
         return fix
+    base_note = _baseline_note(baseline, start)
     evidence = describe(outcome, start, phase)
     if outcome.skipped is not None:
         return dataclasses.replace(fix, verified=None, evidence=evidence)
     if outcome.held and baseline.failed_at is None:
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
-    elif outcome.held and outcome.learning() and not fix.patch:
+    elif outcome.held and outcome.learning(reference_loss) and not fix.patch:
         verified = None  # what held was the remedy, not a patch the user can apply
         evidence += f" ({base_note}); no patch of your file could be written for it"
     else:
-        verified = outcome.held and outcome.learning()
+        verified = outcome.held and outcome.learning(reference_loss)
         evidence += f" ({base_note})"
         if outcome.held and not outcome.learning():
             evidence += "; but the loss diverged, so training did not go on well"
+        elif outcome.held and not verified:
+            evidence += (
+                f"; but the loss ended worse than the {reference_loss:.4g} it had before "
+                "the trouble began"
+            )
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
 
 

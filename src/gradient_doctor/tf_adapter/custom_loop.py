@@ -64,6 +64,7 @@ def call_watched_step(
     finding = watcher.after_step(
         lambda: StepCall(fn, args, kwargs, traceable, draws=draws.restore()),
         lambda: argument_names(signature_of or fn, args, kwargs),
+        batch=(args, kwargs),
     )
     if finding is not None and watcher.stop_on_problem:
         raise TrainingStopped(finding)

@@ -14,7 +14,11 @@ would have.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import itertools
+import math
 import statistics
 import warnings
 from collections.abc import Callable, Iterator
@@ -28,12 +32,14 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_trials import TrialOutcome, judge
 from gradient_doctor.core.patches import PatchError
+from gradient_doctor.core.trial_start import TrialStart, trial_start, trouble_began
 from gradient_doctor.tf_adapter import loss_scale
 from gradient_doctor.tf_adapter.patched_source import (
     NotPatchable,
     PatchedSource,
     patched_functions,
 )
+from gradient_doctor.tf_adapter.snapshots import Snapshot, SnapshotRing
 from gradient_doctor.tf_adapter.step_context import StepCall
 
 # Steps each trial runs unless told otherwise.
@@ -68,12 +74,21 @@ def try_fixes(
     steps: int = DEFAULT_TRIAL_STEPS,
     more_batches=None,
     announce=None,
+    snapshots: SnapshotRing | None = None,
+    first_warning: int | None = None,
 ) -> Finding:
-    """The finding with its fixes (and not-fixes) tried from the last good state.
+    """The finding with its fixes (and not-fixes) tried, each from the state it needs.
 
-    Each trial runs the failing batch, then batches from `more_batches()` (a fresh
-    iterator over the training data, when `fit`'s data can be read again), else the
-    failing batch again. `announce(count, steps, step)` is told before trials run.
+    A fix that rewrites the op's line is tried from the last good state; a remedy
+    that acts on the updates from a saved state from before the trouble began, and
+    one that acts from the start from the first saved state (`core/trial_start.py`).
+    A trial from step S runs through the failing step and `steps` steps beyond. It
+    runs the batches the run saw from S on where they were kept (a custom loop's),
+    else the failing batch, then batches from `more_batches()` (a fresh iterator over
+    `fit`'s training data, when it can be read again), else the failing batch again.
+    The unchanged step is run from each start too (the baseline), and a fix counts
+    only where its baseline failed. `announce(count, steps, step)` is told before
+    trials run.
 
     Returns `finding` unchanged when nothing can be tried: trials are off
     (`steps` 0), no non-finite origin was found, or the step cannot be traced
@@ -88,16 +103,32 @@ def try_fixes(
         reason = "the step runs under a tf.distribute strategy, where trials are not run yet"
         untried = [TrialOutcome(p.remedy, p.setting, steps, 0, None, skipped=reason) for p in plans]
         return judge(finding, TrialOutcome(None, "", steps, 0, None, skipped=reason), untried)
+    failing = finding.step or 0
+    saved = {failing: None, **({s.step: s for s in snapshots.saved()} if snapshots else {})}
+    began = trouble_began(evidence.history, failing, first_warning)
+    starts = {
+        plan.remedy: trial_start(plan.remedy, finding, began, sorted(saved)) for plan in plans
+    }
     if announce is not None:
         announce(len(plans), steps, finding.step)
     try:
         with _LastGoodState(call, guard, more_batches) as runner:
-            baseline = runner.run(None, steps)
+            baselines: dict[int | None, TrialOutcome] = {}
             outcomes, done = [], {}
             for plan in plans:
-                outcome = done.get(plan.replacement) or runner.run(plan, steps)
+                start = starts[plan.remedy]
+                if start is None:
+                    outcomes.append(
+                        TrialOutcome(plan.remedy, plan.setting, steps, 0, None, skipped=_TOO_LONG)
+                    )
+                    continue
+                source = _TrialSource(start, saved.get(start.step), snapshots, failing, steps)
+                key = None if start.step == failing else start.step
+                if key not in baselines:
+                    baselines[key] = runner.run(None, source)
+                outcome = done.get((plan.replacement, key)) or runner.run(plan, source)
                 if plan.replacement is not None:
-                    done[plan.replacement] = outcome
+                    done[(plan.replacement, key)] = outcome
                 outcomes.append(dataclasses.replace(outcome, remedy=plan.remedy))
     except Exception as error:  # the trials are extra evidence: never end the user's run
         warnings.warn(
@@ -106,7 +137,60 @@ def try_fixes(
             stacklevel=2,
         )
         return finding
-    return judge(finding, baseline, outcomes)
+    if not baselines:
+        baselines[None] = TrialOutcome(None, "", steps, 0, None, skipped=_TOO_LONG)
+    return judge(finding, baselines, outcomes, _loss_before(evidence.history, began))
+
+
+_TOO_LONG = (
+    "this remedy acts from the start of training, and the run failed too far from it to "
+    "run it all again here; `gradient-doctor fix` reruns the patched script"
+)
+
+
+def _loss_before(history, began: int) -> float | None:
+    """The median loss of the recorded steps before the trouble began, or None."""
+    losses = sorted(
+        loss
+        for step, loss in zip(history.steps, history.losses)
+        if step < began and loss is not None and math.isfinite(loss)
+    )
+    return losses[len(losses) // 2] if losses else None
+
+
+@dataclass(frozen=True)
+class _TrialSource:
+    """Where one trial starts and what it runs on.
+
+    Attributes:
+        start: the step the trial starts from, and why.
+        snapshot: the saved state it starts from (None: the last good state).
+        ring: the snapshot ring, for the batches the run saw from `start` on.
+        failing: the failing step.
+        beyond: steps to run past the failing step (the trial runs through it).
+    """
+
+    start: TrialStart
+    snapshot: Snapshot | None
+    ring: SnapshotRing | None
+    failing: int
+    beyond: int
+
+    @property
+    def steps(self) -> int:
+        """How many steps the trial runs: through the failing step, then `beyond` more."""
+        return max(self.failing - self.start.step, 0) + self.beyond
+
+    @property
+    def reason(self) -> str:
+        """Why the trial starts where it does ("" for the last good state)."""
+        return "" if self.snapshot is None else self.start.reason
+
+    def kept_batches(self) -> tuple[list[tuple[tuple, dict]], bool]:
+        """The run's own batches from the start step on, and whether all were kept."""
+        if self.snapshot is None or self.ring is None:
+            return [], False
+        return self.ring.batches_from(self.start.step)
 
 
 def _distributed(optimizer) -> bool:
@@ -305,54 +389,86 @@ class _LastGoodState:
         self._function = tf.function(self._call.traceable)
         return self._function.get_concrete_function(*self._call.args, **self._call.kwargs)
 
-    def run(self, plan: TrialPlan | None, steps: int) -> TrialOutcome:
-        """Run the step `steps` times from the saved state, with `plan` in place."""
+    def run(self, plan: TrialPlan | None, source: _TrialSource) -> TrialOutcome:
+        """Run the step from `source`'s start through the failing step and beyond,
+        with `plan` in place (None: the unchanged step, the baseline)."""
         remedy = None if plan is None else plan.remedy
         setting = "" if plan is None else plan.setting
+        steps = source.steps
         self._restore()
+        if source.snapshot is not None:
+            self._put_back(source.snapshot.values)
         self._guard.reset()
         try:
             with plan.apply() if plan is not None else nullcontext() as placed:
                 concrete = self._trace()
                 if isinstance(placed, PatchedSource) and not placed.met:
                     raise _NotTried("the patched line was not reached when the step was traced")
-                return self._steps(concrete, remedy, setting, steps)
+                outcome = self._steps(concrete, remedy, setting, source)
         except _NotTried as reason:
-            return TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))
+            outcome = TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))
+        start = None if source.snapshot is None else source.start.step
+        return dataclasses.replace(outcome, start=start, start_reason=source.reason)
 
-    def _batches(self, steps: int) -> Iterator[tuple[tuple, dict, bool]]:
-        """(args, kwargs, from the data) for each trial step: the failing batch first."""
-        yield self._call.args, self._call.kwargs, False
-        count = 1
+    def _batches(self, source: _TrialSource) -> Iterator[tuple[tuple, dict, str]]:
+        """(args, kwargs, where it came from) for each step of a trial.
+
+        From the last good state: the failing batch, then `fit`'s data read anew.
+        From an earlier state: the batches the run saw from there on where they were
+        kept, else `fit`'s data from the start state's place in its epoch; in both
+        cases the failing batch where nothing else is left.
+        """
+        steps = source.steps
+        count = 0
+        if source.snapshot is None:
+            yield self._call.args, self._call.kwargs, "failing"
+            count = 1
+        else:
+            kept, _ = source.kept_batches()
+            for args, kwargs in kept[:steps]:
+                yield args, kwargs, "kept"
+                count += 1
+        skip = 0
+        if source.snapshot is not None and not count and self._more_batches is not None:
+            epoch = sum(1 for _ in self._more_batches())  # the start's place in its epoch
+            skip = source.start.step % epoch if epoch else 0
         while self._more_batches is not None and count < steps:
             before = count
-            for batch in self._more_batches():
+            for batch in itertools.islice(self._more_batches(), skip, None):
                 if count >= steps:
                     return
-                yield (batch,), {}, True
+                yield (batch,), {}, "data"
                 count += 1
+            skip = 0
             if count == before:  # no data at all
                 break
-        for _ in range(count, steps):
-            yield self._call.args, self._call.kwargs, False
+        kept, _ = source.kept_batches()
+        for index in range(count, steps):  # past the kept batches: cycle them, or the failing one
+            if kept:
+                args, kwargs = kept[index % len(kept)]
+                yield args, kwargs, "kept again"
+            else:
+                yield self._call.args, self._call.kwargs, "failing"
 
-    def _steps(self, concrete, remedy, setting: str, steps: int) -> TrialOutcome:
+    def _steps(self, concrete, remedy, setting: str, source: _TrialSource) -> TrialOutcome:
         losses = []
-        from_data = 0
+        origins: dict[str, int] = {}
+        steps = source.steps
         signature = _signature(self._call.args, self._call.kwargs)
-        for index, (args, kwargs, is_data) in enumerate(self._batches(steps)):
+        for index, (args, kwargs, origin) in enumerate(self._batches(source)):
             if _signature(args, kwargs) != signature:  # e.g. the last, smaller batch
                 signature = _signature(args, kwargs)
                 concrete = self._function.get_concrete_function(*args, **kwargs)
-            concrete(*args, **kwargs)
-            from_data += is_data
+            with _quiet():
+                concrete(*args, **kwargs)
+            origins[origin] = origins.get(origin, 0) + 1
             stats = self._guard.read()
             if stats.tripped:
                 return TrialOutcome(
-                    remedy, setting, steps, index + 1, index, tuple(losses), _batches(from_data)
+                    remedy, setting, steps, index + 1, index, tuple(losses), _described(origins)
                 )
             losses.append(stats.loss)
-        return TrialOutcome(remedy, setting, steps, steps, None, tuple(losses), _batches(from_data))
+        return TrialOutcome(remedy, setting, steps, steps, None, tuple(losses), _described(origins))
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
@@ -363,7 +479,25 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
     )
 
 
-def _batches(from_data: int) -> str:
-    if from_data == 0:
-        return "the failing batch"
-    return f"the failing batch, then {from_data} batches of the training data"
+def _described(origins: dict[str, int]) -> str:
+    """Which batches a trial ran on, in words, in the order they came."""
+    words = {
+        "failing": "the failing batch",
+        "kept": "{n} batches the run saw",
+        "kept again": "those batches again ({n})",
+        "data": "{n} batches of the training data",
+    }
+    parts = []
+    for origin, n in origins.items():
+        text = words[origin].format(n=n)
+        if origin == "failing" and n > 1:
+            text += f" ({n} times)"
+        parts.append(text)
+    return ", then ".join(parts) if parts else "no batch"
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Hide what the user's step prints while a trial runs it (it ran once already)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield

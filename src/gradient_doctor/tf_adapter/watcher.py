@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,6 +35,7 @@ from gradient_doctor.tf_adapter.missing_gradients import (
     find_missing_gradient_breaks,
     variable_name,
 )
+from gradient_doctor.tf_adapter.snapshots import SnapshotRing, optimizer_state
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tape_hook import install_tape_hook
 
@@ -134,7 +136,10 @@ class Watcher:
         self._disconnected_seen: set[frozenset[str]] = set()
         self._pending_stop: Finding | None = None
         self._history: deque[tuple[int, float, float]] = deque(maxlen=HISTORY_SIZE)
-        self.optimizer = None
+        self._optimizer = None
+        self._optimizers: list[weakref.ref] = []  # every optimizer seen, for the snapshots
+        # Earlier good states, for fix trials that must start before the trouble.
+        self.snapshots = SnapshotRing()
         self.on_warning = on_warning
         self._warned: set[tuple] = set()
         # Every early-warning detector, fed the same records (headroom and per-layer
@@ -161,6 +166,7 @@ class Watcher:
         fetched_stats=None,
         steps: int = 1,
         step_base: int | None = None,
+        batch: tuple[tuple, dict] | None = None,
     ) -> Finding | None:
         """Read the guard after one step; diagnose the step when it tripped.
 
@@ -173,6 +179,8 @@ class Watcher:
             steps: how many steps the call ran (Keras's steps_per_execution).
             step_base: the caller's own count of steps before this call, to place
                 the step that tripped among them; None when `steps` is 1.
+            batch: the step's (args, kwargs) when the caller has them (a custom
+                loop), kept for fix trials from an earlier state.
 
         Returns:
             The new finding, or None when the step was finite.
@@ -185,6 +193,7 @@ class Watcher:
             step = step - (steps - 1) + (stats.trip_at - step_base)
             self.steps_watched = step + 1  # the steps after it in this call were not applied
         if not stats.tripped:
+            self.snapshots.after_finite_step(step, self._state_variables, batch)
             self._history.append((step, stats.loss, stats.grad_norm))
             if stats.zero_streak >= self.zero_gradient_window:
                 self._zero_gradients(step)
@@ -302,11 +311,30 @@ class Watcher:
                 self.trial_steps,
                 self.trial_batches,
                 announce=_announce_trials if self.on_finding is not None else None,
+                snapshots=self.snapshots,
+                first_warning=min(
+                    (w.step for w in self.warnings if w.step is not None), default=None
+                ),
             )
         self.problems.append(finding)
         if self.on_finding is not None:
             self.on_finding(finding)
         return finding
+
+    @property
+    def optimizer(self):
+        """The optimizer of the latest update (its settings go into the diagnosis)."""
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer) -> None:
+        self._optimizer = optimizer
+        if optimizer is not None and all(ref() is not optimizer for ref in self._optimizers):
+            self._optimizers.append(weakref.ref(optimizer))
+
+    def _state_variables(self) -> list:
+        """What a snapshot copies: every optimizer's variables and the variables it trains."""
+        return optimizer_state(self._optimizers)
 
     def finish(self) -> None:
         """Diagnose a latch that closed where no step wrapper read it (a library's step).

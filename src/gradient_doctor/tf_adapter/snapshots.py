@@ -1,0 +1,140 @@
+"""A small ring of earlier good training states, for fix trials that must start before the trouble.
+
+Every `every` steps, after a finite step, the values of the optimizers' variables and
+of the variables they train are copied to host memory; the few most recent copies
+are kept, and the first one (the state after the first step) is kept for good. The
+copy is taken between steps, off the compiled step, and costs one read of every
+weight and slot per `every` steps (see `benchmarks/snapshot_ring.py`). A custom
+loop's latest batches are kept too (references, within a byte budget), so a trial
+from an earlier copy runs on the batches the run saw.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+# Take a copy every this many steps; keep this many recent ones (plus the first).
+DEFAULT_EVERY = 50
+DEFAULT_KEEP = 3
+# Batches kept for trials, at most this many bytes in all.
+BATCH_BUDGET_BYTES = 64 * 2**20
+
+
+@dataclass
+class Snapshot:
+    """The training state from which step `step` starts.
+
+    Attributes:
+        step: the first step run from this state.
+        values: (variable, its value then) for each variable copied.
+    """
+
+    step: int
+    values: list[tuple[tf.Variable, np.ndarray]]
+
+
+class SnapshotRing:
+    """Copies of the training state every `every` steps: the first one and the last `keep`.
+
+    Args:
+        every: int, steps between copies. Defaults to `DEFAULT_EVERY`.
+        keep: int, how many recent copies to keep. Defaults to `DEFAULT_KEEP`.
+    """
+
+    def __init__(self, every: int = DEFAULT_EVERY, keep: int = DEFAULT_KEEP) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"`every` must be an int >= 1. Received: every={every!r}")
+        self.every = every
+        self.first: Snapshot | None = None
+        self.recent: deque[Snapshot] = deque(maxlen=keep)
+        # (step, (args, kwargs), bytes) of the latest steps whose loop handed its batch over.
+        self._batches: deque[tuple[int, tuple, int]] = deque()
+        self._batch_bytes = 0
+
+    def after_finite_step(
+        self,
+        step: int,
+        variables: Callable[[], Iterable[tf.Variable]],
+        batch: tuple[tuple, dict] | None = None,
+    ) -> None:
+        """Note a step that ran finite; copy the state when one is due.
+
+        Args:
+            step: the step that just ran (the copy is the state before `step + 1`).
+            variables: returns the variables to copy (only called when one is due).
+            batch: the step's (args, kwargs) when the loop hands them over, kept
+                (as references, within `BATCH_BUDGET_BYTES`) for trials.
+        """
+        if batch is not None:
+            self._keep_batch(step, batch)
+        if self.first is None or (step + 1) % self.every == 0:
+            snapshot = Snapshot(step + 1, _copy(variables()))
+            if self.first is None:
+                self.first = snapshot
+            else:
+                self.recent.append(snapshot)
+
+    def saved(self) -> list[Snapshot]:
+        """Every kept copy, oldest first."""
+        return ([self.first] if self.first is not None else []) + list(self.recent)
+
+    def at(self, step: int) -> Snapshot | None:
+        """The kept copy from which `step` starts, or None."""
+        return next((s for s in self.saved() if s.step == step), None)
+
+    def batches_from(self, step: int) -> tuple[list[tuple[tuple, dict]], bool]:
+        """The kept batches of the steps from `step` on, and whether none is missing."""
+        kept = [(s, batch) for s, batch, _ in self._batches if s >= step]
+        complete = bool(kept) and kept[0][0] == step
+        return [batch for _, batch in kept], complete
+
+    def _keep_batch(self, step: int, batch: tuple[tuple, dict]) -> None:
+        size = sum(_bytes(t) for t in tf.nest.flatten(batch))
+        self._batches.append((step, batch, size))
+        self._batch_bytes += size
+        while self._batches and self._batch_bytes > BATCH_BUDGET_BYTES:  # oldest go first
+            self._batch_bytes -= self._batches.popleft()[2]
+
+
+def _copy(variables: Iterable[tf.Variable]) -> list[tuple[tf.Variable, np.ndarray]]:
+    """Each variable with a host copy of its value (once per variable)."""
+    seen: set[int] = set()
+    copies = []
+    for variable in variables:
+        handle = getattr(variable, "value", variable)  # a Keras variable wraps a tf.Variable
+        inner = handle if isinstance(handle, tf.Variable) else variable
+        if id(inner) in seen or not hasattr(inner, "read_value"):
+            continue
+        seen.add(id(inner))
+        copies.append((inner, np.array(inner.read_value())))
+    return copies
+
+
+def _bytes(value) -> int:
+    nbytes = getattr(value, "nbytes", None)
+    if nbytes is None:
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if shape is None or dtype is None:
+            return 0
+        nbytes = int(np.prod(shape)) * getattr(dtype, "size", 4)
+    return int(nbytes)
+
+
+def optimizer_state(optimizers: Iterable[weakref.ref]) -> list:
+    """The variables of each live optimizer and the variables it trains."""
+    found = []
+    for ref in optimizers:
+        optimizer = ref()
+        if optimizer is None:
+            continue
+        inner = getattr(optimizer, "inner_optimizer", None)
+        for opt in (optimizer, inner) if inner is not None else (optimizer,):
+            found += list(getattr(opt, "_trainable_variables", None) or [])
+            found += list(getattr(opt, "variables", None) or [])
+    return found
