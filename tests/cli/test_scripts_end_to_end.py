@@ -80,11 +80,16 @@ def test_cheap_mode_keeps_the_global_series_and_drops_the_per_layer_ones(tmp_pat
 def test_finite_gradients_whose_norm_overflows_are_stopped_before_adam_writes_nan(tmp_path):
     script = "tests/scripts/huge_finite_gradients.py"
     problem = _diagnosed_without_trials(script, tmp_path)
-    assert (problem["category"], problem["step"], problem["origin"]) == (
+    assert (problem["category"], problem["step"], problem["phase"]) == (
         "exploding_gradients",
         3,
         None,
     )
+    # No op of the step went non-finite: the origin is the update of the variable with
+    # the largest gradient, at the line that created its layer.
+    assert problem["origin"]["variable"] == "sequential/dense_1/kernel"
+    assert problem["origin"]["source_kind"] == "layer_creation"
+    assert problem["origin"]["line"] == line_of(script, "model = keras.Sequential(")
     assert "was finite, but their global norm was 5.2e+21" in problem["explanation"]
     assert [n["remedy"] for n in problem["not_fixes"]] == ["gradient_clipping"]
     assert "clip_by_value" in [f["family"] for f in problem["fixes"]]

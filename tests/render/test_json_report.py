@@ -29,6 +29,9 @@ ORIGIN_KEYS = [
     "file",
     "line",
     "code",
+    "end_line",
+    "source_kind",
+    "variable",
     "gradient_of",
     "inputs",
     "outputs",
@@ -72,6 +75,9 @@ def test_forward_problem_matches_the_contract(problem_report):
             "file": "train.py",
             "line": 42,
             "code": "w = tf.exp(scores)",
+            "end_line": None,
+            "source_kind": "op",
+            "variable": None,
             "gradient_of": None,
             "inputs": [
                 {

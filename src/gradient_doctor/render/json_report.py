@@ -125,8 +125,10 @@ def origin_to_dict(origin: Origin | None) -> dict[str, Any] | None:
 
     Returns:
         A dict with `op`, `op_name`, `layer`, `file`, `line`, `code` (the user's
-        source line, flattened; null when unknown), `gradient_of`, `inputs` and
-        `outputs`; None when `origin` is None.
+        source line, flattened; null when unknown), `end_line` (the last line of a
+        statement over several lines, else null), `source_kind` (what that line is:
+        "op", "layer_creation" or "state_write"), `variable`, `gradient_of`,
+        `inputs` and `outputs`; None when `origin` is None.
     """
     if origin is None:
         return None
@@ -135,6 +137,9 @@ def origin_to_dict(origin: Origin | None) -> dict[str, Any] | None:
         "op_name": origin.op_name,
         "layer": origin.layer,
         **source_to_dict(origin.source),
+        "end_line": None if origin.source is None else _integer(origin.source.end_line),
+        "source_kind": origin.source_kind,
+        "variable": origin.variable,
         "gradient_of": origin.gradient_of,
         "inputs": [tensor_stats_to_dict(stats) for stats in origin.inputs],
         "outputs": [tensor_stats_to_dict(stats) for stats in origin.outputs],

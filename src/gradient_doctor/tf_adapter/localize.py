@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import tensorflow as tf
 
-from gradient_doctor.core.evidence import BadInput, Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.evidence import (
+    BadInput,
+    BrokenState,
+    Evidence,
+    StepHistory,
+    TrainingSetup,
+)
 from gradient_doctor.core.findings import Origin
 from gradient_doctor.core.op_trace import (
     OpEvent,
@@ -19,10 +27,16 @@ from gradient_doctor.core.op_trace import (
 )
 from gradient_doctor.core.origin_search import find_origin
 from gradient_doctor.tf_adapter import input_scan
+from gradient_doctor.tf_adapter.broken_state import broken_state
+from gradient_doctor.tf_adapter.creation_sites import (
+    creation_line,
+    layer_of_variable,
+    variable_path,
+)
 from gradient_doctor.tf_adapter.guard import gradient_values
 from gradient_doctor.tf_adapter.replay import ReplayResult, replay_step
 from gradient_doctor.tf_adapter.step_context import StepCall
-from gradient_doctor.tf_adapter.tensor_summary import sample_values
+from gradient_doctor.tf_adapter.tensor_summary import sample_values, summarize
 
 
 def localize(
@@ -86,7 +100,7 @@ def evidence_from_replay(
         data_ids: ids of the tensors the step was called with (its batch).
     """
     search = find_origin(result.events, result.bad_ids)
-    overflowed = None if result.reproduced else _overflowed_norm(result)
+    overflowed = None if result.reproduced else _overflowed_update(result)
     origin_event = search.origin
     # No op made the non-finite value, and it is not in the batch: a constant (a
     # literal the dtype cannot hold) or a tensor made before the step. Its first
@@ -99,6 +113,13 @@ def evidence_from_replay(
     if foreign:
         origin_event = search.first_reader
     origin = _origin(origin_event, result) if origin_event is not None else None
+    broken = None
+    if origin_event is not None:
+        broken = broken_state(origin_event, result.tensors, WEIGHT_READS, foreign)
+        if broken is not None:
+            origin = _state_origin(origin, broken)
+    elif overflowed is not None:
+        origin = overflowed[1]
     forward = search.forward_op
     axis = _reduction_axis(origin_event, result) if origin_event is not None else None
     return Evidence(
@@ -112,8 +133,9 @@ def evidence_from_replay(
         setup=setup,
         reproduced=result.reproduced or overflowed is not None,
         reduction_axis=axis,
-        overflowed_norm=overflowed,
-        nonfinite_constant=foreign,
+        overflowed_norm=overflowed[0] if overflowed is not None else None,
+        nonfinite_constant=foreign and broken is None,
+        broken_state=broken,
         **_upstream_facts(result, origin_event, data_ids),
     )
 
@@ -137,15 +159,61 @@ WEIGHT_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _overflowed_norm(result: ReplayResult) -> float | None:
-    """The global norm of the first update whose finite gradients' sum of squares
-    overflows float32 (what trips the guard then), measured in float64; else None."""
-    for grads, _, _ in getattr(result, "updates", None) or ():
-        values = [np.asarray(gradient_values(g), np.float64) for g in grads if g is not None]
-        total = sum(float(np.sum(np.square(v))) for v in values if v.dtype.kind == "f")
+def _overflowed_update(result: ReplayResult) -> tuple[float, Origin] | None:
+    """The first update whose finite gradients' sum of squares overflows float32 (what
+    trips the guard then): its global norm, measured in float64, and as origin the
+    square of its largest gradient (the optimizer's update of that variable); else None.
+    """
+    for grads, variables, _ in getattr(result, "updates", None) or ():
+        sums = []
+        for gradient, variable in itertools.zip_longest(grads, variables):
+            if gradient is None:
+                continue
+            values = np.asarray(gradient_values(gradient), np.float64)
+            if values.dtype.kind == "f":
+                sums.append((float(np.sum(np.square(values))), gradient, variable))
+        total = sum(total for total, _, _ in sums)
         if total > _FLOAT32_MAX and np.isfinite(total):
-            return float(np.sqrt(total))
+            _, gradient, variable = max(sums, key=lambda item: item[0])
+            return float(np.sqrt(total)), _update_origin(gradient, variable)
     return None
+
+
+def _update_origin(gradient, variable) -> Origin:
+    """The optimizer's square of `variable`'s gradient, placed at its layer's creation line."""
+    values = gradient_values(gradient)
+    name = variable_path(variable) if variable is not None else None
+    layer = layer_of_variable(variable) if variable is not None else None
+    source = creation_line(layer) if layer is not None else None
+    layer_path = getattr(layer, "path", None) or (
+        name.rsplit("/", 1)[0] if name and "/" in name else None
+    )
+    return Origin(
+        op="Square",
+        op_name=f"update/{name or 'gradient'}/Square",
+        layer=layer_path,
+        source=source,
+        gradient_of=None,
+        inputs=(summarize(values),),
+        outputs=(summarize(tf.square(values)),),
+        input_values=(sample_values(values),),
+        source_kind="layer_creation" if source is not None else "op",
+        variable=name,
+    )
+
+
+def _state_origin(origin: Origin, state: BrokenState) -> Origin:
+    """The origin placed at the line that wrote the broken state (else its layer's
+    creation line), naming the variable."""
+    if state.written_at is not None:
+        source, kind = state.written_at, "state_write"
+    elif state.created_at is not None:
+        source, kind = state.created_at, "layer_creation"
+    else:
+        source, kind = origin.source, origin.source_kind
+    return replace(
+        origin, source=source, source_kind=kind, variable=state.variables[0], layer=state.layer
+    )
 
 
 # Reductions whose axis a max-shift of their input must respect.
@@ -182,6 +250,7 @@ def _origin(event: OpEvent, result: ReplayResult) -> Origin:
         op_name=event.op_name,
         layer=event.layer,
         source=event.source,
+        source_kind=event.source_kind,
         gradient_of=event.gradient_of,
         inputs=event.inputs,
         outputs=event.outputs,

@@ -19,6 +19,7 @@ from gradient_doctor.tf_adapter.backward_marks import (
     gradient_functions_marked,
     keras_layer_path,
 )
+from gradient_doctor.tf_adapter.creation_sites import op_site
 from gradient_doctor.tf_adapter.guard import gradient_values
 from gradient_doctor.tf_adapter.random_draws import replaying
 from gradient_doctor.tf_adapter.source_frames import user_line
@@ -98,8 +99,11 @@ class _Recorder(BackwardMarks):
         backward = self.in_backward
         gradient_of, forward_index = self.gradient_of()
         forward = self.events[forward_index] if forward_index is not None else None
-        layer = forward.layer if forward is not None else keras_layer_path()
-        source = forward.source if forward is not None else user_line()
+        if forward is not None:
+            layer, source, source_kind = forward.layer, forward.source, forward.source_kind
+        else:
+            layer = keras_layer_path()
+            source, source_kind = op_site(layer)
         prefix = "gradient_tape/" if backward else ""
         self.events.append(
             OpEvent(
@@ -115,6 +119,7 @@ class _Recorder(BackwardMarks):
                 inputs=tuple(s for i in input_ids if (s := self.stats[i]) is not None),
                 outputs=tuple(s for i in output_ids if (s := self.stats[i]) is not None),
                 source=source,
+                source_kind=source_kind,
             )
         )
         if not backward:

@@ -13,7 +13,7 @@ from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter import creation_sites, state_writes, step_context
 from gradient_doctor.tf_adapter.callback import Doctor
 from gradient_doctor.tf_adapter.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
@@ -47,6 +47,13 @@ class RunPatches:
 
     def install(self) -> None:
         watcher = self.watcher
+        # Where each layer, model and optimizer is built, and which of the user's calls
+        # left NaN or Inf in a layer's state: recorded as they happen, for the diagnosis.
+        for owner, name, value in [
+            *creation_sites.recording_patches(),
+            *state_writes.recording_patches(),
+        ]:
+            self._replace(owner, name, value)
         # A LossScaleOptimizer overrides `apply`: it is guarded as a whole (it decides
         # which overflowing steps to skip), and its inner optimizer's update runs inside.
         for owner in (BaseOptimizer, LossScaleOptimizer):

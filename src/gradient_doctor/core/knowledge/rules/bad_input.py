@@ -1,12 +1,16 @@
-"""Non-finite values that arrive with the batch itself, before any op runs."""
+"""Non-finite values that are there before any op runs: in the batch, or in the state
+the step begins with (a weight loaded with NaN, a `Normalization` adapted on data with a
+missing value)."""
 
 from __future__ import annotations
 
-from gradient_doctor.core.evidence import BadInput, Evidence
-from gradient_doctor.core.findings import Fix
+import ast
+
+from gradient_doctor.core.evidence import BadInput, BrokenState, Evidence
+from gradient_doctor.core.findings import Fix, SourceLine
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.not_fixes import nan_gradient_not_fixes
-from gradient_doctor.core.knowledge.wording import at_step, listing
+from gradient_doctor.core.knowledge.wording import at_step, count, listing, op_place
 
 _CLEAN_CODE = """\
 # drop the examples that hold NaN or Inf (tf.data):
@@ -25,7 +29,10 @@ optimizer.apply_gradients(zip(grads, model.trainable_variables))"""
 
 
 def diagnose(evidence: Evidence) -> Diagnosis | None:
-    """Diagnose NaN or Inf in the input batch; decline when the batch was finite."""
+    """Diagnose NaN or Inf in a weight or statistic the step began with, or in the
+    input batch; decline when both were finite."""
+    if evidence.broken_state is not None:
+        return _broken_state(evidence, evidence.broken_state)
     if not evidence.bad_inputs:
         return None
     described = "; ".join(describe(bad) for bad in evidence.bad_inputs)
@@ -57,3 +64,108 @@ def describe(bad: BadInput) -> str:
         noun = "feature column" if len(bad.columns) == 1 else "feature columns"
         text += f", {noun} {listing(bad.columns)}"
     return text
+
+
+# Why each state-writing call left non-finite values.
+_WHY_WRITTEN = {
+    "adapt": "`adapt` learns its statistics from the data it is given, and that data held "
+    "NaN or Inf (a missing value): the statistics are NaN, and so is every output",
+    "set_weights": "the arrays passed to `set_weights` held them",
+    "load_weights": "the checkpoint held them: it was saved from weights that had already "
+    "gone non-finite",
+    "assign": "the value assigned held them",
+}
+
+
+def _broken_state(evidence: Evidence, state: BrokenState) -> Diagnosis:
+    """A weight or statistic that was non-finite before the step: name it and its writer."""
+    names = listing([f"`{name}`" for name in state.variables])
+    holder = f" of layer `{state.layer}`" if state.layer else ""
+    counts = " and ".join(
+        count(number, noun)
+        for number, noun in ((state.nan, "NaN value"), (state.inf, "infinite value"))
+        if number
+    )
+    origin = evidence.origin
+    reader = f" {op_place(origin)} only read them." if origin is not None else ""
+    explanation = (
+        f"{names}{holder} already held {counts or 'non-finite values'} before "
+        f"{'the step' if evidence.step is None else f'step {evidence.step}'}: "
+        f"no op of the step made them.{reader}"
+    )
+    written = state.written_at
+    if state.written_by is not None and written is not None:
+        explanation += (
+            f" They were written by `{written.code}` ({written.file}:{written.line}): "
+            f"{_WHY_WRITTEN.get(state.written_by, 'that call wrote them')}."
+        )
+    else:
+        explanation += (
+            " No call the doctor watched wrote them (a `set_weights`, `load_weights`, "
+            "`adapt` or `assign` made before it was watching, under `Doctor()` or "
+            "`watch()`): they were non-finite when the watched training began."
+        )
+    return Diagnosis(
+        category="bad_input",
+        explanation=explanation,
+        not_fixes=nan_gradient_not_fixes(f"the state the step began with: {names} held it"),
+        fixes=(_state_fix(state, names),),
+    )
+
+
+def _state_fix(state: BrokenState, names: str) -> Fix:
+    """The remedy for the call that wrote the broken state, written for its line."""
+    call = _method_call(state.written_at, state.written_by)
+    if state.written_by == "adapt":
+        receiver, data = call or ("layer", "data")
+        return Fix(
+            "clean_input",
+            "Adapt on the examples without missing values",
+            f"finite = np.isfinite({data}).reshape(len({data}), -1).all(axis=1)\n"
+            f"{receiver}.adapt({data}[finite])  # or impute the missing values first\n"
+            "# a tf.data.Dataset: .filter(lambda x: tf.reduce_all(tf.math.is_finite(x)))",
+        )
+    if state.written_by == "load_weights":
+        receiver, path = call or ("model", "path")
+        return Fix(
+            "finite_weights",
+            "Load a checkpoint saved while the weights were finite",
+            f"{receiver}.load_weights({path})  # holds NaN or Inf in {names}: use an earlier one\n"
+            "# and save only finite weights from now on:\n"
+            "callbacks = [keras.callbacks.TerminateOnNaN(), keras.callbacks.ModelCheckpoint(path)]",
+        )
+    if state.written_by in ("set_weights", "assign"):
+        receiver, value = call or ("layer", "weights")
+        method = state.written_by
+        values = f"[{value}]" if method == "assign" else value
+        return Fix(
+            "finite_weights",
+            f"Check the values before `{method}`: they hold NaN or Inf",
+            f"assert all(np.isfinite(w).all() for w in {values}), 'NaN or Inf in the weights'\n"
+            f"{receiver}.{method}({value})",
+        )
+    return Fix(
+        "finite_weights",
+        f"Find what wrote NaN or Inf into {names} before training, and check it",
+        "for variable in model.weights:  # before training\n"
+        "    assert np.isfinite(variable.numpy()).all(), variable.path",
+    )
+
+
+def _method_call(source: SourceLine | None, method: str | None) -> tuple[str, str] | None:
+    """(receiver, first argument) of the `receiver.method(argument, ...)` call on a line."""
+    if source is None or method is None:
+        return None
+    try:
+        tree = ast.parse(source.code.strip())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == method
+            and node.args
+        ):
+            return ast.unparse(node.func.value), ast.unparse(node.args[0])
+    return None

@@ -10,7 +10,7 @@ such a step, and the replay measures the norm in float64.
 from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Fix, NotFix
+from gradient_doctor.core.findings import Fix, NotFix, Origin
 from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.rules.exploding_gradients import norm_growth
@@ -32,14 +32,14 @@ GLOBAL_NORM_CLIPPING = NotFix(
 def diagnose(evidence: Evidence) -> Diagnosis | None:
     """Explain a step whose finite gradients had a global norm beyond float32; else decline."""
     norm = evidence.overflowed_norm
-    if norm is None or evidence.origin is not None:
+    if norm is None:
         return None
     explanation = (
         f"Every gradient{at_step(evidence.step)} was finite, but their global norm was "
         f"{format_number(norm)}: its square overflows float32 (above 3.4e38). Adam and "
         "RMSprop square the gradients, and clipping by the norm divides by it, so the "
         "update would have written inf or NaN into the weights; it was skipped."
-    )
+    ) + _largest(evidence.origin)
     growth = norm_growth(evidence.history)
     if growth is not None:
         explanation += (
@@ -54,3 +54,20 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         remedies.batch_normalization("each hidden layer"),
     )
     return Diagnosis("exploding_gradients", explanation, (GLOBAL_NORM_CLIPPING,), fixes)
+
+
+def _largest(origin: Origin | None) -> str:
+    """The sentence naming the largest gradient's variable, its layer and the line that
+    created it: " The largest is the gradient of `dense/kernel` (layer `dense`, created
+    at train.py:12), up to 2.3e+21." ("" when the origin names no variable)."""
+    if origin is None or origin.variable is None:
+        return ""
+    where = []
+    if origin.layer:
+        where.append(f"layer `{origin.layer}`")
+    if origin.source is not None and origin.source_kind == "layer_creation":
+        where.append(f"created at {origin.source.file}:{origin.source.line}")
+    place = f" ({', '.join(where)})" if where else ""
+    largest = origin.inputs[0].largest_magnitude if origin.inputs else None
+    size = f", up to {format_number(largest)}" if largest is not None else ""
+    return f" The largest is the gradient of `{origin.variable}`{place}{size}."
