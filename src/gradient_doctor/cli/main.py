@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
+import gradient_doctor
+from gradient_doctor.cli.output_paths import check_outputs
 from gradient_doctor.errors import UsageError
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+EXIT_STATUSES = (
+    "0 healthy; 1 a problem was diagnosed, or the script crashed; 2 usage error "
+    "(or TensorFlow is not installed); N the script's own sys.exit(N) with N not 0 (a "
+    "message passed to sys.exit gives 1); 128+S the run was stopped by signal S (130 SIGINT, "
+    "143 SIGTERM), every requested report still written"
+)
+INSTALL_TENSORFLOW = 'pip install "gradient-doctor[tensorflow]"'
 # Kept here, not imported from the TensorFlow adapter: `--help` must not load TensorFlow.
 DEFAULT_TRIAL_STEPS = 200
 DEFAULT_PROGRESS_SECONDS = 30.0
@@ -19,12 +29,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradient-doctor",
         description="Find out why training goes NaN, and what will fix it.",
+        epilog=f"Exit status of `run`: {EXIT_STATUSES}.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"gradient-doctor {gradient_doctor.__version__}"
     )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run",
         help="run a training script unchanged, watching every fit and custom loop",
         description="Run SCRIPT as `python SCRIPT ARGS` would, with the doctor watching.",
+        epilog=f"Exit status: {EXIT_STATUSES}.",
     )
     run.add_argument("--report", metavar="PATH", help="write the JSON report to PATH")
     run.add_argument(
@@ -106,22 +121,6 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def check_outputs(options: argparse.Namespace) -> None:
-    """Raise `UsageError` before the run when an output path cannot be what it names."""
-    for flag, path in (("--report", options.report), ("--html", options.html)):
-        if path and os.path.isdir(path):
-            raise UsageError(
-                f"`{flag}` must name a file, but {path!r} is a folder. "
-                f"Pass a file path, for example `{flag} {os.path.join(path, 'report')}`."
-            )
-    if options.tensorboard and os.path.exists(options.tensorboard):
-        if not os.path.isdir(options.tensorboard):
-            raise UsageError(
-                f"`--tensorboard` must name a folder, but {options.tensorboard!r} is a file. "
-                "Pass a folder for the event files, for example `--tensorboard logs/doctor`."
-            )
-
-
 def check_script(path: str) -> None:
     """Raise `UsageError` unless `path` is a readable Python file."""
     if not os.path.exists(path):
@@ -136,10 +135,25 @@ def check_script(path: str) -> None:
         )
 
 
+def check_tensorflow() -> None:
+    """Raise `UsageError` when TensorFlow is not installed where the doctor runs.
+
+    `pip install gradient-doctor` leaves the framework to the user (any TensorFlow 2
+    build works), so its absence is said in one line instead of a traceback.
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UsageError(
+            f"TensorFlow is not installed in this environment ({sys.executable}). Install "
+            f"it with `{INSTALL_TENSORFLOW}`, or run the doctor from the environment your "
+            "training script runs in."
+        )
+
+
 def run_command(options: argparse.Namespace) -> int:
     """Run the script under the doctor and report; returns the exit status."""
     check_script(options.script)
-    check_outputs(options)
+    check_outputs(options.script, options.report, options.html, options.tensorboard)
+    check_tensorflow()
     if options.dump:
         from gradient_doctor.tf_adapter.dump_format import check_new_dump_directory
 
@@ -168,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     try:
         if options.command == "replay":
+            check_outputs(None, options.report)
+            check_tensorflow()
             from gradient_doctor.cli.replay_command import replay_command
 
             return replay_command(options.dump, options.report)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import traceback
 from dataclasses import dataclass
 
+from gradient_doctor.cli.interrupts import Terminated, signal_name
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.tf_adapter.source_frames import is_doctor_file
+from gradient_doctor.tf_adapter.source_frames import display_path, is_doctor_file, is_user_file
 
 
 @dataclass(frozen=True)
@@ -18,32 +20,74 @@ class ScriptOutcome:
 
     Attributes:
         stopped: the doctor stopped training (a problem was diagnosed).
-        error: the script's own exception, as "Type: message", or None.
-        exit_code: the code the script passed to `sys.exit`, if any.
+        error: the script's own exception, as "Type: message" ("SystemExit: 3" for
+            a `sys.exit` that was not 0).
+        exit_code: the status the script asked for with `sys.exit` (1 for a message,
+            as Python gives), or None when it did not call it.
+        interrupted: the number of the signal that stopped the script (SIGINT for a
+            `KeyboardInterrupt`), or None.
     """
 
     stopped: bool = False
     error: str | None = None
     exit_code: int | None = None
+    interrupted: int | None = None
+
+
+def runner_frame(filename: str) -> bool:
+    """True for the frames of the doctor and of the machinery that runs the script
+    (`runpy`, which Python 3.11 shows as `<frozen runpy>`, and importlib's)."""
+    return (
+        is_doctor_file(filename)
+        or filename.startswith("<frozen ")
+        or os.path.basename(filename) == "runpy.py"
+    )
+
+
+def user_traceback(error: BaseException) -> traceback.StackSummary:
+    """The frames of `error`'s traceback, without the doctor's and the runner's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return traceback.StackSummary.from_list(f for f in frames if not runner_frame(f.filename))
 
 
 def print_user_traceback(error: BaseException) -> None:
-    """Print the script's exception with the doctor's and the runner's frames left out."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(error.__traceback__)
-        if not is_doctor_file(frame.filename) and not frame.filename.endswith("runpy.py")
-    ]
+    """Print the script's exception as Python would, without the doctor's frames."""
     print("Traceback (most recent call last):", file=sys.stderr)
-    print("".join(traceback.format_list(frames)), end="", file=sys.stderr)
+    print("".join(user_traceback(error).format()), end="", file=sys.stderr)
     print("".join(traceback.format_exception_only(error)), end="", file=sys.stderr)
+
+
+def print_where_stopped(error: Terminated) -> None:
+    """Say on stderr where in the user's code a signal stopped the script."""
+    frames = [f for f in user_traceback(error) if is_user_file(f.filename)]
+    where = ""
+    if frames:
+        frame = frames[-1]
+        where = f" at {display_path(frame.filename)}:{frame.lineno}, in {frame.name}"
+    print(
+        f"gradient-doctor: the script was stopped by {signal_name(error.signum)}{where}",
+        file=sys.stderr,
+    )
+
+
+def exit_outcome(code: object) -> ScriptOutcome:
+    """What `sys.exit(code)` in the script means, as Python reads it: None or 0 is
+    success, an int is the status, anything else is printed and gives 1."""
+    if code is None or code == 0:
+        return ScriptOutcome(exit_code=0)
+    if isinstance(code, int):
+        return ScriptOutcome(error=f"SystemExit: {code}", exit_code=code)
+    print(code, file=sys.stderr)
+    return ScriptOutcome(error=f"SystemExit: {code}", exit_code=1)
 
 
 def run_script(path: str, args: list[str]) -> ScriptOutcome:
     """Execute `path` as the main module with `sys.argv = [path, *args]`.
 
     The script's own exceptions are printed in full (nothing is swallowed) and
-    returned as text; `TrainingStopped` from the doctor ends the script quietly.
+    returned as text; `TrainingStopped` from the doctor ends the script quietly; a
+    `KeyboardInterrupt` is printed as Python prints it, and a SIGTERM (`Terminated`)
+    in one line saying where it landed.
     """
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [path, *args]
@@ -53,10 +97,13 @@ def run_script(path: str, args: list[str]) -> ScriptOutcome:
     except TrainingStopped:
         return ScriptOutcome(stopped=True)
     except SystemExit as exit_:
-        code = exit_.code
-        if code in (None, 0):
-            return ScriptOutcome(exit_code=0)
-        return ScriptOutcome(error=f"the script exited with status {code}", exit_code=1)
+        return exit_outcome(exit_.code)
+    except KeyboardInterrupt as interrupt:
+        print_user_traceback(interrupt)
+        return ScriptOutcome(interrupted=int(signal.SIGINT))
+    except Terminated as terminated:
+        print_where_stopped(terminated)
+        return ScriptOutcome(interrupted=terminated.signum)
     except BaseException as error:  # the user's own crash: report it, never hide it
         print_user_traceback(error)
         return ScriptOutcome(error=f"{type(error).__name__}: {error}")

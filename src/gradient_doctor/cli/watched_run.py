@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from gradient_doctor.cli.script_runner import run_script
+import runpy
+from dataclasses import replace
+
+from gradient_doctor.cli.interrupts import RunInterrupts, signal_name
+from gradient_doctor.cli.script_runner import ScriptOutcome, run_script
 
 EXIT_HEALTHY, EXIT_PROBLEM = 0, 1
+# The exit status of a run a signal stopped is 128 + its number, as a shell reports it.
+EXIT_SIGNAL_BASE = 128
 
 
 def watched_run(
@@ -23,34 +29,54 @@ def watched_run(
     status. A progress line goes to stderr every `progress_seconds` (0: none); with
     `dump_dir`, the first non-finite step is saved there for `gradient-doctor replay`;
     each proposed fix is tried for `trial_steps` steps (0: none); `layer_stats` False
-    is the cheap mode (global checks only)."""
-    from gradient_doctor.cli.report_outputs import write_outputs
-    from gradient_doctor.render.progress import ProgressLine
-    from gradient_doctor.render.terminal import render_report
-    from gradient_doctor.tf_adapter.crash_dump import CrashDump
-    from gradient_doctor.tf_adapter.run_patches import RunPatches
-    from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
+    is the cheap mode (global checks only).
 
-    crash_dump = CrashDump(dump_dir, script) if dump_dir else None
-    watcher = Watcher(
-        stop_on_problem=not keep_going,
-        on_finding=print_finding,
-        on_warning=print_warning,
-        trial_steps=trial_steps,
-        layer_stats=layer_stats,
-        on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
-        on_problem=crash_dump,
-    )
-    patches = RunPatches(watcher)
-    patches.install()
-    try:
-        outcome = run_script(script, args)
-        watcher.finish()
-    finally:
-        patches.uninstall()
-    report = watcher.report(script, outcome.error)
-    render_report(report, problems_shown=True)
-    if crash_dump is not None:
-        crash_dump.finish()
-    write_outputs(report, report_path, html_path, tensorboard_dir)
+    SIGINT and SIGTERM stop the script, not the doctor: the reports are written
+    (status "interrupted" unless a problem was found first) and the status is 128 +
+    the signal's number. A step being diagnosed when the signal comes is diagnosed
+    to the end first. The script's own `sys.exit(N)`, N not 0, gives N."""
+    interrupts = RunInterrupts(runpy.run_path.__code__)
+    with interrupts:  # from before TensorFlow loads: a signal then still ends with a report
+        from gradient_doctor.cli.report_outputs import write_outputs
+        from gradient_doctor.render.progress import ProgressLine
+        from gradient_doctor.render.terminal import render_report
+        from gradient_doctor.tf_adapter.crash_dump import CrashDump
+        from gradient_doctor.tf_adapter.run_patches import RunPatches
+        from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
+
+        crash_dump = CrashDump(dump_dir, script) if dump_dir else None
+        watcher = Watcher(
+            stop_on_problem=not keep_going,
+            on_finding=print_finding,
+            on_warning=print_warning,
+            trial_steps=trial_steps,
+            layer_stats=layer_stats,
+            on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
+            on_problem=crash_dump,
+        )
+        # A signal stops the script, never the diagnosis of a step.
+        interrupts.protect(
+            Watcher.after_step, Watcher.on_missing_gradients, Watcher._record, Watcher.finish
+        )
+        patches = RunPatches(watcher)
+        patches.install()
+        outcome = ScriptOutcome()
+        try:
+            outcome = run_script(script, args)
+            watcher.finish()
+        finally:
+            interrupts.reporting()
+            patches.uninstall()
+        signum = outcome.interrupted or interrupts.signum
+        report = watcher.report(script, outcome.error)
+        if signum is not None:
+            report = replace(report, interrupted=signal_name(signum))
+        render_report(report, problems_shown=True)
+        if crash_dump is not None:
+            crash_dump.finish()
+        write_outputs(report, report_path, html_path, tensorboard_dir)
+    if signum is not None:
+        return EXIT_SIGNAL_BASE + signum
+    if outcome.exit_code:
+        return outcome.exit_code
     return EXIT_PROBLEM if report.status == "problem" else EXIT_HEALTHY
