@@ -9,9 +9,13 @@ but gets no patch, and so can never be marked verified.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
+from gradient_doctor.core.evidence import StepHistory
 from gradient_doctor.core.findings import Edit, Finding, Fix
+from gradient_doctor.core.knowledge import optimizer_rewrite
+from gradient_doctor.core.knowledge.optimizer_rewrite import OptimizerSite
 from gradient_doctor.core.patches import (
     PatchError,
     patched_text,
@@ -21,25 +25,76 @@ from gradient_doctor.core.patches import (
 )
 
 
-def place_fixes(finding: Finding, root: str = ".") -> Finding:
-    """The finding with `edits` and `patch` set on each fix that rewrites the origin line.
+def place_fixes(
+    finding: Finding,
+    root: str = ".",
+    optimizer: OptimizerSite | None = None,
+    history: StepHistory | None = None,
+) -> Finding:
+    """The finding with `edits` and `patch` set on each fix that can be written as a patch.
 
     Args:
         finding: a diagnosed finding; fixes with a `rewrite` are placed on
             `finding.origin.source`.
         root: the directory the script was run from (paths are relative to it).
+        optimizer: the user's optimizer and the line that built it, for the fixes
+            that change it (a lower learning rate, clipping); None when unknown.
+        history: the recent steps (the clipping threshold is their median norm).
     """
     source = finding.origin.source if finding.origin is not None else None
-    if source is None:
-        return finding
-    lines = read_lines(os.path.join(root, source.file))
-    if lines is None:
-        return finding
+    origin_lines = read_lines(os.path.join(root, source.file)) if source is not None else None
     fixes = []
     for fix in finding.fixes:
-        edit = replace_line(source, fix.rewrite, lines) if fix.rewrite else None
-        fixes.append(with_edits(fix, (edit,), root) if edit is not None else fix)
+        placed = None
+        if fix.rewrite and origin_lines is not None:
+            edit = replace_line(source, fix.rewrite, origin_lines)
+            placed = with_edits(fix, (edit,), root) if edit is not None else None
+        elif fix.family in _OPTIMIZER_FIXES and optimizer is not None:
+            placed = _optimizer_fix(fix, optimizer, root, history)
+        fixes.append(placed or fix)
     return dataclasses.replace(finding, fixes=tuple(fixes))
+
+
+# Fix families that change the optimizer's line, and the keyword each one sets.
+_OPTIMIZER_FIXES = {"lower_learning_rate": None, "gradient_clipping": "global_clipnorm"}
+
+
+def clipping_threshold(history: StepHistory | None) -> float:
+    """The norm to clip at: the median healthy gradient norm (any larger and clipping does
+    nothing on a typical step); 1.0 when no norm was recorded."""
+    norms = sorted(
+        n for n in (history.grad_norms if history else ()) if n is not None and 0 < n < math.inf
+    )
+    return float(norms[len(norms) // 2]) if norms else 1.0
+
+
+def _optimizer_fix(
+    fix: Fix, site: OptimizerSite, root: str, history: StepHistory | None
+) -> Fix | None:
+    """`fix` written as an edit of the optimizer's line, or None when it cannot be."""
+    lines = read_lines(os.path.join(root, site.source.file))
+    if lines is None:
+        return None
+    if fix.family == "lower_learning_rate":
+        made = optimizer_rewrite.lower_learning_rate(site, lines)
+    else:
+        made = optimizer_rewrite.set_clipping(
+            site, lines, _OPTIMIZER_FIXES[fix.family], clipping_threshold(history)
+        )
+    if made is None:
+        return None
+    edits, setting = made
+    placed = with_edits(fix, edits, root)
+    if placed.patch is None:
+        return None
+    code = "\n".join(line for edit in edits for line in _dedented(edit.new_lines))
+    return dataclasses.replace(placed, code=code, trial_setting=(setting.name, setting.value))
+
+
+def _dedented(lines: tuple[str, ...]) -> list[str]:
+    """`lines` without the indentation they share."""
+    indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+    return [line[indent:] for line in lines]
 
 
 def with_edits(fix: Fix, edits: tuple[Edit, ...], root: str = ".") -> Fix:

@@ -19,7 +19,6 @@ import dataclasses
 import io
 import itertools
 import math
-import statistics
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -30,6 +29,7 @@ import tensorflow as tf
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_placement import clipping_threshold
 from gradient_doctor.core.fix_trials import TrialOutcome, judge
 from gradient_doctor.core.patches import PatchError
 from gradient_doctor.core.trial_start import TrialStart, trial_start, trouble_began
@@ -204,31 +204,43 @@ def _distributed(optimizer) -> bool:
 def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPlan]:
     """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order.
 
-    A fix with a patch is tried as the patch is written: the user's functions run
-    from the patched copy of their file (`patched_functions`). Two fixes with the
-    same patch are run once.
+    A fix with a patch is tried as the patch is written: a patch of the optimizer's
+    line by the setting it writes (`Fix.trial_setting`: the same learning rate, the
+    same clipping norm); any other by running the user's functions from the patched
+    copy of their file (`patched_functions`). A remedy with no patch is still tried,
+    for the evidence (it cannot be marked verified). Two fixes with the same patch
+    are run once.
     """
     # A loss-scaling optimizer's own learning rate and clipping are not the ones used.
     optimizer = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
     plans: list[TrialPlan] = []
-    patches = {fix.family: fix for fix in finding.fixes if fix.patch}
+    fixes = {fix.family: fix for fix in finding.fixes}
     remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
     for remedy in dict.fromkeys(remedies):
-        if remedy in patches:
-            fix = patches[remedy]
+        fix = fixes.get(remedy)
+        setting = fix.trial_setting if fix is not None else None
+        if setting is None and remedy in _SETTINGS:
+            setting = _SETTINGS[remedy](evidence)
+        if setting is not None:
+            plans.append(_with_setting(remedy, optimizer, *setting))
+        elif fix is not None and fix.patch:
+            files = ", ".join(sorted({e.file for e in fix.edits}))
             plans.append(
                 TrialPlan(
                     remedy,
-                    f"the patch of {', '.join(sorted({e.file for e in fix.edits}))}",
+                    f"the patch of {files}",
                     lambda edits=fix.edits: _patched(edits),
                     replacement=fix.patch,
                 )
             )
-        elif remedy == "lower_learning_rate":
-            plans.append(_lower_learning_rate(optimizer))
-        elif remedy == "gradient_clipping":
-            plans.append(_gradient_clipping(optimizer, evidence))
     return plans
+
+
+# The settings a remedy without a patch is tried with (what its patch would write).
+_SETTINGS: dict[str, Callable[[Evidence], tuple[str, float]]] = {
+    "lower_learning_rate": lambda evidence: ("learning_rate_scale", 1 / LEARNING_RATE_DIVISOR),
+    "gradient_clipping": lambda evidence: ("global_clipnorm", clipping_threshold(evidence.history)),
+}
 
 
 @contextmanager
@@ -241,74 +253,68 @@ def _patched(edits) -> Iterator[PatchedSource]:
         raise _NotTried(str(reason)) from None
 
 
-def _lower_learning_rate(optimizer) -> TrialPlan:
+def _with_setting(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
+    """A trial plan that sets the optimizer as a patch of its line would build it."""
+    if optimizer is None:
+        return TrialPlan(remedy, "", _not_possible("no optimizer was seen"))
+    if name in ("learning_rate", "learning_rate_scale"):
+        return _learning_rate_plan(remedy, optimizer, name, value)
+    already = [
+        f"{clip}={current}"
+        for clip in ("clipnorm", "clipvalue", "global_clipnorm")
+        if (current := getattr(optimizer, clip, None)) and clip != name
+    ]
+    if already:
+        reason = "clipping is already on: " + ", ".join(already)
+        return TrialPlan(remedy, reason, _not_possible(reason))
+    before = getattr(optimizer, name, None)
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        setattr(optimizer, name, value)
+        try:
+            yield
+        finally:
+            setattr(optimizer, name, before)
+
+    return TrialPlan(remedy, f"{name}={value:.4g}", apply)
+
+
+def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
+    """Set the learning rate to `value`, or scale a schedule's output by it."""
     current = getattr(optimizer, "_learning_rate", None)
     if current is None:
-        return TrialPlan(
-            "lower_learning_rate", "", _not_possible("the optimizer has no learning rate")
-        )
-    # A fixed learning rate lives in a variable (a Keras variable wraps a tf.Variable):
-    # it is lowered in place and restored with the rest of the saved state.
-    if hasattr(current, "assign") and hasattr(current, "numpy"):
-        value = float(current.numpy())
-        lower = value / LEARNING_RATE_DIVISOR
+        return TrialPlan(remedy, "", _not_possible("the optimizer has no learning rate"))
+    fixed = hasattr(current, "assign") and hasattr(current, "numpy")
+    if fixed:
+        # A fixed learning rate lives in a variable (a Keras variable wraps a tf.Variable):
+        # it is set in place and restored with the rest of the saved state.
+        was = float(current.numpy())
+        lower = value if name == "learning_rate" else was * value
 
         @contextmanager
         def lower_value() -> Iterator[None]:
             current.assign(lower)
             yield
 
-        return TrialPlan(
-            "lower_learning_rate", f"learning rate {lower:.3g} (was {value:.3g})", lower_value
-        )
-    # A schedule (or callable) is read while the step is traced: trace with a scaled one.
-    if isinstance(current, keras.optimizers.schedules.LearningRateSchedule):
-
-        def scaled():
-            return current(optimizer.iterations) / LEARNING_RATE_DIVISOR
-
+        return TrialPlan(remedy, f"learning rate {lower:.4g} (was {was:.4g})", lower_value)
+    if name == "learning_rate":  # a schedule the patch replaced by a number
+        scaled = lambda: tf.constant(value, tf.float32)  # noqa: E731
+    elif isinstance(current, keras.optimizers.schedules.LearningRateSchedule):
+        scaled = lambda: current(optimizer.iterations) * value  # noqa: E731
     else:
-
-        def scaled():
-            return current() / LEARNING_RATE_DIVISOR
+        scaled = lambda: current() * value  # noqa: E731
 
     @contextmanager
     def lower_schedule() -> Iterator[None]:
-        optimizer._learning_rate = scaled
+        optimizer._learning_rate = scaled  # read while the step is traced
         try:
             yield
         finally:
             optimizer._learning_rate = current
 
-    return TrialPlan(
-        "lower_learning_rate",
-        f"the learning-rate schedule divided by {LEARNING_RATE_DIVISOR:g}",
-        lower_schedule,
-    )
-
-
-def _gradient_clipping(optimizer, evidence: Evidence) -> TrialPlan:
-    already = [
-        f"{name}={value}"
-        for name in ("clipnorm", "clipvalue", "global_clipnorm")
-        if (value := getattr(optimizer, name, None))
-    ]
-    if optimizer is None or already:
-        reason = "clipping is already on: " + ", ".join(already) if already else "no optimizer"
-        return TrialPlan("gradient_clipping", reason, _not_possible(reason))
-    norms = [n for n in evidence.history.grad_norms if n is not None and n > 0]
-    # Clip at the typical healthy gradient norm: any larger and clipping does nothing.
-    limit = float(statistics.median(norms)) if norms else 1.0
-
-    @contextmanager
-    def apply() -> Iterator[None]:
-        optimizer.global_clipnorm = limit
-        try:
-            yield
-        finally:
-            optimizer.global_clipnorm = None
-
-    return TrialPlan("gradient_clipping", f"global_clipnorm={limit:.3g}", apply)
+    what = f"{value:.4g}" if name == "learning_rate" else f"multiplied by {value:g}"
+    return TrialPlan(remedy, f"the learning-rate schedule {what}", lower_schedule)
 
 
 def _not_possible(reason: str) -> Callable[[], object]:

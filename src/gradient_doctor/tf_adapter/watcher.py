@@ -26,6 +26,7 @@ from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import RunSeries
 from gradient_doctor.tf_adapter import loss_scale
+from gradient_doctor.tf_adapter.fix_sites import optimizer_site
 from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS, try_fixes
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.headroom_probe import samples
@@ -300,7 +301,9 @@ class Watcher:
         if replica is not None:
             note = replica_note(replica, self.guard.replicas)
             finding = replace(finding, explanation=f"{finding.explanation} {note}", replica=replica)
-        finding = place_fixes(finding)
+        finding = place_fixes(
+            finding, optimizer=optimizer_site(self.optimizer), history=evidence.history
+        )
         if call is not None:
             finding = try_fixes(
                 finding,
