@@ -85,6 +85,11 @@ def traceback_frames(stderr: str) -> str:
     return "\n".join(line for line in block.splitlines() if line.startswith("  File "))
 
 
+def shows_doctor_frames(frames: str) -> bool:
+    """Whether frame lines name a module of the doctor's (from its source or installed)."""
+    return any(place in frames for place in ("src/gradient_doctor/", "packages/gradient_doctor/"))
+
+
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -150,7 +155,7 @@ def test_sigint_during_fit_shows_the_keyboard_interrupt_and_exits_130(tmp_path):
     assert "\nKeyboardInterrupt\n" in run.stderr
     frames = traceback_frames(run.stderr)
     assert f'fit_until_signal.py", line {line_of(FIT, "model.fit(")}, in main' in frames
-    assert "runpy" not in frames and "gradient_doctor" not in frames
+    assert "runpy" not in frames and not shows_doctor_frames(frames)
     assert "gradient-doctor interrupted by SIGINT" in " ".join(run.stderr.split())
 
 
@@ -231,6 +236,17 @@ def test_the_script_passed_by_another_spelling_is_still_refused(tmp_path):
     assert "it is the script being run" in _refused(tmp_path, "--report", link, script)
 
 
+def test_replay_report_never_overwrites_a_file_the_doctor_did_not_write(tmp_path, capsys):
+    from gradient_doctor.cli.main import main
+
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"my": "results"}\n')
+    before = digest(notes)
+    assert main(["replay", "--report", str(notes), str(tmp_path / "dump")]) == 2
+    assert "is not a report gradient-doctor wrote" in capsys.readouterr().err
+    assert digest(notes) == before
+
+
 # --- the script's own exit status (reruns into the same report paths) -------------------
 
 
@@ -279,7 +295,7 @@ def test_tracebacks_show_the_scripts_frames_only(tmp_path):
     )
     assert f"line {line_of(RAISE, 'return [parse(line)')}, in load_rows" in frames
     assert f"line {line_of(RAISE, 'return [float(field)')}, in parse" in frames
-    assert "runpy" not in frames and "frozen" not in frames and "gradient_doctor" not in frames
+    assert "runpy" not in frames and "frozen" not in frames and not shows_doctor_frames(frames)
     assert "ValueError: could not convert string to float: 'three'" in run.stderr
     assert run.report["script_error"] == "ValueError: could not convert string to float: 'three'"
 
