@@ -30,6 +30,7 @@ from gradient_doctor.tf_adapter.backward_marks import (
     gradient_functions_marked,
     keras_layer_path,
 )
+from gradient_doctor.tf_adapter.creation_sites import LAYER_CREATION, op_site
 from gradient_doctor.tf_adapter.guard import gradient_values
 from gradient_doctor.tf_adapter.missing_gradients import variable_name
 from gradient_doctor.tf_adapter.source_frames import display_path, is_user_file
@@ -118,8 +119,9 @@ class _TraceRecorder(BackwardMarks):
 
     def __init__(self) -> None:
         super().__init__()
-        # (graph, op name, op type, layer, backward, gradient_of, forward) per op, in
-        # creation order; the tape hook measures positions by its length.
+        # (graph, op name, op type, layer, backward, gradient_of, forward, creation line)
+        # per op, in creation order; the tape hook measures positions by its length. The
+        # creation line is that of the library layer whose own code made the op, if any.
         self.events: list[tuple] = []
         self.updates: list[UpdateNote] = []
         self.optimizers: list[object] = []
@@ -130,7 +132,11 @@ class _TraceRecorder(BackwardMarks):
         name = outputs[0].op.name
         gradient_of, forward = self.gradient_of()
         layer = keras_layer_path()
-        self.events.append((graph, name, op_type, layer, self.in_backward, gradient_of, forward))
+        site, kind = op_site(layer)
+        created = site if kind == LAYER_CREATION else None
+        self.events.append(
+            (graph, name, op_type, layer, self.in_backward, gradient_of, forward, created)
+        )
         return None
 
     def forward_of(self, op, op_type: str) -> str | None:
@@ -304,10 +310,10 @@ def _notes(recorder: _TraceRecorder, graph) -> list[OpNote]:
     sources: dict[str, SourceLine | None] = {}
     layers: dict[str, str | None] = {}
     result = []
-    for op_graph, name, op_type, layer, backward, gradient_of, forward in recorder.events:
+    for op_graph, name, op_type, layer, backward, gradient_of, forward, created in recorder.events:
         if op_graph is not graph:
             continue  # an op inside a cond/while branch: not a node of this graph
-        source = _user_source(graph.get_operation_by_name(name))
+        source = created or _user_source(graph.get_operation_by_name(name))
         if forward is not None and forward in sources:
             # A gradient op belongs to the line and layer of the op it differentiates.
             source, layer = sources[forward], layers[forward]
