@@ -75,6 +75,7 @@ def watched_run(
         if crash_dump is not None:
             crash_dump.finish()
         write_outputs(report, report_path, html_path, tensorboard_dir)
+    signum = signum or interrupts.signum  # one that came while the reports were written
     if signum is not None:
         return EXIT_SIGNAL_BASE + signum
     if outcome.exit_code:
