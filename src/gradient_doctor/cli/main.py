@@ -86,13 +86,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="at the first non-finite step, save the last good state, the failing batch and "
         "the step itself to the new folder DIR; `gradient-doctor replay DIR` runs it again",
     )
+    run.add_argument(
+        "--stop-after",
+        type=positive_int,
+        metavar="N",
+        help="stop training after N watched steps; a run that was healthy so far ends "
+        "healthy (`gradient-doctor fix` reruns a patched script only as far as it needs)",
+    )
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    fix = commands.add_parser(
+        "fix",
+        help="diagnose SCRIPT, rerun a copy with the best verified patch, keep the patch if "
+        "it held",
+        description="Run SCRIPT under the doctor; when a fix is verified, apply its patch to a "
+        "copy of this folder (your files are never changed), run the copy again from the "
+        "start, and write the patch to --out only when that run trained healthy past the "
+        "step where the original failed. Exit status 0 when a patch held (or there was "
+        "nothing to fix), 1 when none held, 2 usage error.",
+    )
+    fix.add_argument(
+        "--out",
+        metavar="PATH",
+        default="gradient-doctor.patch",
+        help="where to write the patch that held (default gradient-doctor.patch)",
+    )
+    fix.add_argument(
+        "--steps-past",
+        type=non_negative_int,
+        default=200,
+        metavar="N",
+        help="how many steps past the original failure the patched run must stay healthy "
+        "(default 200)",
+    )
+    fix.add_argument(
+        "--trial-steps",
+        type=non_negative_int,
+        default=DEFAULT_TRIAL_STEPS,
+        metavar="N",
+        help=f"steps of each fix trial in the diagnosis (default {DEFAULT_TRIAL_STEPS})",
+    )
+    fix.add_argument("script", metavar="SCRIPT", help="the training script to fix")
+    fix.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
     replay = commands.add_parser(
         "replay",
         help="run a crash dump's failing step again and diagnose it, without the script",
         description="Replay the step saved by `gradient-doctor run --dump DIR`: no script, "
-        "model code or data needed. Exit status 1 when the problem reproduces, 0 when not.",
+        "model code or data needed. Exit status 1 when the problem reproduces, 0 when not, "
+        "2 when the dump cannot be read (or TensorFlow is not installed).",
     )
     replay.add_argument("--report", metavar="PATH", help="write the JSON report to PATH")
     replay.add_argument("dump", metavar="DIR", help="the folder `run --dump DIR` wrote")
@@ -107,6 +148,14 @@ def non_negative_int(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """Parse a count of at least 1 given on the command line."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
 
 
@@ -173,6 +222,7 @@ def run_command(options: argparse.Namespace) -> int:
         tensorboard_dir=options.tensorboard,
         progress_seconds=options.progress,
         dump_dir=options.dump,
+        max_steps=options.stop_after,
     )
 
 
@@ -181,6 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
     try:
+        if options.command == "fix":
+            check_script(options.script)
+            from gradient_doctor.cli.fix_command import fix_command
+
+            return fix_command(
+                options.script,
+                options.script_args,
+                options.out,
+                steps_past=options.steps_past,
+                trial_steps=options.trial_steps,
+            )
         if options.command == "replay":
             check_outputs(None, options.report)
             check_tensorflow()
