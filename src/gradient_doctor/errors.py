@@ -27,3 +27,18 @@ class TrainingStopped(DoctorError):
             f"gradient-doctor stopped training at step {finding.step}: "
             f"{finding.category}{where}. The weights are still those of the last good step."
         )
+
+
+class StepLimitReached(TrainingStopped):
+    """Training was stopped, healthy, after the number of steps the run was limited to
+    (`gradient-doctor run --stop-after N`; `gradient-doctor fix` reruns a patched script
+    only as far as it needs).
+
+    Attributes:
+        steps: how many steps were watched.
+    """
+
+    def __init__(self, steps: int) -> None:
+        self.finding = None
+        self.steps = steps
+        DoctorError.__init__(self, f"gradient-doctor stopped training after {steps} steps")

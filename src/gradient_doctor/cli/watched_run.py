@@ -24,12 +24,14 @@ def watched_run(
     tensorboard_dir: str | None = None,
     progress_seconds: float = 0.0,
     dump_dir: str | None = None,
+    max_steps: int | None = None,
 ) -> int:
     """Watch `script`, print the diagnosis, write the reports asked for; return the exit
     status. A progress line goes to stderr every `progress_seconds` (0: none); with
     `dump_dir`, the first non-finite step is saved there for `gradient-doctor replay`;
     each proposed fix is tried for `trial_steps` steps (0: none); `layer_stats` False
-    is the cheap mode (global checks only).
+    is the cheap mode (global checks only); `max_steps` stops training, healthy, after
+    that many steps.
 
     SIGINT and SIGTERM stop the script, not the doctor: the reports are written
     (status "interrupted" unless a problem was found first) and the status is 128 +
@@ -53,6 +55,7 @@ def watched_run(
             layer_stats=layer_stats,
             on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
             on_problem=crash_dump,
+            max_steps=max_steps,
         )
         # A signal stops the script, never the diagnosis of a step.
         interrupts.protect(

@@ -141,3 +141,77 @@ def patched_text(path: str, edits: Sequence[Edit]) -> str:
     if lines is None:
         raise PatchError(f"cannot read {path!r}")
     return "".join(apply_edits(lines, edits))
+
+
+def apply_unified_diff(diff: str, root: str) -> dict[str, str]:
+    """The new text of each file a unified diff changes, read from under `root`.
+
+    Applies what `unified_diff` writes (and `patch -p1` takes): `--- a/PATH` and
+    `+++ b/PATH` headers, then hunks whose context must match the file exactly (at
+    the line the hunk names, or nearby when lines above moved).
+
+    Raises:
+        PatchError: when a file cannot be read or a hunk does not match it.
+    """
+    results: dict[str, str] = {}
+    for path, hunks in _parse_diff(diff):
+        lines = read_lines(os.path.join(root, path))
+        if lines is None:
+            raise PatchError(f"cannot read {path!r} under {root!r}")
+        results[path] = "".join(_apply_hunks(lines, hunks, path))
+    return results
+
+
+def _parse_diff(diff: str) -> list[tuple[str, list[tuple[int, list[str]]]]]:
+    """[(path, [(old start line, hunk body lines)])] of a unified diff, `b/` dropped."""
+    files: list[tuple[str, list[tuple[int, list[str]]]]] = []
+    for line in diff.splitlines(keepends=True):
+        if line.startswith("+++ "):
+            path = line[4:].strip().split("\t")[0]
+            files.append((path[2:] if path.startswith("b/") else path, []))
+        elif line.startswith("--- "):
+            continue
+        elif line.startswith("@@") and files:
+            old = line.split()[1]  # "-42,7"
+            files[-1][1].append((int(old[1:].split(",")[0]), []))
+        elif files and files[-1][1] and line[:1] in (" ", "+", "-", "\\"):
+            files[-1][1][-1][1].append(line)
+    return files
+
+
+def _apply_hunks(lines: list[str], hunks: list[tuple[int, list[str]]], path: str) -> list[str]:
+    result = list(lines)
+    shift = 0
+    for start, body in hunks:
+        old = [line[1:] for line in body if line[:1] in (" ", "-")]
+        new = [line[1:] for line in body if line[:1] in (" ", "+")]
+        old, new = _no_newline_markers(body, old, new)
+        at = _find(result, old, max(start - 1 + shift, 0))
+        if at is None:
+            raise PatchError(f"a hunk at line {start} of {path} does not match the file")
+        result[at : at + len(old)] = new
+        shift += len(new) - len(old)
+    return result
+
+
+def _no_newline_markers(body: list[str], old: list[str], new: list[str]):
+    """Drop the newline of the line before each `\\ No newline at end of file` marker."""
+    old, new = list(old), list(new)
+    for index, line in enumerate(body):
+        if not line.startswith("\\") or index == 0:
+            continue
+        before = body[index - 1]
+        side = [old] if before[:1] == "-" else [new] if before[:1] == "+" else [old, new]
+        for lines in side:
+            if lines:
+                lines[-1] = lines[-1].rstrip("\r\n")
+    return old, new
+
+
+def _find(lines: list[str], block: list[str], near: int) -> int | None:
+    """Where `block` stands in `lines`, searching outward from `near`."""
+    for distance in range(len(lines) + 1):
+        for at in {near - distance, near + distance}:
+            if 0 <= at <= len(lines) - len(block) and lines[at : at + len(block)] == block:
+                return at
+    return None

@@ -25,6 +25,7 @@ from gradient_doctor.core.knowledge.wording import replica_note
 from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import RunSeries
+from gradient_doctor.errors import StepLimitReached
 from gradient_doctor.tf_adapter import loss_scale
 from gradient_doctor.tf_adapter.fix_sites import optimizer_site
 from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS, try_fixes
@@ -91,6 +92,8 @@ class Watcher:
             Defaults to True.
         on_record: called with each step's record (loss and gradient norm every
             step, headroom every `HEADROOM_EVERY` steps); the progress line reads it.
+        max_steps: int or None. Stop training (healthy) once this many steps were
+            watched, by raising `StepLimitReached`; None never stops. Defaults to None.
         on_problem: called as `on_problem(finding, evidence, call, named_inputs)`
             after each finding from a non-finite step, while the variables still
             hold the last good state (`call` is the failing step, None when it
@@ -107,7 +110,13 @@ class Watcher:
         layer_stats: bool = True,
         on_record: Callable[[StepRecord], None] | None = None,
         on_problem: Callable[[Finding, Evidence, StepCall | None, list], None] | None = None,
+        max_steps: int | None = None,
     ) -> None:
+        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(
+                f"`max_steps` must be an int >= 1 or None. Received: max_steps={max_steps!r}"
+            )
+        self.max_steps = max_steps
         if not isinstance(zero_gradient_window, int) or zero_gradient_window < 2:
             raise ValueError(
                 "`zero_gradient_window` must be an int of at least 2. "
@@ -199,6 +208,9 @@ class Watcher:
             if stats.zero_streak >= self.zero_gradient_window:
                 self._zero_gradients(step)
             self._look_ahead(step, stats)
+            if pending is None and self.max_steps is not None:
+                if self.steps_watched >= self.max_steps:
+                    raise StepLimitReached(self.steps_watched)
             return pending
         history, setup = self._step_history(), training_setup(self.optimizer, stats.xla)
         call, named = None, []
