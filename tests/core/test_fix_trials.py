@@ -1,5 +1,7 @@
 """Judging fix trials: verified only when the unchanged step fails again and the fix holds."""
 
+import dataclasses
+
 from gradient_doctor.core.findings import Finding, Fix, NotFix
 from gradient_doctor.core.fix_trials import TrialOutcome, describe, judge
 
@@ -101,3 +103,26 @@ def test_loss_trend_uses_the_first_and_last_tenth():
     outcome = _outcome("x", losses=[float(v) for v in range(100)], steps=100)
     assert outcome.loss_trend() == (4.5, 94.5)
     assert not outcome.learning()
+
+
+def test_a_not_fix_whose_trial_helps_becomes_a_fix_with_its_verdict():
+    lower = Fix("lower_learning_rate", "Lower the learning rate", "lr", patch=_PATCH)
+    finding = dataclasses.replace(
+        _finding(),
+        not_fixes=(NotFix("lower_learning_rate", "only delays it", structural=False, fix=lower),),
+    )
+    judged = judge(finding, FAILED_BASELINE, [_outcome("lower_learning_rate")])
+    assert judged.not_fixes == ()
+    promoted = judged.fixes[-1]
+    assert (promoted.family, promoted.verified) == ("lower_learning_rate", True)
+
+
+def test_an_expectation_nobody_tried_says_so():
+    guess = NotFix("larger_batch", "it is expected to delay it", structural=False)
+    fact = NotFix("gradient_clipping", "clipping acts on gradients")
+    finding = dataclasses.replace(_finding(), not_fixes=(guess, fact))
+    judged = judge(finding, FAILED_BASELINE, [_outcome("stable_softmax")])
+    assert judged.not_fixes[0].evidence == "not tried"
+    assert judged.not_fixes[0].untried_expectation is False  # it now says it was not tried
+    assert guess.untried_expectation and not fact.untried_expectation
+    assert judged.not_fixes[1].evidence is None

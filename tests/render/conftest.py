@@ -49,10 +49,17 @@ def exp_overflow_finding(**changes):
                 code="w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))",
                 verified=True,
                 evidence="replayed 200 steps from step 1829: all finite",
+                patch=STABLE_SOFTMAX_PATCH,
             ),
         ),
     )
     return dataclasses.replace(finding, **changes)
+
+
+STABLE_SOFTMAX_PATCH = (
+    "--- a/train.py\n+++ b/train.py\n@@ -42 +42 @@\n-    w = tf.exp(scores)\n"
+    "+    w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))\n"
+)
 
 
 def sqrt_grad_finding(**changes):

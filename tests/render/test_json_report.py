@@ -10,6 +10,7 @@ import pytest
 from gradient_doctor.core.findings import Headroom, TensorStats
 from gradient_doctor.core.report import Report
 from gradient_doctor.render.json_report import report_to_dict, write_json_report
+from tests.render.conftest import STABLE_SOFTMAX_PATCH
 
 PROBLEM_KEYS = [
     "category",
@@ -109,6 +110,7 @@ def test_forward_problem_matches_the_contract(problem_report):
                 "remedy": "gradient_clipping",
                 "why": "the overflow happens in the forward pass, before any gradient",
                 "evidence": None,
+                "structural": True,
             }
         ],
         "fixes": [
@@ -116,6 +118,7 @@ def test_forward_problem_matches_the_contract(problem_report):
                 "family": "stable_softmax",
                 "title": "Subtract the row maximum before exp",
                 "code": "w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))",
+                "patch": STABLE_SOFTMAX_PATCH,
                 "verified": True,
                 "evidence": "replayed 200 steps from step 1829: all finite",
             }

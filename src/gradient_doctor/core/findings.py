@@ -217,11 +217,30 @@ class Edit:
 
 @dataclass(frozen=True)
 class NotFix:
-    """A common remedy that will not help here, and why."""
+    """A common remedy that will not help here, and why.
+
+    Attributes:
+        remedy: the fix family id of the remedy.
+        why: the reason.
+        evidence: what a trial of the remedy ran and saw, or None when untried.
+        structural: True when `why` is a fact about the computation that holds
+            whatever a trial would show (clipping cannot touch a value computed
+            before any gradient); False when it is an expectation, which is said as
+            one ("not tried") unless a trial bore it out.
+        fix: the remedy written as a fix of the user's code (its patch), for the
+            trial; if the trial shows it helps after all, it becomes a fix.
+    """
 
     remedy: str
     why: str
     evidence: str | None = None
+    structural: bool = True
+    fix: Fix | None = None
+
+    @property
+    def untried_expectation(self) -> bool:
+        """True when `why` is an expectation that no trial bore out (say it is one)."""
+        return not self.structural and self.evidence is None
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import dataclasses
 import math
 import os
 
-from gradient_doctor.core.evidence import StepHistory
+from gradient_doctor.core.evidence import StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Edit, Finding, Fix
-from gradient_doctor.core.knowledge import optimizer_rewrite
+from gradient_doctor.core.knowledge import optimizer_rewrite, remedies
 from gradient_doctor.core.knowledge.optimizer_rewrite import OptimizerSite
 from gradient_doctor.core.patches import (
     PatchError,
@@ -52,7 +52,23 @@ def place_fixes(
         elif fix.family in _OPTIMIZER_FIXES and optimizer is not None:
             placed = _optimizer_fix(fix, optimizer, root, history)
         fixes.append(placed or fix)
-    return dataclasses.replace(finding, fixes=tuple(fixes))
+    not_fixes = tuple(
+        dataclasses.replace(
+            item, fix=_optimizer_fix(_as_fix(item.remedy, optimizer), optimizer, root, history)
+        )
+        if item.remedy in _OPTIMIZER_FIXES and optimizer is not None and item.fix is None
+        else item
+        for item in finding.not_fixes
+    )
+    return dataclasses.replace(finding, fixes=tuple(fixes), not_fixes=not_fixes)
+
+
+def _as_fix(remedy: str, site: OptimizerSite) -> Fix:
+    """The fix a not-fix remedy would be, so that a trial can run its patch."""
+    setup = TrainingSetup(learning_rate=site.learning_rate)
+    if remedy == "lower_learning_rate":
+        return remedies.lower_learning_rate(setup)
+    return remedies.gradient_clipping(setup)
 
 
 # Fix families that change the optimizer's line, and the keyword each one sets.

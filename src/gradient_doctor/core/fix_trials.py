@@ -156,11 +156,29 @@ def judge(
         )
         for fix in finding.fixes
     )
-    not_fixes = tuple(
-        _judged_not_fix(item, by_remedy.get(item.remedy), start, phase)
-        for item in finding.not_fixes
+    not_fixes, promoted = [], []
+    for item in finding.not_fixes:
+        outcome = by_remedy.get(item.remedy)
+        baseline = baseline_of(outcome)
+        if _helped(outcome, baseline, reference_loss):
+            # The trial says it helps after all: it is a fix, with the trial's verdict.
+            fix = item.fix or Fix(item.remedy, f"Try {item.remedy.replace('_', ' ')}", "")
+            promoted.append(_judged_fix(fix, outcome, baseline, start, phase, reference_loss))
+        else:
+            not_fixes.append(_judged_not_fix(item, outcome, start, phase))
+    return dataclasses.replace(finding, fixes=fixes + tuple(promoted), not_fixes=tuple(not_fixes))
+
+
+def _helped(
+    outcome: TrialOutcome | None, baseline: TrialOutcome, reference_loss: float | None
+) -> bool:
+    """True when a trial held, learning, where the unchanged step failed again."""
+    return (
+        outcome is not None
+        and outcome.held
+        and outcome.learning(reference_loss)
+        and baseline.failed_at is not None
     )
-    return dataclasses.replace(finding, fixes=fixes, not_fixes=not_fixes)
 
 
 def _baseline_note(baseline: TrialOutcome, start: int | None) -> str:
@@ -205,6 +223,10 @@ def _judged_fix(
 def _judged_not_fix(
     item: NotFix, outcome: TrialOutcome | None, start: int | None, phase: str | None
 ) -> NotFix:
+    """The not-fix with its trial's evidence; an expectation nobody tried says so."""
     if outcome is None or outcome.skipped is not None:
-        return item
+        if item.structural or item.evidence:
+            return item
+        reason = f": {outcome.skipped}" if outcome is not None else ""
+        return dataclasses.replace(item, evidence=f"not tried{reason}")
     return dataclasses.replace(item, evidence=describe(outcome, start, phase))

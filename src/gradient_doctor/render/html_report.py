@@ -13,7 +13,13 @@ from gradient_doctor.core.run_series import Series
 from gradient_doctor.render.atomic_file import write_text_atomically
 from gradient_doctor.render.diff_lines import diff_line_kind
 from gradient_doctor.render.svg_plot import Marker, line_plot
-from gradient_doctor.render.terminal import finding_title, header_line, headroom_text, value_range
+from gradient_doctor.render.terminal import (
+    finding_title,
+    header_line,
+    headroom_text,
+    untried_note,
+    value_range,
+)
 
 # Beyond this many variables a disconnected finding names the first ones and counts the rest
 # (the JSON report has them all).
@@ -268,6 +274,7 @@ def _not_fixes_html(not_fixes: Sequence[NotFix]) -> str:
     for item in not_fixes:
         evidence = getattr(item, "evidence", None)
         extra = f' <span class="evidence">({escape(evidence)})</span>' if evidence else ""
+        extra += escape(untried_note(item))
         items.append(f"<li><code>{escape(item.remedy)}</code>: {escape(item.why)}{extra}</li>")
     return "<h4>Will not help</h4><ul>" + "".join(items) + "</ul>"
 

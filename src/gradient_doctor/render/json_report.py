@@ -202,16 +202,22 @@ def disconnected_to_dict(disconnected: Disconnected | None) -> dict[str, Any] | 
 
 
 def not_fix_to_dict(not_fix: NotFix) -> dict[str, Any]:
-    """Serialise a remedy that will not help: `{remedy, why, evidence}`."""
-    return {"remedy": not_fix.remedy, "why": not_fix.why, "evidence": not_fix.evidence}
+    """Serialise a remedy that will not help: `{remedy, why, evidence, structural}`."""
+    return {
+        "remedy": not_fix.remedy,
+        "why": not_fix.why,
+        "evidence": not_fix.evidence,
+        "structural": not_fix.structural,
+    }
 
 
 def fix_to_dict(fix: Fix) -> dict[str, Any]:
-    """Serialise a proposed fix: `{family, title, code, verified, evidence}`."""
+    """Serialise a proposed fix: `{family, title, code, patch, verified, evidence}`."""
     return {
         "family": fix.family,
         "title": fix.title,
         "code": fix.code,
+        "patch": fix.patch,
         "verified": None if fix.verified is None else bool(fix.verified),
         "evidence": fix.evidence,
     }

@@ -290,11 +290,16 @@ def not_fix_lines(not_fixes: Sequence[NotFix]) -> list[str]:
             line
             for item in not_fixes
             for line in (
-                f"  - {item.remedy}: {first_sentence(item.why)}",
+                f"  - {item.remedy}: {first_sentence(item.why)}{untried_note(item)}",
                 *([f"      {item.evidence}"] if item.evidence else []),
             )
         ),
     ]
+
+
+def untried_note(item: NotFix) -> str:
+    """ " (expected; not tried)" for a not-fix that is an expectation no trial bore out."""
+    return " (expected; not tried)" if item.untried_expectation else ""
 
 
 def first_sentence(text: str) -> str:

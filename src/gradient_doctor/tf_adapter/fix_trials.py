@@ -215,6 +215,7 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPl
     optimizer = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
     plans: list[TrialPlan] = []
     fixes = {fix.family: fix for fix in finding.fixes}
+    fixes.update({n.remedy: n.fix for n in finding.not_fixes if n.fix is not None})
     remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
     for remedy in dict.fromkeys(remedies):
         fix = fixes.get(remedy)

@@ -16,6 +16,7 @@ def forward_not_fixes(problem: str, weights_upstream: bool | None = None) -> tup
     Returns:
         gradient_clipping, lower_learning_rate and larger_batch, each with its reason.
     """
+    no_weights = weights_upstream is False
     return (
         NotFix(
             "gradient_clipping",
@@ -26,14 +27,16 @@ def forward_not_fixes(problem: str, weights_upstream: bool | None = None) -> tup
             "lower_learning_rate",
             f"No trainable weight lies between the batch and {problem}: the learning rate "
             "cannot change it at all."
-            if weights_upstream is False
+            if no_weights
             else f"A smaller learning rate only slows the drift of the weights that lead to "
-            f"{problem}: it delays it, it does not remove it.",
+            f"{problem}: it is expected to delay it, not remove it.",
+            structural=no_weights,
         ),
         NotFix(
             "larger_batch",
             f"A larger batch averages the gradients but computes the forward pass the same "
-            f"way: it may delay {problem}, not remove it.",
+            f"way: it is expected to delay {problem}, not remove it.",
+            structural=False,
         ),
     )
 
