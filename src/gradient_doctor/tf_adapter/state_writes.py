@@ -78,7 +78,9 @@ def recording_patches() -> list[tuple[type, str, object]]:
     ]
     patches += [
         (cls, "assign", _recorded(cls.__dict__["assign"], "assign", _assigned, _outside_steps))
-        for cls in (KerasVariable, resource_variable_ops.BaseResourceVariable)
+        for base in (KerasVariable, resource_variable_ops.BaseResourceVariable)
+        for cls in _subclasses(base)
+        if "assign" in cls.__dict__
     ]
     return patches
 
