@@ -151,7 +151,9 @@ def test_sigint_during_fit_shows_the_keyboard_interrupt_and_exits_130(tmp_path):
     assert run.stop(signal.SIGINT) == 130, run.stderr
     data = json.loads(report.read_text())
     assert data["status"] == "interrupted" and data["interrupted"] == "SIGINT"
-    assert data["steps_watched"] >= 4
+    # The doctor's callback runs after the script's: the batch printed last may not be
+    # counted yet when the signal lands between the two.
+    assert data["steps_watched"] >= 3
     assert "\nKeyboardInterrupt\n" in run.stderr
     frames = traceback_frames(run.stderr)
     assert f'fit_until_signal.py", line {line_of(FIT, "model.fit(")}, in main' in frames
