@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if options.command == "fix":
             check_script(options.script)
+            check_tensorflow()
             from gradient_doctor.cli.fix_command import fix_command
 
             return fix_command(
