@@ -29,15 +29,16 @@ def test_forward_not_fixes_say_clipping_acts_too_late(make_evidence):
 def test_stable_softmax_fits_the_user_line(make_evidence):
     fixes = {fix.family: fix for fix in diagnose(make_evidence()).fixes}
     assert fixes["stable_softmax"].code == (
-        "scores = scores - tf.reduce_max(scores, axis=-1, keepdims=True)\nw = tf.exp(scores)"
+        "w = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))"
     )
+    assert fixes["stable_softmax"].rewrite == (fixes["stable_softmax"].code,)
     assert fixes["clip_input_domain"].code == "w = tf.exp(tf.minimum(scores, 79.0))"
 
 
-def test_expression_argument_is_shifted_through_a_new_name(make_evidence):
+def test_an_expression_argument_is_shifted_in_place_reassigning_no_name(make_evidence):
     fixes = {fix.family: fix for fix in diagnose(make_evidence(code="e = K.exp(x - 1)")).fixes}
     assert fixes["stable_softmax"].code == (
-        "shifted = (x - 1) - tf.reduce_max(x - 1, axis=-1, keepdims=True)\ne = K.exp(shifted)"
+        "e = K.exp((x - 1) - tf.reduce_max(x - 1, axis=-1, keepdims=True))"
     )
 
 
@@ -47,7 +48,11 @@ def test_hand_written_softmax_gets_the_library_softmax(make_evidence, families):
     assert "clip_input_domain" not in families(diagnosis)
     softmax = diagnosis.fixes[0]
     assert softmax.family == "stable_softmax"
-    assert softmax.code.splitlines()[0] == "s = s - tf.reduce_max(s, axis=-1, keepdims=True)"
+    shift = "s - tf.reduce_max(s, axis=-1, keepdims=True)"
+    # Both exps are shifted alike, or the softmax would change.
+    assert softmax.rewrite == (
+        f"p = tf.exp({shift}) / tf.reduce_sum(tf.exp({shift}), axis=-1, keepdims=True)",
+    )
     assert softmax.code.splitlines()[-1] == "p = tf.nn.softmax(s, axis=-1)"
 
 

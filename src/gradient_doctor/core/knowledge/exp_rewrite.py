@@ -11,6 +11,7 @@ from gradient_doctor.core.knowledge.risky_operand import risky_operand
 from gradient_doctor.core.knowledge.source_rewrite import (
     assigned_name,
     find_call,
+    find_calls,
     is_identifier,
     matching_close,
     replace_span,
@@ -51,12 +52,16 @@ def stable_softmax(code: str, axis: int = -1, focus: tuple[int, int] | None = No
         )
     arg = call.args[0]
     shift = f"{spell(call, 'max')}({arg}, axis={axis}, keepdims=True)"
-    if is_identifier(arg):
-        lines = [f"{arg} = {arg} - {shift}", code]
-    else:
-        shifted = call.with_argument(0, "shifted")
-        lines = [f"shifted = ({arg}) - {shift}", replace_span(code, call.start, call.end, shifted)]
-    rewrite = tuple(lines)
+    # Shifted inside the call, and inside every exp of the same argument on the line
+    # (a softmax written `exp(s) / sum(exp(s))` must shift both), so that no name of
+    # the user's is reassigned for the lines after.
+    operand = arg if is_identifier(arg) else f"({arg})"
+    shifted = code
+    for same in reversed([c for c in find_calls(code, ("exp",)) if c.args[:1] == (arg,)]):
+        new_call = same.with_argument(0, f"{operand} - {shift}")
+        shifted = replace_span(shifted, same.start, same.end, new_call)
+    lines = [shifted]
+    rewrite = (shifted,)
     if looks_like_softmax(code):
         target = assigned_name(code) or "probs"
         lines += [

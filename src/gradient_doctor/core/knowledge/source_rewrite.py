@@ -105,6 +105,12 @@ def nearest(spans: list, focus: tuple[int, int]):
     return inside[0] if inside else None
 
 
+def find_calls(code: str, names: Iterable[str]) -> list[Call]:
+    """Every call in `code` of a function named one of `names`, in order (calls nested
+    in another's arguments included)."""
+    return list(_calls(code, names))
+
+
 def _calls(code: str, names: Iterable[str]) -> Iterator[Call]:
     """Every call in `code` of a function named one of `names`, in order."""
     alternatives = "|".join(re.escape(name) for name in names)
