@@ -101,9 +101,10 @@ def _broken_state(evidence: Evidence, state: BrokenState) -> Diagnosis:
         )
     else:
         explanation += (
-            " No call the doctor watched wrote them (a `set_weights`, `load_weights`, "
-            "`adapt` or `assign` made before it was watching, under `Doctor()` or "
-            "`watch()`): they were non-finite when the watched training began."
+            " The doctor did not see the call that wrote them (`gradient-doctor run` "
+            "sees the `set_weights`, `load_weights`, `adapt` and `assign` calls of your "
+            "code; `Doctor()` and `watch()` only the training): they were non-finite "
+            "when the watched training began."
         )
     return Diagnosis(
         category="bad_input",
