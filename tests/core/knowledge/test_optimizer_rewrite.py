@@ -1,0 +1,82 @@
+"""Patches of the optimizer's line: the user's own argument, in the user's own terms."""
+
+from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.knowledge.optimizer_rewrite import (
+    OptimizerSite,
+    lower_learning_rate,
+    set_clipping,
+)
+from gradient_doctor.core.patches import apply_edits
+
+SCRIPT = """import argparse
+import tensorflow as tf
+
+args = argparse.Namespace(lr=0.05)
+opt = tf.keras.optimizers.SGD(args.lr, momentum=0.9)
+adam = tf.keras.optimizers.Adam(learning_rate=0.003)  # tuned
+plain = tf.keras.optimizers.RMSprop()
+schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay([100, 200], [0.1, 0.01, 0.001])
+scheduled = tf.keras.optimizers.SGD(learning_rate=schedule)
+model.compile(optimizer="adam", loss="mse")
+""".splitlines(keepends=True)
+
+
+def _site(text: str, cls: str, rate: float | None = None, schedule: bool = False):
+    line = next(n for n, code in enumerate(SCRIPT, 1) if text in code)
+    return OptimizerSite(
+        SourceLine("train.py", line, SCRIPT[line - 1].strip()), cls, rate, schedule
+    )
+
+
+def _patched(edits) -> list[str]:
+    return [line.rstrip("\n") for line in apply_edits(SCRIPT, edits)]
+
+
+def test_an_argument_expression_is_scaled_as_written_and_the_trial_uses_the_same_number():
+    edits, setting = lower_learning_rate(_site("args.lr, momentum", "SGD", 0.05), SCRIPT)
+    assert "opt = tf.keras.optimizers.SGD(args.lr * 0.1, momentum=0.9)" in _patched(edits)
+    assert (setting.name, setting.value) == ("learning_rate", 0.05 * 0.1)
+
+
+def test_a_literal_is_divided_and_the_comment_stays():
+    edits, setting = lower_learning_rate(_site("Adam(learning_rate", "Adam", 0.003), SCRIPT)
+    assert "adam = tf.keras.optimizers.Adam(learning_rate=0.0003)  # tuned" in _patched(edits)
+    assert setting.value == 0.0003
+
+
+def test_a_default_rate_is_written_out():
+    edits, setting = lower_learning_rate(_site("RMSprop()", "RMSprop", 0.001), SCRIPT)
+    assert "plain = tf.keras.optimizers.RMSprop(learning_rate=0.0001)" in _patched(edits)
+
+
+def test_a_schedule_has_its_rates_scaled_where_it_is_built():
+    edits, setting = lower_learning_rate(
+        _site("learning_rate=schedule", "SGD", schedule=True), SCRIPT
+    )
+    assert (setting.name, setting.value) == ("learning_rate_scale", 0.1)
+    assert (
+        "schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay("
+        "[100, 200], [0.01, 0.001, 0.0001])"
+    ) in _patched(edits)
+
+
+def test_a_named_optimizer_is_written_out_with_the_lower_rate():
+    edits, setting = lower_learning_rate(_site('optimizer="adam"', "Adam", 0.001), SCRIPT)
+    assert (
+        'model.compile(optimizer=tf.keras.optimizers.Adam(learning_rate=0.0001), loss="mse")'
+        in _patched(edits)
+    )
+
+
+def test_clipping_is_added_with_the_value_the_trial_uses():
+    edits, setting = set_clipping(
+        _site("args.lr, momentum", "SGD", 0.05), SCRIPT, "global_clipnorm", 16.2345
+    )
+    line = "opt = tf.keras.optimizers.SGD(args.lr, momentum=0.9, global_clipnorm=16.23)"
+    assert line in _patched(edits)
+    assert (setting.name, setting.value) == ("global_clipnorm", 16.23)
+
+
+def test_an_optimizer_the_line_does_not_build_gets_no_patch():
+    assert lower_learning_rate(_site("args = argparse", "SGD", 0.05), SCRIPT) is None
+    assert lower_learning_rate(_site("learning_rate=schedule", "SGD"), SCRIPT) is None
