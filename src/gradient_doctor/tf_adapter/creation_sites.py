@@ -184,7 +184,7 @@ def _remember_running(layer_path: str | None) -> None:
         return
     stack = global_state.get_global_attribute("name_scope_stack", default=None) or []
     caller = stack[-1].caller if stack else None
-    if isinstance(caller, Layer):
+    if isinstance(caller, Layer) and _running.get(layer_path) is not caller:
         _running[layer_path] = caller
 
 
@@ -242,8 +242,16 @@ def _source_files() -> list[str]:
     while frame is not None:
         files.append(frame.f_code.co_filename)
         frame = frame.f_back
-    files += [getattr(module, "__file__", None) or "" for module in list(sys.modules.values())]
-    return [f for f in dict.fromkeys(files) if f and is_user_file(f) and os.path.isfile(f)]
+    stack = [f for f in files if is_user_file(f) and os.path.isfile(f)]
+    return list(dict.fromkeys(stack + list(_user_modules(len(sys.modules)))))
+
+
+@functools.lru_cache(maxsize=1)
+def _user_modules(loaded: int) -> tuple[str, ...]:
+    """The files of the user's loaded modules (recomputed when `loaded`, the number of
+    modules, changes: scanning thousands of library modules per object would be slow)."""
+    files = (getattr(module, "__file__", None) for module in list(sys.modules.values()))
+    return tuple(f for f in files if f and is_user_file(f) and os.path.isfile(f))
 
 
 def _search_source(obj, files: list[str]) -> SourceLine | None:
