@@ -180,9 +180,11 @@ class Fix:
         edits: the changes of the user's files this fix makes, placed (file, lines).
         patch: `edits` as a unified diff (`a/` and `b/` prefixes, paths relative to
             the directory the script ran from), or None when the fix has no patch.
-        trial_setting: for a patch of the optimizer's line, the setting a trial
-            applies to run exactly what the patch writes, as (name, value), e.g.
-            ("learning_rate", 0.005) or ("global_clipnorm", 0.6); None otherwise.
+        trial_setting: for a patch of a line that built the optimizer or a layer, the
+            setting a trial applies to run exactly what the patch writes, as (name,
+            value): ("learning_rate", 0.005), ("global_clipnorm", 0.6),
+            ("kernel_constraint", 3.0), ("kernel_initializer", "he_normal"); None
+            otherwise.
     """
 
     family: str
@@ -193,7 +195,7 @@ class Fix:
     rewrite: tuple[str, ...] = ()
     edits: tuple[Edit, ...] = ()
     patch: str | None = None
-    trial_setting: tuple[str, float] | None = None
+    trial_setting: tuple[str, float | str] | None = None
 
 
 @dataclass(frozen=True)

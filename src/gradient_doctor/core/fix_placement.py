@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Edit, Finding, Fix
-from gradient_doctor.core.knowledge import optimizer_rewrite, remedies
+from gradient_doctor.core.knowledge import layer_rewrite, optimizer_rewrite, remedies
+from gradient_doctor.core.knowledge.layer_rewrite import LayerSite
 from gradient_doctor.core.knowledge.optimizer_rewrite import OptimizerSite
 from gradient_doctor.core.patches import (
     PatchError,
@@ -25,10 +27,25 @@ from gradient_doctor.core.patches import (
 )
 
 
+@dataclass(frozen=True)
+class FixSites:
+    """Where in the user's code the fixes go that do not rewrite the origin's line.
+
+    Attributes:
+        optimizer: the optimizer and the line that built it (learning rate, clipping).
+        weights_layer: the layer whose weights feed the origin op (bounded weights).
+        trained_layers: every trained layer whose line is known (initialisation).
+    """
+
+    optimizer: OptimizerSite | None = None
+    weights_layer: LayerSite | None = None
+    trained_layers: tuple[LayerSite, ...] = ()
+
+
 def place_fixes(
     finding: Finding,
     root: str = ".",
-    optimizer: OptimizerSite | None = None,
+    sites: FixSites | None = None,
     history: StepHistory | None = None,
 ) -> Finding:
     """The finding with `edits` and `patch` set on each fix that can be written as a patch.
@@ -37,10 +54,11 @@ def place_fixes(
         finding: a diagnosed finding; fixes with a `rewrite` are placed on
             `finding.origin.source`.
         root: the directory the script was run from (paths are relative to it).
-        optimizer: the user's optimizer and the line that built it, for the fixes
-            that change it (a lower learning rate, clipping); None when unknown.
+        sites: where the other fixes go (the optimizer's line, the layers' lines);
+            None when unknown.
         history: the recent steps (the clipping threshold is their median norm).
     """
+    sites = sites or FixSites()
     source = finding.origin.source if finding.origin is not None else None
     origin_lines = read_lines(os.path.join(root, source.file)) if source is not None else None
     fixes = []
@@ -49,9 +67,12 @@ def place_fixes(
         if fix.rewrite and origin_lines is not None:
             edit = replace_line(source, fix.rewrite, origin_lines)
             placed = with_edits(fix, (edit,), root) if edit is not None else None
-        elif fix.family in _OPTIMIZER_FIXES and optimizer is not None:
-            placed = _optimizer_fix(fix, optimizer, root, history)
+        elif fix.family in _OPTIMIZER_FIXES and sites.optimizer is not None:
+            placed = _optimizer_fix(fix, sites.optimizer, root, history)
+        elif fix.family in _LAYER_FIXES:
+            placed = _layer_fix(fix, sites, root)
         fixes.append(placed or fix)
+    optimizer = sites.optimizer
     not_fixes = tuple(
         dataclasses.replace(
             item, fix=_optimizer_fix(_as_fix(item.remedy, optimizer), optimizer, root, history)
@@ -61,6 +82,37 @@ def place_fixes(
         for item in finding.not_fixes
     )
     return dataclasses.replace(finding, fixes=tuple(fixes), not_fixes=not_fixes)
+
+
+# Fix families that change the lines building the user's layers, and what the trial sets.
+_LAYER_FIXES = {
+    "constrain_weights": ("kernel_constraint", layer_rewrite.MAX_NORM),
+    "better_init": ("kernel_initializer", "he_normal"),
+}
+
+
+def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
+    """`fix` written as edits of the lines that built the layers it changes, or None."""
+    if fix.family == "constrain_weights":
+        targets = (sites.weights_layer,) if sites.weights_layer is not None else ()
+        make = layer_rewrite.constrain_kernel
+    else:
+        targets = tuple(s for s in sites.trained_layers if layer_rewrite.wants_he_init(s))
+        make = layer_rewrite.he_initialised
+    edits: dict[tuple[str, int], Edit] = {}
+    for site in targets:
+        key = (site.source.file, site.source.line)
+        lines = read_lines(os.path.join(root, site.source.file))
+        edit = make(site, lines) if lines is not None and key not in edits else None
+        if edit is not None:
+            edits[key] = edit
+    if not edits:
+        return None
+    placed = with_edits(fix, tuple(edits.values()), root)
+    if placed.patch is None:
+        return None
+    code = "\n".join(line for edit in edits.values() for line in _dedented(edit.new_lines))
+    return dataclasses.replace(placed, code=code, trial_setting=_LAYER_FIXES[fix.family])
 
 
 def _as_fix(remedy: str, site: OptimizerSite) -> Fix:

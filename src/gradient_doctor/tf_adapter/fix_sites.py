@@ -1,12 +1,29 @@
-"""Where fixes to the training setup go: the line that built the optimizer, and what it is."""
+"""Where fixes to the training setup go: the lines that built the optimizer and the layers."""
 
 from __future__ import annotations
 
 import keras
 
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.fix_placement import FixSites
+from gradient_doctor.core.knowledge.layer_rewrite import LayerSite
 from gradient_doctor.core.knowledge.optimizer_rewrite import OptimizerSite
 from gradient_doctor.tf_adapter import loss_scale
-from gradient_doctor.tf_adapter.creation_sites import creation_line
+from gradient_doctor.tf_adapter.creation_sites import creation_line, layer_at, layer_of_variable
+
+
+def fix_sites(optimizer, evidence: Evidence) -> FixSites:
+    """The optimizer's site, the site of the layer whose weights feed the origin, and the
+    sites of every layer the optimizer trains."""
+    grew = evidence.growth[0] if evidence.growth else None
+    weights_layer = layer_at(grew or evidence.weights_layer)
+    return FixSites(
+        optimizer=optimizer_site(optimizer),
+        weights_layer=layer_site(weights_layer) if weights_layer is not None else None,
+        trained_layers=tuple(
+            site for layer in trained_layers(optimizer) if (site := layer_site(layer)) is not None
+        ),
+    )
 
 
 def optimizer_site(optimizer) -> OptimizerSite | None:
@@ -32,3 +49,43 @@ def optimizer_site(optimizer) -> OptimizerSite | None:
         except (TypeError, ValueError, AttributeError):
             value = None
     return OptimizerSite(source, type(inner).__name__, value, schedule)
+
+
+def layer_site(layer) -> LayerSite | None:
+    """A layer, its line and what a fix to it needs to know, or None without a line."""
+    source = creation_line(layer)
+    if source is None:
+        return None
+    activation = getattr(layer, "activation", None)
+    initializer = getattr(layer, "kernel_initializer", None)
+    return LayerSite(
+        source,
+        type(layer).__name__,
+        getattr(layer, "path", layer.name),
+        getattr(activation, "__name__", None),
+        type(initializer).__name__ if initializer is not None else None,
+    )
+
+
+def trained_layers(optimizer) -> list:
+    """The layers owning the variables `optimizer` trains, once each, in order."""
+    inner = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
+    layers = []
+    for variable in getattr(inner, "_trainable_variables", None) or ():
+        layer = layer_of_variable(variable)
+        if layer is not None and all(layer is not seen for seen in layers):
+            layers.append(layer)
+    return layers
+
+
+def layers_built_at(optimizer, edits) -> list:
+    """The trained layers whose construction lies on a line one of `edits` changes."""
+    found = []
+    for layer in trained_layers(optimizer):
+        source = creation_line(layer)
+        if source is None:
+            continue
+        last = source.end_line or source.line
+        if any(e.file == source.file and source.line <= e.line <= last for e in edits):
+            found.append(layer)
+    return found

@@ -34,6 +34,7 @@ from gradient_doctor.core.fix_trials import TrialOutcome, judge
 from gradient_doctor.core.patches import PatchError
 from gradient_doctor.core.trial_start import TrialStart, trial_start, trouble_began
 from gradient_doctor.tf_adapter import loss_scale
+from gradient_doctor.tf_adapter.fix_sites import layers_built_at
 from gradient_doctor.tf_adapter.patched_source import (
     NotPatchable,
     PatchedSource,
@@ -223,7 +224,8 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPl
         if setting is None and remedy in _SETTINGS:
             setting = _SETTINGS[remedy](evidence)
         if setting is not None:
-            plans.append(_with_setting(remedy, optimizer, *setting))
+            edits = fix.edits if fix is not None else ()
+            plans.append(_with_setting(remedy, optimizer, *setting, edits=edits))
         elif fix is not None and fix.patch:
             files = ", ".join(sorted({e.file for e in fix.edits}))
             plans.append(
@@ -254,12 +256,15 @@ def _patched(edits) -> Iterator[PatchedSource]:
         raise _NotTried(str(reason)) from None
 
 
-def _with_setting(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
-    """A trial plan that sets the optimizer as a patch of its line would build it."""
+def _with_setting(remedy: str, optimizer, name: str, value, edits=()) -> TrialPlan:
+    """A trial plan that sets the optimizer, or the layers, as a patch of the lines that
+    built them would build them."""
     if optimizer is None:
         return TrialPlan(remedy, "", _not_possible("no optimizer was seen"))
     if name in ("learning_rate", "learning_rate_scale"):
         return _learning_rate_plan(remedy, optimizer, name, value)
+    if name in ("kernel_constraint", "kernel_initializer"):
+        return _layer_plan(remedy, layers_built_at(optimizer, edits), name, value)
     already = [
         f"{clip}={current}"
         for clip in ("clipnorm", "clipvalue", "global_clipnorm")
@@ -279,6 +284,33 @@ def _with_setting(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
             setattr(optimizer, name, before)
 
     return TrialPlan(remedy, f"{name}={value:.4g}", apply)
+
+
+def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
+    """Bound the kernels of `layers` (`kernel_constraint`), or draw them afresh with He's
+    initialisation at the trial's start (`kernel_initializer`), as the patch builds them."""
+    kernels = [layer.kernel for layer in layers if getattr(layer, "kernel", None) is not None]
+    if not kernels:
+        return TrialPlan(remedy, "", _not_possible("the layers the patch changes were not found"))
+    names = ", ".join(f"`{layer.name}`" for layer in layers)
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        before = [kernel.constraint for kernel in kernels]
+        for index, kernel in enumerate(kernels):
+            if name == "kernel_constraint":
+                kernel.constraint = keras.constraints.MaxNorm(max_value=float(value))
+            else:  # the patch draws these kernels at construction; the trial at its start
+                draw = keras.initializers.get({"class_name": str(value), "config": {"seed": index}})
+                kernel.assign(draw(tuple(kernel.shape), dtype=kernel.dtype))
+        try:
+            yield
+        finally:
+            for kernel, constraint in zip(kernels, before):
+                kernel.constraint = constraint
+
+    what = f"MaxNorm({value:g})" if name == "kernel_constraint" else f'"{value}"'
+    return TrialPlan(remedy, f"{name}={what} on {names}", apply)
 
 
 def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> TrialPlan:

@@ -25,9 +25,10 @@ from gradient_doctor.core.knowledge.wording import replica_note
 from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import RunSeries
+from gradient_doctor.core.silent_failures import silent_failures
 from gradient_doctor.errors import StepLimitReached
 from gradient_doctor.tf_adapter import loss_scale
-from gradient_doctor.tf_adapter.fix_sites import optimizer_site
+from gradient_doctor.tf_adapter.fix_sites import fix_sites
 from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS, try_fixes
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.headroom_probe import samples
@@ -314,7 +315,7 @@ class Watcher:
             note = replica_note(replica, self.guard.replicas)
             finding = replace(finding, explanation=f"{finding.explanation} {note}", replica=replica)
         finding = place_fixes(
-            finding, optimizer=optimizer_site(self.optimizer), history=evidence.history
+            finding, sites=fix_sites(self.optimizer, evidence), history=evidence.history
         )
         if call is not None:
             finding = try_fixes(
@@ -361,6 +362,21 @@ class Watcher:
         if stats.tripped and not self._latch_diagnosed:
             self.steps_watched = max(stats.updates - stats.skipped, 0)
             self.after_step(lambda: None, list)
+        if self.on_finding is not None:
+            for finding in self.silent_failures():
+                self.on_finding(finding)
+
+    def silent_failures(self) -> tuple[Finding, ...]:
+        """Warnings still standing whose loss never improved, as problems (none of a
+        category already among the problems); see `core/silent_failures.py`."""
+        standing = [s for d in self._detectors if hasattr(d, "standing") for s in d.standing()]
+        loss = next((s for s in self.series.snapshot() if s.name == "loss"), None)
+        if not standing or loss is None:
+            return ()
+        several = len(self.guard.optimizers) > 1
+        found = silent_failures(standing, loss.steps, loss.values, self.steps_watched, several)
+        known = {problem.category for problem in self.problems}
+        return tuple(finding for finding in found if finding.category not in known)
 
     def _look_ahead(self, step: int, stats) -> None:
         """Feed the early-warning detectors and the run's series: gradient norms every step,
@@ -426,12 +442,14 @@ class Watcher:
         )
 
     def report(self, script: str | None = None, script_error: str | None = None) -> Report:
-        """The session's report so far."""
+        """The session's report so far (silent failures among the problems)."""
+        silent = self.silent_failures()
+        promoted = {finding.category for finding in silent}
         return Report(
             script=script,
             steps_watched=self.steps_watched,
-            problems=tuple(self.problems),
-            warnings=self.warnings,
+            problems=(*self.problems, *silent),
+            warnings=tuple(w for w in self.warnings if w.category not in promoted),
             script_error=script_error,
             series=self.series.snapshot(),
         )

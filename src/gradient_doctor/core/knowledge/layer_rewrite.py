@@ -1,0 +1,78 @@
+"""Rewrite the lines that build the user's layers: bounded weights, a better initialisation.
+
+A fix to a layer goes where the user built it (`layers.Dense(64, activation="relu")`
+becomes `layers.Dense(64, activation="relu", kernel_initializer="he_normal")`); a line
+that builds several layers (a list comprehension) changes them all, and the trial
+changes the same layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gradient_doctor.core.findings import Edit, SourceLine
+from gradient_doctor.core.knowledge.call_edit import (
+    callee,
+    calls_on,
+    keras_spelling,
+    literal,
+    parse,
+    set_keyword,
+)
+
+# Activations whose layers train best from He's initialisation (Keras starts from Glorot's).
+RELU_FAMILY = frozenset({"relu", "leaky_relu", "elu", "selu", "gelu", "silu", "swish", "relu6"})
+# The bound `constrain_weights` puts on each unit's incoming weights.
+MAX_NORM = 3.0
+
+
+@dataclass(frozen=True)
+class LayerSite:
+    """One of the user's layers, as a fix to it needs to know it.
+
+    Attributes:
+        source: the line (or lines) that built it.
+        class_name: its class, e.g. "Dense".
+        path: its Keras path, e.g. "sequential/dense_3".
+        activation: its activation's name, or None.
+        initializer: its kernel initializer's class name, e.g. "GlorotUniform", or None.
+    """
+
+    source: SourceLine
+    class_name: str
+    path: str
+    activation: str | None = None
+    initializer: str | None = None
+
+
+def _layer_call(site: LayerSite, lines: Sequence[str]):
+    tree, text = parse(lines)
+    if tree is None:
+        return None, None, text
+    call = next((c for c in calls_on(tree, site.source) if callee(c.func) == site.class_name), None)
+    return tree, call, text
+
+
+def constrain_kernel(site: LayerSite, lines: Sequence[str]) -> Edit | None:
+    """An edit bounding the layer's kernel with `MaxNorm(MAX_NORM)`, or None."""
+    tree, call, text = _layer_call(site, lines)
+    constraint = keras_spelling(tree, "constraints.MaxNorm") if tree is not None else None
+    if call is None or constraint is None:
+        return None
+    value = f"{constraint}(max_value={literal(MAX_NORM)})"
+    return set_keyword(text, call, "kernel_constraint", value, site.source.file)
+
+
+def he_initialised(site: LayerSite, lines: Sequence[str]) -> Edit | None:
+    """An edit giving the layer He's initialisation, or None when the call already names
+    an initializer or is not found."""
+    tree, call, text = _layer_call(site, lines)
+    if call is None or any(k.arg == "kernel_initializer" for k in call.keywords):
+        return None
+    return set_keyword(text, call, "kernel_initializer", '"he_normal"', site.source.file)
+
+
+def wants_he_init(site: LayerSite) -> bool:
+    """True for a layer of the ReLU family still on Keras's default Glorot initialisation."""
+    return (site.activation or "") in RELU_FAMILY and site.initializer in (None, "GlorotUniform")
