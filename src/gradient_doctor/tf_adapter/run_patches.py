@@ -13,13 +13,14 @@ from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.tf_adapter import creation_sites, state_writes, step_context
+from gradient_doctor.tf_adapter import creation_sites, eager_trace, state_writes, step_context
 from gradient_doctor.tf_adapter.callback import Doctor
 from gradient_doctor.tf_adapter.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
 from gradient_doctor.tf_adapter.guard import in_guarded_update
 from gradient_doctor.tf_adapter.model_hooks import attach
-from gradient_doctor.tf_adapter.source_frames import is_user_file
+from gradient_doctor.tf_adapter.source_frames import is_user_file, user_frame
+from gradient_doctor.tf_adapter.trace_replay import traced_step
 from gradient_doctor.tf_adapter.trial_data import fit_batches
 from gradient_doctor.tf_adapter.watcher import Watcher
 
@@ -102,8 +103,10 @@ class RunPatches:
 
         self._replace(keras.Model, "fit", fit)
         self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
+        eager_trace.enable()
 
     def uninstall(self) -> None:
+        eager_trace.disable()
         for owner, name, value in reversed(self._saved):
             if value is _INHERITED:
                 delattr(owner, name)
@@ -144,26 +147,45 @@ def _guarded_apply(watcher: Watcher, original_apply):
         if in_guarded_update():  # the inner optimizer of a guarded LossScaleOptimizer
             return bound(grads, trainable_variables)
         watcher.optimizer = optimizer
+        # An inline eager step's trace ends here: the guard's and the optimizer's ops
+        # are not the step's.
+        traced = tf.executing_eagerly() and step_context.current_scope() is None
+        trace = eager_trace.take() if traced else None
+        grads = list(grads)
         result = watcher.guard.apply(bound, optimizer, grads, trainable_variables)
         if (
             tf.executing_eagerly()
             and step_context.current_scope() is None
             and step_context.current_recorder() is None
         ):
-            _check_eager_update(watcher)
+            variables = _updated_variables(optimizer, trainable_variables)
+            _check_eager_update(watcher, trace, grads, variables)
         return result
 
     setattr(apply, GUARDED, True)
     return apply
 
 
-def _check_eager_update(watcher: Watcher) -> None:
-    """After an update made in plain eager code: the step is this update."""
-    frame = sys._getframe(2)
+def _updated_variables(optimizer, trainable_variables) -> list:
+    if trainable_variables is not None:
+        return list(trainable_variables)
+    return list(getattr(optimizer, "_trainable_variables", None) or [])
+
+
+def _check_eager_update(watcher: Watcher, trace, grads: list, variables: list) -> None:
+    """After an update made in plain eager code: the step is this update.
+
+    It is run again from its trace when the update's gradients were computed in it
+    (an inline loop, `eager_trace`); else from the user's function that makes the
+    update, found on the stack; else it cannot be run again.
+    """
+    frame = user_frame(sys._getframe(2))
     named: list = []
 
     def replay_call():
-        call, found = enclosing_step(frame)
+        call, found = traced_step(trace, grads, variables, frame) if trace else (None, [])
+        if call is None:
+            call, found = enclosing_step(frame)
         named.extend(found)
         return call
 

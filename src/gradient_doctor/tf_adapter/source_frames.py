@@ -44,8 +44,14 @@ def is_user_file(filename: str) -> bool:
 
 def display_path(filename: str) -> str:
     """The path relative to the working directory where possible, as a user would type it."""
+    return _display_path(filename, os.getcwd())
+
+
+@lru_cache(maxsize=4096)
+def _display_path(filename: str, cwd: str) -> str:
+    # Cached: an eager step's trace asks once per op (os.path.relpath is slow).
     try:
-        relative = os.path.relpath(filename)
+        relative = os.path.relpath(filename, cwd)
     except ValueError:
         return filename
     return filename if relative.startswith(".." + os.sep) else relative

@@ -1,4 +1,7 @@
-"""Let the doctor see each `tape.gradient` target (the step's loss) and what the tape recorded."""
+"""Let the doctor see each `tape.gradient` target (the step's loss) and what the tape recorded.
+
+In plain eager code the tape's events also go to `eager_trace`, which traces the step.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,12 @@ import functools
 
 import tensorflow as tf
 
-from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter import eager_trace, step_context
 
 _original_gradient = tf.GradientTape.gradient
 _original_enter = tf.GradientTape.__enter__
 _original_exit = tf.GradientTape.__exit__
+_original_watch = tf.GradientTape.watch
 _WINDOW = "_gradient_doctor_window"
 
 
@@ -31,6 +35,7 @@ def _enter(self):
         if live is not None:
             live.start()
     setattr(self, _WINDOW, [position(), None])
+    eager_trace.tape_opened(self)
     return _original_enter(self)
 
 
@@ -39,7 +44,14 @@ def _exit(self, *exc_info):
     window = getattr(self, _WINDOW, None)
     if window is not None:
         window[1] = position()
+    eager_trace.tape_closed(self)
     return _original_exit(self, *exc_info)
+
+
+@functools.wraps(_original_watch)
+def _watch(self, tensor):
+    eager_trace.tape_watched(self, tensor)
+    return _original_watch(self, tensor)
 
 
 @functools.wraps(_original_gradient)
@@ -51,7 +63,7 @@ def _gradient(self, target, sources, *args, **kwargs):
         with recorder.backward(target, window):
             return _original_gradient(self, target, sources, *args, **kwargs)
     step_context.note_loss(target, window)
-    return _original_gradient(self, target, sources, *args, **kwargs)
+    return eager_trace.gradient(self, _original_gradient, target, sources, *args, **kwargs)
 
 
 def install_tape_hook() -> None:
@@ -59,3 +71,4 @@ def install_tape_hook() -> None:
     tf.GradientTape.gradient = _gradient
     tf.GradientTape.__enter__ = _enter
     tf.GradientTape.__exit__ = _exit
+    tf.GradientTape.watch = _watch
