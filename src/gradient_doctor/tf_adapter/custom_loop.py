@@ -55,6 +55,7 @@ def call_watched_step(
         setattr(marker, _DRAWS, draws)
     scope = StepScope(call=StepCall(fn, args, kwargs), draws=draws)
     with step_scope(scope):
+        watcher.before_step()
         result = fn(*args, **kwargs)
     if scope.applied:
         marker._gradient_doctor_updates = True

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+# Every variable of the doctor's is named with this prefix (never copied in a snapshot).
+DOCTOR_PREFIX = "gradient_doctor"
+
 
 def doctor_variable(initial, name: str, shape=None) -> tf.Variable:
     """A non-trainable variable of the doctor's, safe to write from a replica."""

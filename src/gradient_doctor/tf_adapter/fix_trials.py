@@ -77,13 +77,16 @@ def try_fixes(
     announce=None,
     snapshots: SnapshotRing | None = None,
     first_warning: int | None = None,
+    optimizer_variables=(),
 ) -> Finding:
     """The finding with its fixes (and not-fixes) tried, each from the state it needs.
 
     A fix that rewrites the op's line is tried from the last good state; a remedy
     that acts on the updates from a saved state from before the trouble began, and
     one that acts from the start from the first saved state (`core/trial_start.py`).
-    A trial from step S runs through the failing step and `steps` steps beyond. It
+    A trial from step S runs through the failing step and `steps` steps beyond
+    (`optimizer_variables` that a saved state does not hold, the slots an optimizer
+    makes at its first update, start at zero from it). It
     runs the batches the run saw from S on where they were kept (a custom loop's),
     else the failing batch, then batches from `more_batches()` (a fresh iterator over
     `fit`'s training data, when it can be read again), else the failing batch again.
@@ -113,7 +116,7 @@ def try_fixes(
     if announce is not None:
         announce(len(plans), steps, finding.step)
     try:
-        with _LastGoodState(call, guard, more_batches) as runner:
+        with _LastGoodState(call, guard, more_batches, optimizer_variables) as runner:
             baselines: dict[int | None, TrialOutcome] = {}
             outcomes, done = [], {}
             for plan in plans:
@@ -371,7 +374,8 @@ class _LastGoodState:
             like the step's one argument), or None to repeat the failing batch.
     """
 
-    def __init__(self, call: StepCall, guard, more_batches=None) -> None:
+    def __init__(self, call: StepCall, guard, more_batches=None, optimizer_variables=()) -> None:
+        self._optimizer_variables = list(optimizer_variables)
         self._call = call
         self._guard = guard
         self._more_batches = more_batches
@@ -437,6 +441,11 @@ class _LastGoodState:
         self._restore()
         if source.snapshot is not None:
             self._put_back(source.snapshot.values)
+            held = {id(variable) for variable, _ in source.snapshot.values}
+            for variable in self._optimizer_variables:  # slots made after the copy
+                inner = getattr(variable, "value", variable)
+                if id(inner) not in held and id(variable) not in held:
+                    variable.assign(tf.zeros_like(variable))
         self._guard.reset()
         try:
             with plan.apply() if plan is not None else nullcontext() as placed:

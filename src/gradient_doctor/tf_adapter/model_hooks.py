@@ -89,6 +89,7 @@ class ModelHook:
         compiled = model.train_function
 
         def train_function(iterator):
+            watcher.before_step()
             logs = compiled(iterator)
             if isinstance(logs, dict) and STATS_KEY in logs:
                 logs = dict(logs)

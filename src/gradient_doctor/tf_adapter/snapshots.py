@@ -11,6 +11,7 @@ from an earlier copy runs on the batches the run saw.
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
+
+from gradient_doctor.tf_adapter.doctor_variables import DOCTOR_PREFIX
 
 # Take a copy every this many steps; keep this many recent ones (plus the first).
 DEFAULT_EVERY = 50
@@ -56,6 +59,20 @@ class SnapshotRing:
         # (step, (args, kwargs), bytes) of the latest steps whose loop handed its batch over.
         self._batches: deque[tuple[int, tuple, int]] = deque()
         self._batch_bytes = 0
+        self._started = False
+
+    def before_first_step(self, variables: Callable[[], Iterable[tf.Variable]]) -> None:
+        """Copy the state training starts from (once, before the first step runs).
+
+        `variables` returns every variable that exists then; an optimizer's slots are
+        made at its first update, so they are not among them (a trial from this copy
+        starts them at zero, as the optimizer does).
+        """
+        if self.first is None and not self._started:
+            self._started = True
+            values = _copy(variables())
+            if values:
+                self.first = Snapshot(0, values)
 
     def after_finite_step(
         self,
@@ -71,6 +88,7 @@ class SnapshotRing:
             batch: the step's (args, kwargs) when the loop hands them over, kept
                 (as references, within `BATCH_BUDGET_BYTES`) for trials.
         """
+        self._started = True
         if batch is not None:
             self._keep_batch(step, batch)
         if self.first is None or (step + 1) % self.every == 0:
@@ -124,6 +142,15 @@ def _bytes(value) -> int:
             return 0
         nbytes = int(np.prod(shape)) * getattr(dtype, "size", 4)
     return int(nbytes)
+
+
+def live_variables() -> list[tf.Variable]:
+    """Every variable of the process but the doctor's own (found once, before training)."""
+    return [
+        obj
+        for obj in gc.get_objects()
+        if isinstance(obj, tf.Variable) and not obj.name.startswith(DOCTOR_PREFIX)
+    ]
 
 
 def optimizer_state(optimizers: Iterable[weakref.ref]) -> list:

@@ -38,7 +38,7 @@ from gradient_doctor.tf_adapter.missing_gradients import (
     find_missing_gradient_breaks,
     variable_name,
 )
-from gradient_doctor.tf_adapter.snapshots import SnapshotRing, optimizer_state
+from gradient_doctor.tf_adapter.snapshots import SnapshotRing, live_variables, optimizer_state
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tape_hook import install_tape_hook
 
@@ -328,6 +328,9 @@ class Watcher:
                 self.trial_batches,
                 announce=_announce_trials if self.on_finding is not None else None,
                 snapshots=self.snapshots,
+                optimizer_variables=[
+                    v for ref in self._optimizers if ref() is not None for v in ref().variables
+                ],
                 first_warning=min(
                     (w.step for w in self.warnings if w.step is not None), default=None
                 ),
@@ -347,6 +350,11 @@ class Watcher:
         self._optimizer = optimizer
         if optimizer is not None and all(ref() is not optimizer for ref in self._optimizers):
             self._optimizers.append(weakref.ref(optimizer))
+
+    def before_step(self) -> None:
+        """Called by the hooks before each step runs: the first one copies the state
+        training starts from, for fix trials from the start."""
+        self.snapshots.before_first_step(live_variables)
 
     def _state_variables(self) -> list:
         """What a snapshot copies: every optimizer's variables and the variables it trains."""
