@@ -63,6 +63,8 @@ class Guard:
         # returns True when the update must be skipped.
         self.on_missing = on_missing
         self.zero_streaks = ZeroStreaks()
+        # The optimizers whose updates were asked for (by id): a GAN has two.
+        self.optimizers: set[int] = set()
         # Per traced graph, the risky ops already measured; and every measuring site:
         # (probes, variable holding their latest values).
         self._probed: dict[int, set[str]] = {}
@@ -137,6 +139,7 @@ class Guard:
             if not recorder.live:
                 return None  # a replay: nothing is applied
         step_context.mark_applied()
+        self.optimizers.add(id(optimizer))
         grads = list(grads)
         loss, tape_window = step_context.take_loss()
         variables = _variables_of(optimizer, trainable_variables)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from gradient_doctor.core.findings import Finding
@@ -26,3 +27,24 @@ class Detector(Protocol):
     def findings(self) -> list[Finding]:
         """The findings so far, in the order they were first raised."""
         ...
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A warning whose condition still held at the detector's latest record.
+
+    Detectors of a lasting condition (vanishing gradients, dead or saturated units)
+    offer `standing() -> list[Standing]` beside `findings()`: a warning raised once
+    stays in `findings()`, but it stands only while its condition holds. At the end
+    of a run, a standing warning whose loss did not improve is a silent failure
+    (`core/silent_failures.py`).
+
+    Attributes:
+        finding: the warning, naming only the layers where the condition still holds.
+        since: the first step of the unbroken stretch over which it has held.
+        until: the step of the latest record that still showed it.
+    """
+
+    finding: Finding
+    since: int
+    until: int

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.detectors.protocol import Standing
 from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.knowledge.wording import approximately, listing
 from gradient_doctor.core.records import StepRecord
@@ -60,6 +61,10 @@ class SustainedFractionDetector:
         self._streaks: dict[str, tuple[int, int]] = {}  # layer -> (first step, length)
         self._stuck: dict[str, Stuck] = {}
         self._first_step: int | None = None
+        # Layers with trainable weights (a weight norm was measured): stuck units in a
+        # frozen layer are not a failure of training.
+        self._trained: set[str] = set()
+        self._latest_step: int | None = None
 
     def fixes(self) -> tuple[Fix, ...]:
         """The remedies, most direct first."""
@@ -67,7 +72,11 @@ class SustainedFractionDetector:
 
     def observe(self, record: StepRecord) -> None:
         """Take in the layers' fractions of one step; layers without the field are skipped."""
-        for layer, fraction in record.layer_values(self.FIELD).items():
+        self._trained.update(record.layer_values("weight_norm"))
+        fractions = record.layer_values(self.FIELD)
+        if fractions:
+            self._latest_step = record.step
+        for layer, fraction in fractions.items():
             self._layers.setdefault(layer)
             if fraction <= self._threshold:
                 self._streaks.pop(layer, None)
@@ -83,18 +92,31 @@ class SustainedFractionDetector:
         """One warning naming the stuck layers, or none."""
         if self._first_step is None:
             return []
-        return [
-            Finding(
-                category=self.CATEGORY,
-                step=self._first_step,
-                phase="forward",
-                origin=None,
-                explanation=self.explain(
-                    tuple(self._stuck[name] for name in self._layers if name in self._stuck)
-                ),
-                fixes=self.fixes(),
-            )
+        return [self._finding(self._first_step, list(self._stuck))]
+
+    def standing(self) -> list[Standing]:
+        """The warning as it stands at the latest record: trained layers still stuck."""
+        layers = [
+            name
+            for name, (_, length) in self._streaks.items()
+            if length >= self._window and name in self._trained and name in self._stuck
         ]
+        if not layers or self._latest_step is None:
+            return []
+        since = min(self._streaks[name][0] for name in layers)
+        return [Standing(self._finding(since, layers), since, self._latest_step)]
+
+    def _finding(self, step: int, layers: list[str]) -> Finding:
+        return Finding(
+            category=self.CATEGORY,
+            step=step,
+            phase="forward",
+            origin=None,
+            explanation=self.explain(
+                tuple(self._stuck[name] for name in self._layers if name in layers)
+            ),
+            fixes=self.fixes(),
+        )
 
     def explain(self, stuck: tuple[Stuck, ...]) -> str:
         """E.g. "In 2 layers more than 90% of the ReLU units output 0 for every example,

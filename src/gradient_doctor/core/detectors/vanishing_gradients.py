@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.detectors.protocol import Standing
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.forecast import median
 from gradient_doctor.core.knowledge import remedies
@@ -64,6 +65,10 @@ class VanishingGradientsDetector:
         self._series: dict[str, deque[float]] = {}
         self._vanished: dict[str, Vanishing] = {}
         self._first_step: int | None = None
+        # Layers judged vanishing at the latest evaluation -> the first step of their
+        # unbroken run of such evaluations (a layer not judged then is not standing).
+        self._standing_since: dict[str, int] = {}
+        self._judged_at: int | None = None
 
     def observe(self, record: StepRecord) -> None:
         """Take in the layers' gradient norms of one step; skips missing and non-finite ones."""
@@ -77,37 +82,48 @@ class VanishingGradientsDetector:
         if len(full) < 2:
             return
         medians = {layer: median(series) for layer, series in full.items()}
+        standing = {}
         for layer, series in full.items():
             others = median([value for name, value in medians.items() if name != layer])
             low = medians[layer] < self._ratio * others
             floored = sum(series) / len(series) < self._floor <= others
             if low or floored:
                 self._vanished[layer] = Vanishing(layer, record.step, medians[layer], others)
+                standing[layer] = self._standing_since.get(layer, record.step)
                 if self._first_step is None:
                     self._first_step = record.step
+        self._standing_since, self._judged_at = standing, record.step
 
     def findings(self) -> list[Finding]:
         """One warning naming the layers whose gradients vanish, or none."""
         if self._first_step is None:
             return []
-        return [
-            Finding(
-                category="vanishing_gradients",
-                step=self._first_step,
-                phase=None,
-                origin=None,
-                explanation=explain(
-                    tuple(self._vanished[name] for name in self._series if name in self._vanished),
-                    self._window,
-                ),
-                not_fixes=vanishing_not_fixes(),
-                fixes=(
-                    remedies.better_init(),
-                    remedies.batch_normalization("each hidden layer"),
-                    remedies.activation_change("relu", "it does not saturate for positive inputs"),
-                ),
-            )
-        ]
+        return [self._finding(self._first_step, list(self._vanished))]
+
+    def standing(self) -> list[Standing]:
+        """The warning as it stands at the latest evaluation (the layers still vanishing)."""
+        if not self._standing_since or self._judged_at is None:
+            return []
+        since = min(self._standing_since.values())
+        return [Standing(self._finding(since, list(self._standing_since)), since, self._judged_at)]
+
+    def _finding(self, step: int, layers: list[str]) -> Finding:
+        return Finding(
+            category="vanishing_gradients",
+            step=step,
+            phase=None,
+            origin=None,
+            explanation=explain(
+                tuple(self._vanished[name] for name in self._series if name in layers),
+                self._window,
+            ),
+            not_fixes=vanishing_not_fixes(),
+            fixes=(
+                remedies.better_init(),
+                remedies.batch_normalization("each hidden layer"),
+                remedies.activation_change("relu", "it does not saturate for positive inputs"),
+            ),
+        )
 
 
 def explain(vanished: tuple[Vanishing, ...], window: int) -> str:
