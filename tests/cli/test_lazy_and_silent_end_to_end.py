@@ -140,3 +140,45 @@ def test_updates_skipped_where_no_step_wrapper_reads_the_guard_are_reported(tmp_
     assert problem["step"] == 5
     assert "the 2 after it were skipped" in problem["explanation"]
     assert "were skipped" in run.stderr
+
+
+# --- Silent failures end `problem` ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "category"),
+    [
+        ("tests/scripts/silent_deep_sigmoid.py", "vanishing_gradients"),
+        ("tests/scripts/silent_saturated_tanh.py", "saturation"),
+    ],
+)
+def test_a_run_that_never_learns_ends_problem(tmp_path, script, category):
+    run = run_doctor(script, tmp=tmp_path, options=NO_TRIALS)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert run.report["status"] == "problem"
+    (problem,) = run.report["problems"]
+    assert problem["category"] == category
+    assert "the loss did not improve" in problem["explanation"]
+    assert category not in [w["category"] for w in run.report["warnings"]]  # not twice
+    assert f"problem 1: {category} at step {problem['step']}" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "warned"),
+    [
+        # Saturated like the failing run, but Adam gets it learning: the warning stays one.
+        ("tests/scripts/silent_saturated_tanh.py", ("--adam",), "saturation"),
+        # Dead units in a frozen layer only: a fact of the extractor, not a failure.
+        ("tests/scripts/healthy_frozen_extractor.py", (), "dead_units"),
+        ("tests/scripts/healthy_slow_start.py", (), None),
+        ("tests/scripts/healthy_small_cnn.py", (), None),
+        ("examples/healthy_dqn_target_network.py", (), None),
+        ("examples/healthy_gan_discriminator.py", (), None),
+    ],
+)
+def test_healthy_runs_are_never_flagged_as_silent_failures(tmp_path, script, args, warned):
+    run = run_doctor(script, *args, tmp=tmp_path, options=NO_TRIALS)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.report["status"] == "healthy"
+    if warned is not None:
+        assert warned in [w["category"] for w in run.report["warnings"]]
