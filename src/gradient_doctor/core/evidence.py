@@ -108,6 +108,8 @@ class Evidence:
             its dtype cannot hold, like -1e9 in float16) or a tensor made before.
         growth: for a forward overflow of values that were already huge, where they
             first grew past 1e6 on the way: (layer, op type, magnitude it reached).
+        input_scale: the batch's input features' largest magnitude, as (the input's
+            name, that magnitude), when the step's first input is floating point.
         overflowed_norm: when every gradient of the failing update was finite but
             their global norm's square overflowed float32, that norm (measured in
             float64); None otherwise.
@@ -137,5 +139,6 @@ class Evidence:
     weights_layer: str | None = None
     nonfinite_constant: bool = False
     growth: tuple[str | None, str, float] | None = None
+    input_scale: tuple[str, float] | None = None
     broken_state: BrokenState | None = None
     skipped_updates: int = 0

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Edit, Finding, Fix
-from gradient_doctor.core.knowledge import layer_rewrite, optimizer_rewrite, remedies
+from gradient_doctor.core.findings import Edit, Finding, Fix, SourceLine
+from gradient_doctor.core.knowledge import data_rewrite, layer_rewrite, optimizer_rewrite, remedies
 from gradient_doctor.core.knowledge.layer_rewrite import LayerSite
 from gradient_doctor.core.knowledge.optimizer_rewrite import OptimizerSite
 from gradient_doctor.core.patches import (
@@ -35,11 +35,13 @@ class FixSites:
         optimizer: the optimizer and the line that built it (learning rate, clipping).
         weights_layer: the layer whose weights feed the origin op (bounded weights).
         trained_layers: every trained layer whose line is known (initialisation).
+        fit: the user's `fit(...)` line (standardised input).
     """
 
     optimizer: OptimizerSite | None = None
     weights_layer: LayerSite | None = None
     trained_layers: tuple[LayerSite, ...] = ()
+    fit: SourceLine | None = None
 
 
 def place_fixes(
@@ -71,6 +73,8 @@ def place_fixes(
             placed = _optimizer_fix(fix, sites.optimizer, root, history)
         elif fix.family in _LAYER_FIXES:
             placed = _layer_fix(fix, sites, root)
+        elif fix.family == "normalize_input" and sites.fit is not None:
+            placed = _data_fix(fix, sites.fit, root)
         fixes.append(placed or fix)
     optimizer = sites.optimizer
     not_fixes = tuple(
@@ -89,6 +93,24 @@ _LAYER_FIXES = {
     "constrain_weights": ("kernel_constraint", layer_rewrite.MAX_NORM),
     "better_init": ("kernel_initializer", "he_normal"),
 }
+
+
+def _data_fix(fix: Fix, fit: SourceLine, root: str) -> Fix | None:
+    """`fix` written as the `fit` line standardising its input, or None."""
+    lines = read_lines(os.path.join(root, fit.file))
+    edit = data_rewrite.standardise_fit_input(fit, lines) if lines is not None else None
+    if edit is None:
+        return None
+    placed = with_edits(fix, (edit,), root)
+    if placed.patch is None:
+        return None
+    return dataclasses.replace(
+        placed,
+        title="Standardise the input features with the training data's mean and std "
+        "(do the same wherever you feed the model new data)",
+        code="\n".join(_dedented(edit.new_lines)),
+        trial_setting=("standardise_x", data_rewrite.EPSILON),
+    )
 
 
 def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:

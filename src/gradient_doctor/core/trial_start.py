@@ -102,13 +102,17 @@ def trial_start(
         if failing - first > FROM_START_MAX_STEPS:
             return None
         return TrialStart(first, f"this remedy acts from the start of training (step {first})")
-    if remedy in UPDATE_REMEDIES and began < failing:
-        earlier = [s for s in saved_steps if s <= began]
-        step = max(earlier) if earlier else min(saved_steps, default=failing)
+    before = [s for s in saved_steps if s < failing]
+    if remedy in UPDATE_REMEDIES and before:
+        # From before the trouble; with no sign of where it began, from the last state
+        # saved before the failing step (the updates before it may be the trouble).
+        began = min(began, max(before))
+        earlier = [s for s in before if s <= began]
+        step = max(earlier) if earlier else min(before)
         where = "before" if earlier else "after (the earliest state kept)"
         return TrialStart(
             step,
-            f"this remedy acts on the updates, and the trouble began at step {began}: the "
-            f"trial starts from the state saved {where} it",
+            f"this remedy acts on the updates, and the trouble began at step {began} or "
+            f"earlier: the trial starts from the state saved {where} it",
         )
     return TrialStart(failing, "the last good state, just before the failing step")

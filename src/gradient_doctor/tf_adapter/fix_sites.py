@@ -12,9 +12,9 @@ from gradient_doctor.tf_adapter import loss_scale
 from gradient_doctor.tf_adapter.creation_sites import creation_line, layer_at, layer_of_variable
 
 
-def fix_sites(optimizer, evidence: Evidence) -> FixSites:
-    """The optimizer's site, the site of the layer whose weights feed the origin, and the
-    sites of every layer the optimizer trains."""
+def fix_sites(optimizer, evidence: Evidence, fit_call=None) -> FixSites:
+    """The optimizer's site, the site of the layer whose weights feed the origin, the
+    sites of every layer the optimizer trains, and the `fit` line (a `FitCall`)."""
     grew = evidence.growth[0] if evidence.growth else None
     weights_layer = layer_at(grew or evidence.weights_layer)
     return FixSites(
@@ -23,6 +23,7 @@ def fix_sites(optimizer, evidence: Evidence) -> FixSites:
         trained_layers=tuple(
             site for layer in trained_layers(optimizer) if (site := layer_site(layer)) is not None
         ),
+        fit=fit_call.source if fit_call is not None else None,
     )
 
 

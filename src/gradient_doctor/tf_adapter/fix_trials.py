@@ -57,13 +57,15 @@ class TrialPlan:
     step is traced and run; for a patch it yields the `PatchedSource`, so a patch
     whose line the new trace never reached is reported as not tried.
     `replacement` is the patch's text (None for other remedies); two families with
-    the same patch are run once.
+    the same patch are run once. `batches`, when set, makes fresh iterators over the
+    data as the remedy changes it; the trial runs on those alone.
     """
 
     remedy: str
     setting: str
     apply: Callable[[], object]
     replacement: object = None
+    batches: Callable[[], Iterator] | None = None
 
 
 def try_fixes(
@@ -78,6 +80,7 @@ def try_fixes(
     snapshots: SnapshotRing | None = None,
     first_warning: int | None = None,
     optimizer_variables=(),
+    fit_call=None,
 ) -> Finding:
     """The finding with its fixes (and not-fixes) tried, each from the state it needs.
 
@@ -100,7 +103,7 @@ def try_fixes(
     """
     if steps <= 0 or call is None or call.traceable is None or finding.origin is None:
         return finding
-    plans = trial_plans(finding, evidence, optimizer)
+    plans = trial_plans(finding, evidence, optimizer, fit_call)
     if not plans:
         return finding
     if _distributed(optimizer):
@@ -205,7 +208,7 @@ def _distributed(optimizer) -> bool:
     return any(isinstance(getattr(v, "value", v), DistributedValues) for v in variables)
 
 
-def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPlan]:
+def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) -> list[TrialPlan]:
     """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order.
 
     A fix with a patch is tried as the patch is written: a patch of the optimizer's
@@ -226,7 +229,9 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer) -> list[TrialPl
         setting = fix.trial_setting if fix is not None else None
         if setting is None and remedy in _SETTINGS:
             setting = _SETTINGS[remedy](evidence)
-        if setting is not None:
+        if setting is not None and setting[0] == "standardise_x":
+            plans.append(_standardised(remedy, fit_call, setting[1]))
+        elif setting is not None:
             edits = fix.edits if fix is not None else ()
             plans.append(_with_setting(remedy, optimizer, *setting, edits=edits))
         elif fix is not None and fix.patch:
@@ -287,6 +292,14 @@ def _with_setting(remedy: str, optimizer, name: str, value, edits=()) -> TrialPl
             setattr(optimizer, name, before)
 
     return TrialPlan(remedy, f"{name}={value:.4g}", apply)
+
+
+def _standardised(remedy: str, fit_call, epsilon: float) -> TrialPlan:
+    """Run on `fit`'s data with the features standardised as the patched fit line does."""
+    batches = fit_call.standardised_batches(epsilon) if fit_call is not None else None
+    if batches is None:
+        return TrialPlan(remedy, "", _not_possible("fit's features are not one NumPy array"))
+    return TrialPlan(remedy, "the features standardised", nullcontext, batches=batches)
 
 
 def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
@@ -452,7 +465,12 @@ class _LastGoodState:
                 concrete = self._trace()
                 if isinstance(placed, PatchedSource) and not placed.met:
                     raise _NotTried("the patched line was not reached when the step was traced")
-                outcome = self._steps(concrete, remedy, setting, source)
+                batches = (
+                    self._data_only(plan.batches, source)
+                    if plan is not None and plan.batches is not None
+                    else self._batches(source)
+                )
+                outcome = self._steps(concrete, remedy, setting, source, batches)
         except _NotTried as reason:
             outcome = TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))
         start = None if source.snapshot is None else source.start.step
@@ -498,12 +516,23 @@ class _LastGoodState:
             else:
                 yield self._call.args, self._call.kwargs, "failing"
 
-    def _steps(self, concrete, remedy, setting: str, source: _TrialSource) -> TrialOutcome:
+    def _data_only(self, make, source: _TrialSource) -> Iterator[tuple[tuple, dict, str]]:
+        """A remedy's own data (`TrialPlan.batches`), read again and again for the trial."""
+        count = 0
+        while count < source.steps:
+            before = count
+            for batch in itertools.islice(make(), source.steps - count):
+                yield (batch,), {}, "changed data"
+                count += 1
+            if count == before:
+                return
+
+    def _steps(self, concrete, remedy, setting: str, source: _TrialSource, batches) -> TrialOutcome:
         losses = []
         origins: dict[str, int] = {}
         steps = source.steps
         signature = _signature(self._call.args, self._call.kwargs)
-        for index, (args, kwargs, origin) in enumerate(self._batches(source)):
+        for index, (args, kwargs, origin) in enumerate(batches):
             if _signature(args, kwargs) != signature:  # e.g. the last, smaller batch
                 signature = _signature(args, kwargs)
                 concrete = self._function.get_concrete_function(*args, **kwargs)
@@ -534,6 +563,7 @@ def _described(origins: dict[str, int]) -> str:
         "kept": "{n} batches the run saw",
         "kept again": "those batches again ({n})",
         "data": "{n} batches of the training data",
+        "changed data": "{n} batches of the training data as the patch changes it",
     }
     parts = []
     for origin, n in origins.items():

@@ -46,6 +46,22 @@ def scan(named: list[tuple[str, object]]) -> tuple[BadInput, ...]:
     return tuple(found)
 
 
+def input_scale(named: list[tuple[str, object]]) -> tuple[str, float] | None:
+    """(name, largest finite magnitude) of the step's first floating-point input, or None.
+
+    The first input is the features in `fit`'s `(x, y)` and in most custom steps
+    (`train_step(x, y)`); the labels' scale is a matter for the loss.
+    """
+    for name, tensor in named:
+        dtype = getattr(tensor, "dtype", None)
+        if dtype is None or not getattr(dtype, "is_floating", False):
+            continue
+        array = np.abs(np.asarray(tensor, dtype=np.float64))
+        finite = array[np.isfinite(array)]
+        return (name, float(finite.max())) if finite.size else None
+    return None
+
+
 def keras_batch_names(data) -> list[tuple[str, object]]:
     """Name the parts of a Keras `(x, y, sample_weight)` batch as a user would."""
     if isinstance(data, tuple) and 1 <= len(data) <= 3:

@@ -19,9 +19,9 @@ from gradient_doctor.tf_adapter.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
 from gradient_doctor.tf_adapter.guard import in_guarded_update
 from gradient_doctor.tf_adapter.model_hooks import attach
-from gradient_doctor.tf_adapter.source_frames import is_user_file, user_frame
+from gradient_doctor.tf_adapter.source_frames import is_user_file, user_frame, user_line
 from gradient_doctor.tf_adapter.trace_replay import traced_step
-from gradient_doctor.tf_adapter.trial_data import fit_batches
+from gradient_doctor.tf_adapter.trial_data import FitCall
 from gradient_doctor.tf_adapter.watcher import Watcher
 
 GUARDED = "_gradient_doctor_guarded"
@@ -93,9 +93,14 @@ class RunPatches:
                 callbacks.append(Doctor(watcher=watcher))
             bound.arguments["callbacks"] = callbacks
             data = bound.arguments
-            watcher.trial_batches = fit_batches(
-                data.get("x"), data.get("y"), data.get("sample_weight"), data.get("batch_size")
+            watcher.fit_call = FitCall(
+                user_line(),
+                data.get("x"),
+                data.get("y"),
+                data.get("sample_weight"),
+                data.get("batch_size"),
             )
+            watcher.trial_batches = watcher.fit_call.batches()
             try:
                 return original_fit(*bound.args, **bound.kwargs)
             finally:

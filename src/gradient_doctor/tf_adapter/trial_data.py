@@ -10,9 +10,12 @@ dataset), a trial goes on with that data from its start. Python generators and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
+
+from gradient_doctor.core.findings import SourceLine
 
 DEFAULT_BATCH_SIZE = 32  # Keras's own default for `fit`
 
@@ -25,6 +28,35 @@ def _is_array_tree(value) -> bool:
     if isinstance(value, dict) and value:
         return all(_is_array_tree(v) for v in value.values())
     return False
+
+
+@dataclass(frozen=True)
+class FitCall:
+    """One call of `fit`: the user's line that made it and the data it was given.
+
+    Attributes:
+        source: the user's `fit(...)` line, or None when not known.
+        x, y, sample_weight, batch_size: as given to `fit`.
+    """
+
+    source: SourceLine | None
+    x: object
+    y: object = None
+    sample_weight: object = None
+    batch_size: int | None = None
+
+    def batches(self) -> Callable[[], Iterator] | None:
+        """Fresh iterators over the call's batches, or None (see `fit_batches`)."""
+        return fit_batches(self.x, self.y, self.sample_weight, self.batch_size)
+
+    def standardised_batches(self, epsilon: float) -> Callable[[], Iterator] | None:
+        """The same batches with `x` standardised over the whole data, feature by
+        feature, as `(x - x.mean(axis=0)) / (x.std(axis=0) + epsilon)` computes it (the
+        `normalize_input` patch of the fit line); None unless `x` is one NumPy array."""
+        if not isinstance(self.x, np.ndarray) or not np.issubdtype(self.x.dtype, np.floating):
+            return None
+        x = (self.x - self.x.mean(axis=0)) / (self.x.std(axis=0) + epsilon)
+        return fit_batches(x, self.y, self.sample_weight, self.batch_size)
 
 
 def fit_batches(x, y=None, sample_weight=None, batch_size=None) -> Callable[[], Iterator] | None:

@@ -32,6 +32,7 @@ from gradient_doctor.tf_adapter.fix_sites import fix_sites
 from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS, try_fixes
 from gradient_doctor.tf_adapter.guard import Guard
 from gradient_doctor.tf_adapter.headroom_probe import samples
+from gradient_doctor.tf_adapter.input_scan import input_scale
 from gradient_doctor.tf_adapter.layer_stats import LayerStats
 from gradient_doctor.tf_adapter.localize import localize
 from gradient_doctor.tf_adapter.missing_gradients import (
@@ -133,6 +134,8 @@ class Watcher:
         # Fresh iterators over the training data of the `fit` being watched, for the
         # fix trials (set by `gradient-doctor run` around each fit), or None.
         self.trial_batches = None
+        # The `fit` call being watched (its line and data), set by `gradient-doctor run`.
+        self.fit_call = None
         install_tape_hook()
         if not isinstance(layer_stats, bool):
             raise TypeError(f"`layer_stats` must be a bool. Received: layer_stats={layer_stats!r}")
@@ -226,7 +229,9 @@ class Watcher:
                 stacklevel=2,
             )
             evidence = localize(None, step, [], history, setup)
-        evidence = replace(evidence, skipped_updates=stats.skipped)
+        evidence = replace(
+            evidence, skipped_updates=stats.skipped, input_scale=input_scale(named)
+        )
         # Which replica failed first matters only where there are several.
         several = (self.guard.replicas or 1) > 1
         replica = stats.replica if stats.replica >= 0 and several else None
@@ -315,7 +320,9 @@ class Watcher:
             note = replica_note(replica, self.guard.replicas)
             finding = replace(finding, explanation=f"{finding.explanation} {note}", replica=replica)
         finding = place_fixes(
-            finding, sites=fix_sites(self.optimizer, evidence), history=evidence.history
+            finding,
+            sites=fix_sites(self.optimizer, evidence, self.fit_call),
+            history=evidence.history,
         )
         if call is not None:
             finding = try_fixes(
@@ -328,6 +335,7 @@ class Watcher:
                 self.trial_batches,
                 announce=_announce_trials if self.on_finding is not None else None,
                 snapshots=self.snapshots,
+                fit_call=self.fit_call,
                 optimizer_variables=[
                     v for ref in self._optimizers if ref() is not None for v in ref().variables
                 ],

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.knowledge.data_remedies import fit_to_data
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code
 from gradient_doctor.core.knowledge.norm_rewrite import mentions_norm
@@ -145,5 +146,5 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     for rule in rules:
         diagnosis = rule(evidence)
         if diagnosis is not None:
-            return fit_to_setup(diagnosis, evidence)
-    return fit_to_setup(default.diagnose(evidence), evidence)
+            return fit_to_data(fit_to_setup(diagnosis, evidence), evidence)
+    return fit_to_data(fit_to_setup(default.diagnose(evidence), evidence), evidence)

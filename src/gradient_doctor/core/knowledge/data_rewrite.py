@@ -1,0 +1,50 @@
+"""Rewrite the user's `fit(...)` line so the model trains on standardised features.
+
+`model.fit(features, prices, ...)` becomes
+`model.fit((features - features.mean(axis=0)) / (features.std(axis=0) + 1e-07), prices, ...)`:
+each feature centred and scaled by the training data's own statistics, and the
+validation features (`validation_data=(x_val, y_val)`) by the same ones. No name of
+the user's is reassigned; the trial standardises the batches with the same expression.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from gradient_doctor.core.findings import Edit, SourceLine
+from gradient_doctor.core.knowledge.call_edit import (
+    argument,
+    callee,
+    calls_on,
+    combined,
+    literal,
+    parse,
+    segment,
+)
+
+# Added to each feature's standard deviation (a constant feature divides by it alone).
+EPSILON = 1e-7
+
+
+def standardise_fit_input(source: SourceLine, lines: Sequence[str]) -> Edit | None:
+    """An edit of the `fit` call on `source` standardising its `x` (and validation x).
+
+    Returns None when the line has no `fit` call whose `x` is a plain name or
+    attribute (an expression or a dataset cannot be standardised by a rewrite).
+    """
+    tree, text = parse(lines)
+    if tree is None:
+        return None
+    fit = next((c for c in calls_on(tree, source) if callee(c.func) == "fit"), None)
+    x = argument(fit, 0, "x") if fit is not None else None
+    if not isinstance(x, ast.Name | ast.Attribute):
+        return None
+    name = segment(text, x)
+    mean, std = f"{name}.mean(axis=0)", f"({name}.std(axis=0) + {literal(EPSILON)})"
+    changes = [(x, f"({name} - {mean}) / {std}")]
+    validation = argument(fit, None, "validation_data")
+    if isinstance(validation, ast.Tuple) and validation.elts:
+        held_out = validation.elts[0]
+        changes.append((held_out, f"({segment(text, held_out)} - {mean}) / {std}"))
+    return combined(text, fit, changes, source.file)
