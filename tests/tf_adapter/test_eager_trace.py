@@ -181,3 +181,17 @@ def test_a_trace_that_outgrows_its_bound_is_dropped(tracing, monkeypatch):
         for _ in range(5):
             model(tf.ones((2, 5)))
     assert eager_trace.take() is None
+
+
+def test_a_note_that_fails_drops_the_trace_and_leaves_the_step_alone(tracing, monkeypatch):
+    def broken(layer):
+        raise RuntimeError("no site")
+
+    monkeypatch.setattr(eager_trace, "op_site", broken)
+    monkeypatch.setattr(eager_trace, "_warned", False)
+    model = _model()
+    with pytest.warns(UserWarning, match="stopped tracing an eager step"):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(tf.ones((2, 5))))
+    assert tape.gradient(loss, model.trainable_variables)[0] is not None
+    assert eager_trace.take() is None

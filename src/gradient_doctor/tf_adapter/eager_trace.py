@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -117,7 +118,7 @@ class EagerTrace:
         self.entries: list = []
         self.tapes: set[int] = set()  # ids of the tapes opened in this trace
         self.closed = False  # an update has taken it: nothing more is added
-        self.overflowed = False
+        self.dropped = False  # too long, or noting went wrong: it cannot be replayed
         self._paused = 0  # depth of traced `tape.gradient` calls running now
         self._listening = False
 
@@ -126,30 +127,38 @@ class EagerTrace:
         """Note one eagerly executed op (ops traced into a graph belong to a function)."""
         if graph is not None:
             return None
-        if isinstance(op_type, bytes):  # ops run by TensorFlow's slow eager path
-            op_type = op_type.decode()
-        taped = not pywrap_tfe.TFE_Py_TapeSetIsEmpty() and not pywrap_tfe.TFE_Py_TapeSetIsStopped()
-        # Where the op ran, worked out as the replay's recorder does for an op it sees run.
-        layer = keras_layer_path()
-        source, source_kind = op_site(layer)
-        self.add(
-            TracedOp(
-                op_type, attrs, tuple(inputs), tuple(outputs), taped, layer, source, source_kind
+        try:
+            if isinstance(op_type, bytes):  # ops run by TensorFlow's slow eager path
+                op_type = op_type.decode()
+            stopped = pywrap_tfe.TFE_Py_TapeSetIsStopped()
+            taped = not pywrap_tfe.TFE_Py_TapeSetIsEmpty() and not stopped
+            # Where the op ran, worked out as the replay's recorder does for an op it sees.
+            layer = keras_layer_path()
+            source, kind = op_site(layer)
+            self.add(
+                TracedOp(op_type, attrs, tuple(inputs), tuple(outputs), taped, layer, source, kind)
             )
-        )
+        except Exception as error:  # never let the doctor's notes break the user's step
+            self.drop(error)
         return None
 
     # -- entries -------------------------------------------------------------------
     def add(self, entry) -> None:
-        """Append one entry; past `MAX_ENTRIES` the trace is dropped and closed."""
+        """Append one entry; past `MAX_ENTRIES` the trace is dropped."""
         if self.closed:
             return
         if len(self.entries) >= MAX_ENTRIES:
-            self.overflowed = True
-            self.entries.clear()
-            self.close()
+            self.drop()
             return
         self.entries.append(entry)
+
+    def drop(self, error: Exception | None = None) -> None:
+        """Give the trace up (it grew too long, or noting an entry failed with `error`)."""
+        if error is not None:
+            _warn_once(error)
+        self.dropped = True
+        self.entries.clear()
+        self.close()
 
     @property
     def noting_ops(self) -> bool:
@@ -241,9 +250,12 @@ def tape_opened(tape) -> None:
     trace = _recording()
     if trace is None:
         trace = _local.trace = EagerTrace()
-    trace.tapes.add(id(tape))
-    trace.add(TapeOpened(tape, tape._persistent, tape._watch_accessed_variables))
-    trace.listen()
+    try:
+        trace.tapes.add(id(tape))
+        trace.add(TapeOpened(tape, tape._persistent, tape._watch_accessed_variables))
+        trace.listen()
+    except Exception as error:  # never let the doctor's notes break the user's step
+        trace.drop(error)
 
 
 def _traced(tape) -> EagerTrace | None:
@@ -265,6 +277,21 @@ def tape_watched(tape, tensors) -> None:
         trace.add(TapeWatched(tape, tensors))
 
 
+_warned = False
+
+
+def _warn_once(error: Exception) -> None:
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    warnings.warn(
+        f"gradient-doctor stopped tracing an eager step ({type(error).__name__}: {error}); "
+        "if one fails, it is reported without its op.",
+        stacklevel=3,
+    )
+
+
 def gradient(tape, original, target, sources, *args, **kwargs):
     """`original(tape, target, sources, ...)` (the tape's `gradient`); on a traced tape
     the call and its result are noted, the backward pass's ops are not."""
@@ -282,7 +309,7 @@ def gradient(tape, original, target, sources, *args, **kwargs):
 
 def take() -> EagerTrace | None:
     """The trace of the step whose update is being made now, closed; None when there is
-    none (no tape was opened in plain eager code, or the trace overflowed).
+    none (no tape was opened in plain eager code, or the trace was dropped).
 
     A second update before the next tape opens (a GAN's two optimizers applied one
     after the other) gets the same trace.
@@ -291,7 +318,7 @@ def take() -> EagerTrace | None:
     if trace is None:
         return None
     trace.close()
-    return None if trace.overflowed else trace
+    return None if trace.dropped else trace
 
 
 _original_record_operation = record.record_operation
