@@ -103,8 +103,7 @@ def _broken_state(evidence: Evidence, state: BrokenState) -> Diagnosis:
         explanation += (
             " The doctor did not see the call that wrote them (`gradient-doctor run` "
             "sees the `set_weights`, `load_weights`, `adapt` and `assign` calls of your "
-            "code; `Doctor()` and `watch()` only the training): they were non-finite "
-            "when the watched training began."
+            "code; `Doctor()` and `watch()` only the training)."
         )
     return Diagnosis(
         category="bad_input",
