@@ -270,7 +270,11 @@ def _search_source(obj, files: list[str]) -> SourceLine | None:
 
 @functools.lru_cache(maxsize=64)
 def _parsed(file: str, modified: float) -> tuple[list[tuple[ast.Call, str | None]], ...]:
-    """Every call in `file` with the name it is assigned to (None when it is not)."""
+    """Every call in `file` with the name it is assigned to (None when it is not).
+
+    `modified`, the file's modification time, is part of the cache key: an edited
+    file is parsed again.
+    """
     try:
         tree = ast.parse(open(file, encoding="utf-8").read(), file)
     except (OSError, SyntaxError, ValueError):
