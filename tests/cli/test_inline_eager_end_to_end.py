@@ -91,3 +91,14 @@ def test_a_healthy_inline_loop_is_healthy_and_bit_identical_to_a_plain_run(docto
     assert run.report["steps_watched"] == 12
     assert len(_printed(plain.stdout)) == 12
     assert _printed(run.stdout) == _printed(plain.stdout)  # exact losses and weights
+
+
+def test_a_crash_dump_of_an_inline_step_is_refused_not_written_wrong(tmp_path):
+    script = "tests/scripts/inline_eager_log_domain.py"
+    dump = tmp_path / "dump"
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0", "--dump", str(dump)))
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert run.problem["origin"]["op"] == "Log"  # the diagnosis does not depend on it
+    assert "could not write the crash dump" in run.stderr
+    assert "written inline" in run.stderr
+    assert not dump.exists()

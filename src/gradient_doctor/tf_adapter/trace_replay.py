@@ -91,7 +91,16 @@ class TracedStepRerun:
         Returns:
             The recomputed gradients of the update, in the order of `grads`; they
             also go to the replay recorder as the step's update.
+
+        Raises:
+            NotImplementedError: called while a graph is traced (a crash dump): the
+                trace holds eager tensors, not a graph of the step.
         """
+        if not tf.executing_eagerly():
+            raise NotImplementedError(
+                "an eager step written inline (no step function) is kept as the trace of "
+                "its eager ops, which cannot be made into a graph for a crash dump"
+            )
         run = _Run(_watched_variables(self._trace))
         try:
             for entry in self._trace.entries:
