@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop training after N watched steps; a run that was healthy so far ends "
         "healthy (`gradient-doctor fix` reruns a patched script only as far as it needs)",
     )
+    run.add_argument(
+        "--confirm",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="after the run, apply each verified fix's patch to a copy of this folder and run "
+        "the copy again from the start; a patch that does not hold there is not verified "
+        "(auto: when the run took at most two minutes; default auto)",
+    )
     run.add_argument("script", metavar="SCRIPT", help="the training script to run")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
     fix = commands.add_parser(
@@ -223,6 +231,7 @@ def run_command(options: argparse.Namespace) -> int:
         progress_seconds=options.progress,
         dump_dir=options.dump,
         max_steps=options.stop_after,
+        confirm=options.confirm,
     )
 
 

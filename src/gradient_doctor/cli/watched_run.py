@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import runpy
+import time
 from dataclasses import replace
 
+from gradient_doctor.cli.fix_confirmation import confirm_fixes
 from gradient_doctor.cli.interrupts import RunInterrupts, signal_name
 from gradient_doctor.cli.script_runner import ScriptOutcome, run_script
 
@@ -25,13 +27,17 @@ def watched_run(
     progress_seconds: float = 0.0,
     dump_dir: str | None = None,
     max_steps: int | None = None,
+    confirm: str = "auto",
 ) -> int:
     """Watch `script`, print the diagnosis, write the reports asked for; return the exit
     status. A progress line goes to stderr every `progress_seconds` (0: none); with
     `dump_dir`, the first non-finite step is saved there for `gradient-doctor replay`;
     each proposed fix is tried for `trial_steps` steps (0: none); `layer_stats` False
     is the cheap mode (global checks only); `max_steps` stops training, healthy, after
-    that many steps.
+    that many steps. With `confirm` "auto" (a run of at most two minutes) or "always",
+    each verified fix is applied to a copy of the working folder and run again from
+    the start; a fix whose copy does not hold is not verified (the reports are written
+    before and after).
 
     SIGINT and SIGTERM stop the script, not the doctor: the reports are written
     (status "interrupted" unless a problem was found first) and the status is 128 +
@@ -64,6 +70,7 @@ def watched_run(
         patches = RunPatches(watcher)
         patches.install()
         outcome = ScriptOutcome()
+        started = time.monotonic()
         try:
             outcome = run_script(script, args)
             watcher.finish()
@@ -74,9 +81,13 @@ def watched_run(
         report = watcher.report(script, outcome.error)
         if signum is not None:
             report = replace(report, interrupted=signal_name(signum))
-        render_report(report, problems_shown=True)
         if crash_dump is not None:
             crash_dump.finish()
+        if signum is None and trial_steps > 0 and confirm != "never":
+            write_outputs(report, report_path, html_path, tensorboard_dir)
+            run_seconds = time.monotonic() - started
+            report = confirm_fixes(report, script, args, run_seconds, confirm, trial_steps)
+        render_report(report, problems_shown=True)
         write_outputs(report, report_path, html_path, tensorboard_dir)
     signum = signum or interrupts.signum  # one that came while the reports were written
     if signum is not None:

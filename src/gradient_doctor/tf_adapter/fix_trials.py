@@ -482,7 +482,7 @@ class _LastGoodState:
         From the last good state: the failing batch, then `fit`'s data read anew.
         From an earlier state: the batches the run saw from there on where they were
         kept, else `fit`'s data from the start state's place in its epoch; in both
-        cases the failing batch where nothing else is left.
+        cases the failing batch, repeated, where nothing else is left.
         """
         steps = source.steps
         count = 0
@@ -508,13 +508,10 @@ class _LastGoodState:
             skip = 0
             if count == before:  # no data at all
                 break
-        kept, _ = source.kept_batches()
-        for index in range(count, steps):  # past the kept batches: cycle them, or the failing one
-            if kept:
-                args, kwargs = kept[index % len(kept)]
-                yield args, kwargs, "kept again"
-            else:
-                yield self._call.args, self._call.kwargs, "failing"
+        # Past what the run saw: the batch it failed on, again and again (the hardest
+        # one known; the run's own later batches do not exist yet).
+        for _ in range(count, steps):
+            yield self._call.args, self._call.kwargs, "failing"
 
     def _data_only(self, make, source: _TrialSource) -> Iterator[tuple[tuple, dict, str]]:
         """A remedy's own data (`TrialPlan.batches`), read again and again for the trial."""
@@ -561,7 +558,6 @@ def _described(origins: dict[str, int]) -> str:
     words = {
         "failing": "the failing batch",
         "kept": "{n} batches the run saw",
-        "kept again": "those batches again ({n})",
         "data": "{n} batches of the training data",
         "changed data": "{n} batches of the training data as the patch changes it",
     }

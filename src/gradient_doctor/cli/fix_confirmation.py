@@ -1,0 +1,104 @@
+"""Confirm each verified fix of a finished run: its patch, applied to a copy, trains healthy.
+
+The trials inside the run prove a patch from a saved state, on the batches the run
+kept; the run's later batches were never seen. When the run was short enough to run
+again, each verified patch is applied to a copy of the user's folder and the copy
+trains from the start past the failing step (`patched_rerun`). A patch whose copy
+fails is not verified, whatever its trial said, and its evidence says what the
+copy found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from gradient_doctor.cli.patched_rerun import relative_script, rerun_patched
+from gradient_doctor.core.findings import Finding, Fix
+from gradient_doctor.core.report import Report
+
+# Runs that took longer than this (wall seconds) are not run again for every fix.
+CONFIRM_MAX_SECONDS = 120.0
+# At most this many verified fixes of one problem are run again.
+MAX_CONFIRMED = 4
+
+
+def confirm_fixes(
+    report: Report,
+    script: str,
+    args: list[str],
+    run_seconds: float,
+    mode: str = "auto",
+    steps_past: int = 200,
+) -> Report:
+    """`report` with every verified fix run again as a patched copy, and judged by it.
+
+    Args:
+        report: the run's report.
+        script: the script as the user named it.
+        args: its arguments.
+        run_seconds: how long the run took (a rerun takes about as long).
+        mode: "auto" (confirm when the run took at most `CONFIRM_MAX_SECONDS`),
+            "always" or "never".
+        steps_past: how many steps past the failing step the copy must run healthy
+            (a fix that only stalls training shows within that window).
+    """
+    relative = relative_script(script)
+    if mode == "never" or relative is None or not report.problems:
+        return report
+    if mode == "auto" and run_seconds > CONFIRM_MAX_SECONDS:
+        return _unconfirmed(report, run_seconds)
+    timeout = max(3 * run_seconds, 60.0)
+    problems = tuple(
+        _confirmed(problem, relative, args, timeout, steps_past) for problem in report.problems
+    )
+    return dataclasses.replace(report, problems=problems)
+
+
+def _confirmed(
+    problem: Finding, script: str, args: list[str], timeout: float, steps_past: int
+) -> Finding:
+    fixes, done = [], 0
+    for fix in problem.fixes:
+        if fix.verified is True and fix.patch and done < MAX_CONFIRMED:
+            done += 1
+            _say(f"{fix.family}: running a patched copy of your folder from the start")
+            step = problem.step or 0
+            rerun = rerun_patched(script, args, fix.patch, step, steps_past, timeout)
+            _say(f"{fix.family}: {rerun.why}")
+            fix = _judged(fix, rerun.held, rerun.why)
+        fixes.append(fix)
+    return dataclasses.replace(problem, fixes=tuple(fixes))
+
+
+def _judged(fix: Fix, held: bool, why: str) -> Fix:
+    if held:
+        return dataclasses.replace(fix, evidence=f"{fix.evidence}; confirmed: {why}")
+    return dataclasses.replace(
+        fix, verified=False, evidence=f"{fix.evidence}; but applied, it did not hold: {why}"
+    )
+
+
+def _unconfirmed(report: Report, run_seconds: float) -> Report:
+    """Say, on each verified fix, that only the trial inside the run proved it."""
+    note = (
+        f"; not rerun from the start (the run took {run_seconds:.0f} s): "
+        "`gradient-doctor fix` reruns the patched script"
+    )
+    problems = tuple(
+        dataclasses.replace(
+            problem,
+            fixes=tuple(
+                dataclasses.replace(fix, evidence=f"{fix.evidence}{note}")
+                if fix.verified is True and fix.patch
+                else fix
+                for fix in problem.fixes
+            ),
+        )
+        for problem in report.problems
+    )
+    return dataclasses.replace(report, problems=problems)
+
+
+def _say(text: str) -> None:
+    print(f"gradient-doctor: confirming {text}", file=sys.stderr, flush=True)

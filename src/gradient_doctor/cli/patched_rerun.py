@@ -1,0 +1,172 @@
+"""Run a copy of the user's folder, with one patch applied, from the start under the doctor.
+
+This is the proof behind "verified": not the trial inside the failing run, but the
+patched script itself training again, in a scratch copy (the user's files are never
+touched), past the step where the original failed. `gradient-doctor run` confirms
+each verified fix this way when the run was short, and `gradient-doctor fix` keeps
+the patch that passes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from gradient_doctor.core.patches import PatchError, apply_unified_diff
+
+# Folders never copied into the scratch folder: tools' caches and environments.
+_SKIPPED_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".venv",
+        "venv",
+        "env",
+        "__pycache__",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".mypy_cache",
+        "node_modules",
+        ".ipynb_checkpoints",
+    }
+)
+# Files larger than this are linked into the scratch folder instead of copied (data).
+_LINK_ABOVE_BYTES = 32 * 2**20
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """How the patched copy did.
+
+    Attributes:
+        held: it trained past the original failing step with nothing wrong.
+        steps: how many steps it trained.
+        why: what happened, in words (for the evidence).
+    """
+
+    held: bool
+    steps: int
+    why: str
+
+
+def rerun_patched(
+    script: str,
+    args: list[str],
+    patch: str,
+    failed_at: int,
+    steps_past: int,
+    timeout: float | None = None,
+) -> Rerun:
+    """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
+    (no trials) from the start to `steps_past` steps past `failed_at`.
+
+    `script` is relative to the working folder, which is what gets copied.
+    """
+    with tempfile.TemporaryDirectory(prefix="gradient-doctor-rerun-") as scratch:
+        root = os.path.join(scratch, "copy")
+        _copy_tree(os.getcwd(), root)
+        try:
+            for path, text in apply_unified_diff(patch, os.getcwd()).items():
+                target = os.path.join(root, path)
+                if os.path.islink(target):
+                    os.unlink(target)
+                with open(target, "w", encoding="utf-8", newline="") as handle:
+                    handle.write(text)
+        except (PatchError, OSError) as error:
+            return Rerun(False, 0, f"the patch did not apply ({error})")
+        limit = failed_at + 1 + steps_past
+        options = ["--trial-steps", "0", "--progress", "0", "--stop-after", str(limit)]
+        report = doctor_report(script, args, root, scratch, options, timeout)
+    return _judged(report, failed_at)
+
+
+def _judged(report: dict | None, failed_at: int) -> Rerun:
+    if report is None:
+        return Rerun(False, 0, "the patched run wrote no report (it crashed or ran too long)")
+    steps = report.get("steps_watched", 0)
+    if report["problems"]:
+        first = report["problems"][0]
+        return Rerun(
+            False,
+            steps,
+            f"the patched copy, run from the start, found {first['category']} at step "
+            f"{first.get('step')} (the original failed at step {failed_at})",
+        )
+    if report.get("script_error"):
+        return Rerun(False, steps, f"the patched script failed: {report['script_error']}")
+    if steps <= failed_at:
+        return Rerun(
+            False,
+            steps,
+            f"the patched copy ended after {steps} steps, before step {failed_at} where the "
+            "original failed, so it cannot tell",
+        )
+    return Rerun(
+        True,
+        steps,
+        f"the patched copy of your files trained {steps} steps from the start with every "
+        f"loss and gradient finite, past step {failed_at} where the original failed",
+    )
+
+
+def doctor_report(
+    script: str,
+    args: list[str],
+    cwd: str,
+    scratch: str,
+    options: list[str],
+    timeout: float | None = None,
+    quiet: bool = True,
+) -> dict | None:
+    """Run `gradient-doctor run` on `script` in `cwd`; its JSON report, or None."""
+    report = os.path.join(scratch, f"report-{len(os.listdir(scratch))}.json")
+    command = [sys.executable, "-m", "gradient_doctor", "run", "--report", report, *options]
+    output = subprocess.DEVNULL if quiet else None
+    try:
+        subprocess.run(
+            [*command, script, *args],
+            cwd=cwd,
+            check=False,
+            timeout=timeout,
+            stdout=output,
+            stderr=output,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    try:
+        with open(report, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def relative_script(script: str) -> str | None:
+    """The script's path relative to the working folder, or None when it lies outside."""
+    relative = os.path.relpath(os.path.abspath(script))
+    if relative.startswith(os.pardir + os.sep) or os.path.isabs(relative):
+        return None
+    return relative
+
+
+def _copy_tree(source: str, target: str) -> None:
+    """Copy the working folder (caches and environments left out; big files linked)."""
+
+    def copy(src: str, dst: str) -> None:
+        if os.path.getsize(src) > _LINK_ABOVE_BYTES:
+            os.symlink(os.path.abspath(src), dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(
+        source,
+        target,
+        symlinks=True,
+        ignore=lambda _, names: [n for n in names if n in _SKIPPED_DIRS],
+        copy_function=copy,
+    )
