@@ -16,6 +16,7 @@ PROBLEM_KEYS = [
     "category",
     "step",
     "replica",
+    "worker",
     "phase",
     "origin",
     "disconnected",
@@ -68,6 +69,7 @@ def test_forward_problem_matches_the_contract(problem_report):
         "category": "forward_overflow",
         "step": 1830,
         "replica": None,
+        "worker": None,
         "phase": "forward",
         "origin": {
             "op": "Exp",

@@ -285,3 +285,5 @@ class Finding:
     forecast_step: int | None = None
     headroom: Headroom | None = None
     replica: int | None = None
+    # Under a multi-worker strategy, the task (type, index) that ran `replica`.
+    worker: tuple[str, int] | None = None

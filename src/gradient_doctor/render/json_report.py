@@ -85,13 +85,14 @@ def problem_to_dict(finding: Finding) -> dict[str, Any]:
         finding: Finding, a diagnosed problem.
 
     Returns:
-        A dict with the keys `category`, `step`, `replica`, `phase`, `origin`,
+        A dict with the keys `category`, `step`, `replica`, `worker`, `phase`, `origin`,
         `disconnected`, `explanation`, `not_fixes` and `fixes`.
     """
     return {
         "category": finding.category,
         "step": _integer(finding.step),
         "replica": _integer(finding.replica),
+        "worker": _worker(finding.worker),
         "phase": finding.phase,
         "origin": origin_to_dict(finding.origin),
         "disconnected": disconnected_to_dict(finding.disconnected),
@@ -99,6 +100,11 @@ def problem_to_dict(finding: Finding) -> dict[str, Any]:
         "not_fixes": [not_fix_to_dict(not_fix) for not_fix in finding.not_fixes],
         "fixes": [fix_to_dict(fix) for fix in finding.fixes],
     }
+
+
+def _worker(task: tuple[str, int] | None) -> dict[str, Any] | None:
+    """A cluster task as TF_CONFIG writes it: {"type": "worker", "index": 1}, or None."""
+    return None if task is None else {"type": task[0], "index": int(task[1])}
 
 
 def warning_to_dict(finding: Finding) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from gradient_doctor.tf_adapter.doctor_variables import doctor_variable, replica_values
+from gradient_doctor.tf_adapter.replicas import replica_copies
 
 
 class BatchStash:
@@ -70,7 +71,9 @@ class BatchStash:
 
         Args:
             replica: under a `tf.distribute` strategy, the replica whose shard of
-                the batch to return (the one that failed); 0 otherwise.
+                the batch to return (the one that failed, by its index in the sync
+                group; on another worker, it is sent from there: every worker must
+                then call this together); 0 otherwise.
 
         None when no batch was kept since the last restore (the failing step ran
         in a trace that could not keep it).
@@ -79,14 +82,17 @@ class BatchStash:
             if self.unavailable_reason is None:
                 self.unavailable_reason = "the failing step did not keep it"
             return None
-        kept = replica_values(self._kept)
-        replica = replica if 0 <= replica < len(kept) else 0
-        if not bool(kept[replica].numpy()):
+        copies = replica_copies([self._kept, *self._variables], replica)
+        if copies is None or not bool(copies[0].numpy()):
             if self.unavailable_reason is None:
-                self.unavailable_reason = "the failing step did not keep it"
+                self.unavailable_reason = (
+                    "its dtypes cannot be sent between workers"
+                    if copies is None
+                    else "the failing step did not keep it"
+                )
             return None
-        for flag in kept:
+        for flag in replica_values(self._kept):
             flag.assign(False)
-        values = iter([tf.identity(replica_values(v)[replica]) for v in self._variables])
+        values = iter([tf.identity(copy) for copy in copies[1:]])
         leaves = [None if t is None else next(values) for t in tf.nest.flatten(self._structure)]
         return tf.nest.pack_sequence_as(self._structure, leaves)

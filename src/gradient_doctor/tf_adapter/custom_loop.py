@@ -11,10 +11,13 @@ from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter import step_context
 from gradient_doctor.tf_adapter.input_scan import named_leaves
 from gradient_doctor.tf_adapter.random_draws import RandomDraws
+from gradient_doctor.tf_adapter.replica_steps import ReplicaSteps, watching_replicas
 from gradient_doctor.tf_adapter.step_context import StepCall, StepScope, step_scope
 
 # The attribute that holds a watched step's kept random draws (one per step function).
 _DRAWS = "_gradient_doctor_draws"
+# ... and its `strategy.run` replica function with their kept shards (under tf.distribute).
+_REPLICAS = "_gradient_doctor_replicas"
 
 
 def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, object]]:
@@ -53,8 +56,12 @@ def call_watched_step(
     if draws is None:
         draws = RandomDraws()
         setattr(marker, _DRAWS, draws)
+    replicas = getattr(marker, _REPLICAS, None)
+    if replicas is None:
+        replicas = ReplicaSteps()
+        setattr(marker, _REPLICAS, replicas)
     scope = StepScope(call=StepCall(fn, args, kwargs), draws=draws)
-    with step_scope(scope):
+    with step_scope(scope), watching_replicas(replicas, scope):
         watcher.before_step()
         result = fn(*args, **kwargs)
     if scope.applied:
@@ -62,11 +69,22 @@ def call_watched_step(
     if not getattr(marker, "_gradient_doctor_updates", False):
         return result
     traceable = getattr(fn, "python_function", None) or traceable
-    finding = watcher.after_step(
-        lambda: StepCall(fn, args, kwargs, traceable, draws=draws.restore()),
-        lambda: argument_names(signature_of or fn, args, kwargs),
-        batch=(args, kwargs),
-    )
+    if replicas.fn is not None:  # under tf.distribute: the failing replica's function
+
+        def replay_call():
+            return replicas.replay_call(watcher.guard.read().replica)
+
+        def named():
+            return argument_names(replicas.fn, *replicas.kept_arguments())
+    else:
+
+        def replay_call():
+            return StepCall(fn, args, kwargs, traceable, draws=draws.restore())
+
+        def named():
+            return argument_names(signature_of or fn, args, kwargs)
+
+    finding = watcher.after_step(replay_call, named, batch=(args, kwargs))
     if finding is not None and watcher.stop_on_problem:
         raise TrainingStopped(finding)
     return result

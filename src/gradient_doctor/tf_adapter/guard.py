@@ -58,6 +58,8 @@ class Guard:
         self.layer_stats = layer_stats
         # How many replicas a `tf.distribute` step runs on (None: no replicas seen).
         self.replicas: int | None = None
+        # Where they run (which worker of a cluster holds which replica), or None.
+        self.layout: replicas.Layout | None = None
         # Called as on_missing(variables, all_missing, loss, tape_window) when an
         # update is asked for with some gradients None (once per trace in graphs);
         # returns True when the update must be skipped.
@@ -203,6 +205,7 @@ class Guard:
             # The update crosses replicas: decide in cross-replica context, where every
             # replica agrees; each replica first keeps its own shard of a failing batch.
             self.replicas = replicas.replica_count()
+            self.layout = replicas.layout()
             finite_here = tf.logical_and(grads_finite, tf.math.is_finite(loss))
             tf.cond(finite_here, lambda: tf.constant(False), skip)
 
