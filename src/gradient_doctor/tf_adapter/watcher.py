@@ -27,7 +27,7 @@ from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import RunSeries
 from gradient_doctor.core.silent_failures import silent_failures
 from gradient_doctor.errors import StepLimitReached
-from gradient_doctor.tf_adapter import loss_scale
+from gradient_doctor.tf_adapter import loss_scale, replicas
 from gradient_doctor.tf_adapter.fix_sites import fix_sites
 from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS, try_fixes
 from gradient_doctor.tf_adapter.guard import Guard
@@ -317,8 +317,18 @@ class Watcher:
             diagnosis = default_rule.diagnose(evidence)
         finding = diagnosis.finding(evidence)
         if replica is not None:
-            note = replica_note(replica, self.guard.replicas)
-            finding = replace(finding, explanation=f"{finding.explanation} {note}", replica=replica)
+            where = self.guard.layout or replicas.Layout(self.guard.replicas or 1)
+            notes = (
+                replica_note(replica, self.guard.replicas),
+                replicas.worker_note(replica, where),
+            )
+            note = " ".join(filter(None, notes))
+            finding = replace(
+                finding,
+                explanation=f"{finding.explanation} {note}",
+                replica=replica,
+                worker=where.task_of(replica),
+            )
         finding = place_fixes(
             finding,
             sites=fix_sites(self.optimizer, evidence, self.fit_call),
