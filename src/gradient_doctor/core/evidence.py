@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
 from gradient_doctor.core.gradient_paths import PathBreak
+from gradient_doctor.core.stuck_units import StuckUnits
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class Evidence:
         skipped_updates: how many updates the guard skipped, the failing one and
             every one after it, before the step was read (more than 1 when nothing
             read the step's check until the end of the run); 0 when not counted.
+        stuck_units: for gradients that stayed exactly zero, the layers whose units
+            all died or saturated (then there is no `path_break`), else None.
     """
 
     step: int | None
@@ -142,3 +145,4 @@ class Evidence:
     input_scale: tuple[str, float] | None = None
     broken_state: BrokenState | None = None
     skipped_updates: int = 0
+    stuck_units: StuckUnits | None = None

@@ -26,6 +26,7 @@ from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import RunSeries
 from gradient_doctor.core.silent_failures import silent_failures
+from gradient_doctor.core.stuck_units import StuckUnits, find_stuck_units
 from gradient_doctor.errors import StepLimitReached
 from gradient_doctor.tf_adapter import loss_scale, replicas
 from gradient_doctor.tf_adapter.fix_sites import fix_sites
@@ -450,14 +451,31 @@ class Watcher:
             return
         self._disconnected_seen.add(key)
         names = tuple(variable_name(v) for v in variables)
+        since = step - self.zero_gradient_window + 1
+        stuck = self._stuck_units(names, since)
         self._record(
             Evidence(
-                step=step - self.zero_gradient_window + 1,
+                step=since,
                 phase=None,
                 origin=None,
-                path_break=PathBreak(ZERO_GRADIENT, None, names),
+                path_break=None if stuck else PathBreak(ZERO_GRADIENT, None, names),
+                history=self._step_history(),
+                setup=training_setup(self.optimizer),
+                stuck_units=stuck,
             )
         )
+
+    def _stuck_units(self, names: tuple[str, ...], since: int) -> StuckUnits | None:
+        """The layers whose units all died or saturated behind these zero gradients (known
+        only with the per-layer statistics), with the largest update sampled before."""
+        if self.guard.layer_stats is None:
+            return None
+        ratios = {
+            series.about: (series.steps, series.values)
+            for series in self.series.snapshot()
+            if series.name.startswith("update_ratio/")
+        }
+        return find_stuck_units(names, self.guard.layer_stats.read(), since, ratios)
 
     def _step_history(self) -> StepHistory:
         rows = list(self._history)

@@ -26,6 +26,7 @@ from gradient_doctor.core.knowledge.rules import (
     norm_overflow,
     overflow_generic,
     sqrt_domain,
+    stuck_units,
     where_trap,
     xla_only,
 )
@@ -111,13 +112,13 @@ def family_for(evidence: Evidence) -> Family | None:
 def diagnose(evidence: Evidence) -> Diagnosis:
     """Turn the evidence of a failing step into a diagnosis.
 
-    Rules are asked in order of precedence: a broken gradient path (variables with
-    no gradient), bad input, a non-finite constant, a value only XLA made
-    non-finite, finite gradients whose norm overflows, the tf.where trap, a
-    collapsed loss scale, exploding gradients and half-precision range (unless the
-    origin op has its own singular point), then the origin's op family, then the
-    default rule. The remedies are then fitted to the user's setup (clipping or
-    loss scaling already on).
+    Rules are asked in order of precedence: zero gradients behind stuck units (a
+    layer's ReLUs all dead), a broken gradient path (variables with no gradient), bad
+    input, a non-finite constant, a value only XLA made non-finite, finite gradients
+    whose norm overflows, the tf.where trap, a collapsed loss scale, exploding gradients
+    and half-precision range (unless the origin op has its own singular point), then the
+    origin's op family, then the default rule. The remedies are then fitted to the
+    user's setup (clipping or loss scaling already on).
 
     Args:
         evidence: everything known about the failing step.
@@ -128,6 +129,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     family = family_for(evidence)
     singular = (family is not None and family.singular) or mentions_norm(source_code(evidence))
     rules: list[Rule] = [
+        stuck_units.diagnose,
         disconnected.diagnose,
         bad_input.diagnose,
         nonfinite_constant.diagnose,
