@@ -1,5 +1,7 @@
 """The bundled story examples, diagnosed through the real CLI and its JSON report."""
 
+import re
+
 import pytest
 
 from tests.conftest import line_of
@@ -34,7 +36,10 @@ def test_story1_terminal_diagnosis_names_the_line_and_the_value(doctor_run):
     assert "-> examples/story1_gnn_softmax_overflow.py:" in run.stderr
     assert "w = tf.exp(scores)" in run.stderr
     assert "Will not help" in run.stderr
-    assert "trying 3 remedies from the last good state, 200 steps each" in run.stderr
+    assert re.search(
+        r"trying \d+ remedies, each from a saved good state through step 1\d\d\d", run.stderr
+    )
+    assert "and 200 steps beyond" in run.stderr
 
 
 STORY2 = "examples/story2_wgan_gp_norm.py"

@@ -166,7 +166,7 @@ def test_a_signal_during_the_diagnosis_waits_for_it_and_keeps_the_problem(tmp_pa
     # The trials of 2000 steps take seconds: the signal lands in the doctor's own code.
     report = tmp_path / "r.json"
     run = LiveRun(HINGE, "--report", str(report), "--trial-steps", "2000")
-    run.wait_for(run.err, "trying 3 remedies from the last good state")
+    run.wait_for(run.err, "trying 3 remedies, each from a saved good state")
     assert run.stop(signal.SIGTERM) == 143, run.stderr
     assert "SIGTERM received while the doctor diagnoses a step" in " ".join(run.stderr.split())
     data = json.loads(report.read_text())

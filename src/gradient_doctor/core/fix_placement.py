@@ -142,11 +142,19 @@ def _as_fix(remedy: str, site: OptimizerSite) -> Fix:
     setup = TrainingSetup(learning_rate=site.learning_rate)
     if remedy == "lower_learning_rate":
         return remedies.lower_learning_rate(setup)
+    if remedy == "clip_by_value":
+        return Fix("clip_by_value", "Clip each gradient value (clipvalue)", "")
     return remedies.gradient_clipping(setup)
 
 
 # Fix families that change the optimizer's line, and the keyword each one sets.
-_OPTIMIZER_FIXES = {"lower_learning_rate": None, "gradient_clipping": "global_clipnorm"}
+_OPTIMIZER_FIXES = {
+    "lower_learning_rate": None,
+    "gradient_clipping": "global_clipnorm",
+    "clip_by_value": "clipvalue",
+}
+# Each gradient value is clipped to this (finite whatever the global norm does).
+CLIP_VALUE = 1.0
 
 
 def clipping_threshold(history: StepHistory | None) -> float:
@@ -168,9 +176,9 @@ def _optimizer_fix(
     if fix.family == "lower_learning_rate":
         made = optimizer_rewrite.lower_learning_rate(site, lines)
     else:
-        made = optimizer_rewrite.set_clipping(
-            site, lines, _OPTIMIZER_FIXES[fix.family], clipping_threshold(history)
-        )
+        keyword = _OPTIMIZER_FIXES[fix.family]
+        value = CLIP_VALUE if keyword == "clipvalue" else clipping_threshold(history)
+        made = optimizer_rewrite.set_clipping(site, lines, keyword, value)
     if made is None:
         return None
     edits, setting = made

@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
-from gradient_doctor.core.fix_placement import clipping_threshold
+from gradient_doctor.core.fix_placement import CLIP_VALUE, clipping_threshold
 from gradient_doctor.core.fix_trials import TrialOutcome, judge
 from gradient_doctor.core.patches import PatchError
 from gradient_doctor.core.trial_start import TrialStart, trial_start, trouble_began
@@ -251,6 +251,7 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) 
 _SETTINGS: dict[str, Callable[[Evidence], tuple[str, float]]] = {
     "lower_learning_rate": lambda evidence: ("learning_rate_scale", 1 / LEARNING_RATE_DIVISOR),
     "gradient_clipping": lambda evidence: ("global_clipnorm", clipping_threshold(evidence.history)),
+    "clip_by_value": lambda evidence: ("clipvalue", CLIP_VALUE),
 }
 
 

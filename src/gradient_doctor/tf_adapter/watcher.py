@@ -230,9 +230,7 @@ class Watcher:
                 stacklevel=2,
             )
             evidence = localize(None, step, [], history, setup)
-        evidence = replace(
-            evidence, skipped_updates=stats.skipped, input_scale=input_scale(named)
-        )
+        evidence = replace(evidence, skipped_updates=stats.skipped, input_scale=input_scale(named))
         # Which replica failed first matters only where there are several.
         several = (self.guard.replicas or 1) > 1
         replica = stats.replica if stats.replica >= 0 and several else None
@@ -505,10 +503,11 @@ def _is_floating(variable) -> bool:
 
 
 def _announce_trials(count: int, steps: int, step: int | None) -> None:
-    """Say on stderr that trials are starting (they take about `steps` steps each)."""
+    """Say on stderr that trials are starting (each runs to `steps` steps past `step`)."""
     print(
-        f"gradient-doctor: step {step} is not finite; trying {count} remedies from the last "
-        f"good state, {steps} steps each (--trial-steps N to change, 0 to skip)",
+        f"gradient-doctor: step {step} is not finite; trying {count} remedies, each from a "
+        f"saved good state through step {step} and {steps} steps beyond (--trial-steps N "
+        "to change, 0 to skip)",
         file=sys.stderr,
         flush=True,
     )
