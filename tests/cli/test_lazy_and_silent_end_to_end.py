@@ -182,3 +182,35 @@ def test_healthy_runs_are_never_flagged_as_silent_failures(tmp_path, script, arg
     assert run.report["status"] == "healthy"
     if warned is not None:
         assert warned in [w["category"] for w in run.report["warnings"]]
+
+
+# --- Zero gradients behind dead or saturated units are named for what they are ------------
+
+
+def test_relus_killed_by_one_huge_update_are_dead_units_with_the_cause(tmp_path):
+    script = "tests/scripts/dead_relu_high_learning_rate.py"
+    run = run_doctor(script, tmp=tmp_path, options=NO_TRIALS)
+    assert run.exit_code == 1
+    (problem,) = run.report["problems"]
+    assert problem["category"] == "dead_units", problem["explanation"]
+    assert problem["disconnected"] is None
+    text = problem["explanation"]
+    assert "Every ReLU unit of layer `sequential/dense_1` outputs 0 for every example" in text
+    assert "It followed a huge update with a learning rate of 0.5" in text
+    assert "the gradient norm reached" in text and "at step 1" in text
+    families = [fix["family"] for fix in problem["fixes"]]
+    assert families[0] == "lower_learning_rate" and "straight_through" not in families
+    assert "learning_rate=0.05" in problem["fixes"][0]["code"]
+    assert "problem 1: dead_units at step" in run.stderr
+
+
+def test_exactly_zero_gradients_of_saturated_tanh_units_are_saturation(tmp_path):
+    run = run_doctor(
+        "tests/scripts/silent_saturated_tanh.py", "--feet", tmp=tmp_path, options=NO_TRIALS
+    )
+    assert run.exit_code == 1
+    (problem,) = run.report["problems"]
+    assert problem["category"] == "saturation", problem["explanation"]
+    assert "layer `sequential/dense`" in problem["explanation"]
+    assert "stuck from the first step" in problem["explanation"]
+    assert problem["disconnected"] is None

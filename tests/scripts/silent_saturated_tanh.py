@@ -7,7 +7,12 @@ the loss stays at what predicting the mean gives. Nothing is ever non-finite.
 Expected: status=problem category=saturation (promoted: still in force at the end and
 the loss did not improve), exit 1. With `--adam` the same saturated layer is there, but
 Adam's per-weight step size gets the model learning (the loss falls): that run stays
-`healthy`, its saturation a warning.
+`healthy`, its saturation a warning. With `--feet` the column is in feet (around 1000):
+the first layer's pre-activations are so large that float32 rounds tanh's slope to
+exactly 0 from the first step, so the layer's weights get exactly zero gradient.
+
+Expected (with --feet): category=saturation (zero gradients named as saturated units,
+not disconnected_gradients), exit 1.
 """
 
 import sys
@@ -19,6 +24,8 @@ import numpy as np
 def readings(rng, count):
     columns = rng.normal(size=(count, 10)).astype("float32")
     columns[:, 9] = rng.normal(300.0, 1.0, size=count)  # altitude, metres
+    if "--feet" in sys.argv:
+        columns[:, 9] *= 3.28
     target = np.sin(columns[:, :1] * 2.0) + 0.5 * columns[:, 1:2]
     return columns, target.astype("float32")
 
