@@ -109,6 +109,9 @@ class Doctor(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None) -> None:
         if self._hook is not None and not self._persistent:
+            # The end of this callback's run: an unread latch, silent failures (a run of
+            # its own session ends where the session does).
+            self.watcher.finish()
             self._hook.detach()
             self._hook = None
 
