@@ -15,8 +15,8 @@ when all of these hold:
   than `PROGRESS` below the first steps of the run (a converged run that learned
   a lot and then flattened out, whatever its warnings, is healthy).
 
-A run with several optimizers (a GAN's two halves) is never judged by its loss: an
-adversarial loss hovers by design.
+A run with several optimizers (a GAN's two halves) is not judged at all: the loss the
+adapter sees is one of several objectives, and an adversarial loss hovers by design.
 """
 
 from __future__ import annotations
