@@ -61,6 +61,9 @@ def test_a_loop_in_a_plain_function_names_the_log_of_a_saturated_sigmoid(tmp_pat
     problem = _diagnosed(script, tmp_path_factory).problem
     assert problem["category"] == "forward_domain"
     _assert_origin(problem, script, "tf.math.log(1 - p)", "Log", "forward", step=8)
+    # Of the two logs on that line, the patch guards the one that ran into 0.
+    (safe_log,) = [f for f in problem["fixes"] if f["family"] == "safe_log"]
+    assert "tf.math.log(p) + (1 - y) * tf.math.log(tf.maximum(1 - p, " in safe_log["patch"]
 
 
 def test_a_loop_over_a_dataset_iterator_with_dropout_names_its_log(tmp_path_factory):

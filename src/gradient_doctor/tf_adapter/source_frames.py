@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import linecache
 import os
 import sys
@@ -80,21 +79,25 @@ def _expression_span(
 
     (None, None) when the positions are unknown or the expression spans several lines.
     """
-    positions = getattr(frame.f_code, "co_positions", None)
-    if positions is None or frame.f_lasti < 0:
+    positions = _positions(frame.f_code)
+    index = frame.f_lasti // 2
+    if positions is None or not 0 <= index < len(positions):
         return None, None
-    try:
-        start_line, end_line, start, end = next(
-            itertools.islice(positions(), frame.f_lasti // 2, None)
-        )
-    except StopIteration:
-        return None, None
+    start_line, end_line, start, end = positions[index]
     if start_line != lineno or end_line != lineno or start is None or end is None:
         return None, None
     start, end = start - indent, end - indent
     if not 0 <= start < end <= length:
         return None, None
     return start, end
+
+
+@lru_cache(maxsize=256)
+def _positions(code) -> tuple | None:
+    # Cached per code object: walking them to an instruction costs as much as the
+    # code is long, and an eager step's trace asks once per op.
+    positions = getattr(code, "co_positions", None)
+    return None if positions is None else tuple(positions())
 
 
 def user_frame(frame: FrameType | None = None) -> FrameType | None:
