@@ -73,6 +73,44 @@ class TrainingSetup:
 
 
 @dataclass(frozen=True)
+class Reduction:
+    """The op that next sums the origin's output (a hand-written softmax's normaliser),
+    as the replay saw it, with the user's own text of what groups the entries.
+
+    A max-shift of the origin's input leaves the normalised result unchanged only
+    when the shift is constant over each group the reduction sums: one slice along
+    `axis`, or one segment.
+
+    Attributes:
+        kind: how the entries are grouped: "axis" (along one axis), "segment" (by
+            segment ids, with a count of segments), or "sorted_segment" (by sorted
+            segment ids, without a count).
+        op: the reducing op's type, e.g. "Sum", "UnsortedSegmentSum", "SegmentSum".
+        axis: for "axis", the axis as the user wrote it.
+        function: the user's spelling of the reducing call (e.g.
+            "tf.math.unsorted_segment_sum"), when its line could be read.
+        segment_ids: for segments, the user's text of each entry's segment id (for
+            a scatter-add, of its indices' first column).
+        num_segments: for "segment", the user's text of the number of segments.
+        mask: the user's text of a tensor the output was multiplied by before the
+            sum (a padding mask), or of the condition of a `where` that kept it;
+            None when it reached the sum unmasked.
+        mask_is_condition: `mask` is a boolean condition, not a multiplier.
+        source: the reducing call's own line.
+    """
+
+    kind: str
+    op: str
+    axis: int | None = None
+    function: str | None = None
+    segment_ids: str | None = None
+    num_segments: str | None = None
+    mask: str | None = None
+    mask_is_condition: bool = False
+    source: SourceLine | None = None
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything known about one failing step, framework-neutral.
 
@@ -97,6 +135,10 @@ class Evidence:
         reduction_axis: the axis along which the origin's output is summed next
             (the normalisation of a hand-written softmax), when the replay saw it;
             a max-shift must use this axis to leave the softmax unchanged.
+        reduction: the op that sums the origin's output next, whatever groups it
+            sums over (an axis, segments, a scatter-add) and any mask on the way;
+            its `axis` is `reduction_axis` for an axis (which the headroom
+            warnings set alone).
         weights_upstream: whether trainable weights feed the origin's inputs: False
             when the replay traced them back to the batch alone (the data itself
             carries the value), None when unknown.
@@ -136,6 +178,7 @@ class Evidence:
     path_break: PathBreak | None = None
     all_disconnected: bool = False
     reduction_axis: int | None = None
+    reduction: Reduction | None = None
     overflowed_norm: float | None = None
     weights_upstream: bool | None = None
     feeding_ops: frozenset[str] = frozenset()
