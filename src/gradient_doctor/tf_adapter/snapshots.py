@@ -1,21 +1,21 @@
 """A small ring of earlier good training states, for fix trials that must start before the trouble.
 
-Every `every` steps, after a finite step, the values of the optimizers' variables and
-of the variables they train are copied to host memory; the few most recent copies
-are kept, and the first one (the state after the first step) is kept for good. The
-copy is taken between steps, off the compiled step, and costs one read of every
-weight and slot per `every` steps (see `benchmarks/snapshot_ring.py`). A custom
-loop's latest batches are kept too (references, within a byte budget), so a trial
-from an earlier copy runs on the batches the run saw.
+Every `every` steps, after a finite step, the optimizers' variables and the variables
+they train are read (a reference to each buffer, between steps), and a background
+thread copies the reads to host memory, off the training thread; the few most recent
+copies are kept, and the state training started from is kept for good
+(`benchmarks/snapshot_ring.py` measures the cost). A custom loop's latest batches are
+kept too (references, within a byte budget), so a trial from an earlier copy runs on
+the batches the run saw.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
@@ -29,17 +29,31 @@ DEFAULT_KEEP = 3
 BATCH_BUDGET_BYTES = 64 * 2**20
 
 
-@dataclass
 class Snapshot:
     """The training state from which step `step` starts.
 
+    The values are read between steps (a read of a variable is a reference to its
+    buffer, which the next update then writes to a copy of), and moved to host memory
+    by a background thread, off the training thread.
+
     Attributes:
         step: the first step run from this state.
-        values: (variable, its value then) for each variable copied.
     """
 
-    step: int
-    values: list[tuple[tf.Variable, np.ndarray]]
+    def __init__(self, step: int, variables: Iterable[tf.Variable]) -> None:
+        self.step = step
+        self._values = _read(variables)
+        self._to_host = threading.Thread(target=self._move_to_host, daemon=True)
+        self._to_host.start()
+
+    @property
+    def values(self) -> list[tuple[tf.Variable, np.ndarray]]:
+        """(variable, its value then) for each variable copied, in host memory."""
+        self._to_host.join()
+        return self._values
+
+    def _move_to_host(self) -> None:
+        self._values = [(variable, np.array(value)) for variable, value in self._values]
 
 
 class SnapshotRing:
@@ -70,9 +84,9 @@ class SnapshotRing:
         """
         if self.first is None and not self._started:
             self._started = True
-            values = _copy(variables())
-            if values:
-                self.first = Snapshot(0, values)
+            found = list(variables())
+            if found:
+                self.first = Snapshot(0, found)
 
     def after_finite_step(
         self,
@@ -92,7 +106,7 @@ class SnapshotRing:
         if batch is not None:
             self._keep_batch(step, batch)
         if self.first is None or (step + 1) % self.every == 0:
-            snapshot = Snapshot(step + 1, _copy(variables()))
+            snapshot = Snapshot(step + 1, variables())
             if self.first is None:
                 self.first = snapshot
             else:
@@ -120,18 +134,18 @@ class SnapshotRing:
             self._batch_bytes -= self._batches.popleft()[2]
 
 
-def _copy(variables: Iterable[tf.Variable]) -> list[tuple[tf.Variable, np.ndarray]]:
-    """Each variable with a host copy of its value (once per variable)."""
+def _read(variables: Iterable[tf.Variable]) -> list[tuple[tf.Variable, tf.Tensor]]:
+    """Each variable (once) with a read of its value now."""
     seen: set[int] = set()
-    copies = []
+    reads = []
     for variable in variables:
         handle = getattr(variable, "value", variable)  # a Keras variable wraps a tf.Variable
         inner = handle if isinstance(handle, tf.Variable) else variable
         if id(inner) in seen or not hasattr(inner, "read_value"):
             continue
         seen.add(id(inner))
-        copies.append((inner, np.array(inner.read_value())))
-    return copies
+        reads.append((inner, inner.read_value()))
+    return reads
 
 
 def _bytes(value) -> int:
