@@ -195,3 +195,23 @@ def test_a_note_that_fails_drops_the_trace_and_leaves_the_step_alone(tracing, mo
             loss = tf.reduce_mean(model(tf.ones((2, 5))))
     assert tape.gradient(loss, model.trainable_variables)[0] is not None
     assert eager_trace.take() is None
+
+
+def test_a_batch_taken_from_an_iterator_inside_the_tape_is_the_steps_data(tracing):
+    from gradient_doctor.core.evidence import StepHistory, TrainingSetup
+    from gradient_doctor.tf_adapter.localize import localize
+
+    model = _model()
+    x = np.random.default_rng(5).normal(size=(8, 5)).astype("float32")
+    x[3, 1] = np.nan
+    iterator = iter(tf.data.Dataset.from_tensor_slices(x).batch(8))
+    with tf.GradientTape() as tape:
+        batch = next(iterator)
+        loss = tf.reduce_mean(model(batch))
+    grads = tape.gradient(loss, model.trainable_variables)
+    call, named = traced_step(eager_trace.take(), grads, model.trainable_variables, sys._getframe())
+    assert [name for name, _ in named] == ["batch"]
+    evidence = localize(call, 0, named, StepHistory(), TrainingSetup())
+    assert evidence.origin is None  # no op of the step made the NaN: it came in the batch
+    ((bad,),) = [evidence.bad_inputs]
+    assert (bad.tensor, bad.rows, bad.columns) == ("batch", (3,), (1,))

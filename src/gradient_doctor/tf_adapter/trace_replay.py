@@ -44,6 +44,9 @@ from gradient_doctor.tf_adapter.step_context import StepCall
 # Ops that read a variable: the replay tapes watch the variable there, as a tape
 # watches a trainable variable when the step reads it.
 _VARIABLE_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
+# Ops that hand the step its batch (`next(iterator)` of a `tf.data` pipeline inside the
+# tape): their outputs are the step's input data, as a step function's arguments are.
+_DATA_SOURCES = frozenset({"IteratorGetNext", "IteratorGetNextSync", "OptionalGetValue"})
 
 
 def traced_step(
@@ -171,6 +174,8 @@ class _Run:
                 self._recomputed[id(old)] = new
 
     def _op(self, op: TracedOp) -> None:
+        if op.op_type in _DATA_SOURCES:
+            return  # the batch: an input of the step, not one of its ops
         recomputed = [self._recomputed.get(id(t)) for t in op.inputs]
         if any(t is not None for t in recomputed) and _stateless(op.op_type):
             # Downstream of a recomputed gradient: execute it again on those values.
@@ -283,14 +288,16 @@ def _candidates(value, name: str) -> list[tuple[str, object]]:
 
 
 def _data_leaves(trace: EagerTrace) -> dict[int, tf.Tensor]:
-    """The floating or integer tensors the traced ops read but did not make, by id."""
+    """The tensors (not handles) the traced ops read but did not make, and the batches
+    they took from an iterator, by id."""
     made, leaves = set(), {}
     for entry in trace.entries:
         if isinstance(entry, TracedOp):
             for tensor in entry.inputs:
                 if id(tensor) not in made and tensor.dtype not in (tf.resource, tf.variant):
                     leaves.setdefault(id(tensor), tensor)
-            made.update(id(t) for t in entry.outputs)
+            if entry.op_type not in _DATA_SOURCES:
+                made.update(id(t) for t in entry.outputs)
         elif isinstance(entry, GradientTaken):
             made.update(id(t) for t in _leaves(entry.result))
     return leaves
