@@ -28,12 +28,16 @@ def _outcome(remedy, failed_at=None, losses=(1.0, 0.9, 0.8, 0.7), steps=4, **kwa
     return TrialOutcome(remedy, "setting", steps, run, failed_at, tuple(losses), **kwargs)
 
 
+def _fix(finding, family):
+    return next(fix for fix in finding.fixes if fix.family == family)
+
+
 FAILED_BASELINE = TrialOutcome(None, "", 4, 1, 0)
 
 
 def test_a_fix_that_holds_where_the_unchanged_step_fails_is_verified():
     judged = judge(_finding(), FAILED_BASELINE, [_outcome("stable_softmax")])
-    fix = judged.fixes[0]
+    fix = _fix(judged, "stable_softmax")
     assert fix.verified is True
     assert "before step 41" in fix.evidence
     assert "all 4 steps finite" in fix.evidence
@@ -43,42 +47,42 @@ def test_a_fix_that_holds_where_the_unchanged_step_fails_is_verified():
 
 def test_a_remedy_that_held_but_has_no_patch_is_not_marked_verified():
     judged = judge(_finding(), FAILED_BASELINE, [_outcome("normalize_input")])
-    fix = judged.fixes[1]
+    fix = _fix(judged, "normalize_input")
     assert fix.verified is None
     assert "no patch of your file could be written" in fix.evidence
 
 
 def test_untried_fixes_and_not_fixes_are_left_as_they_were():
     judged = judge(_finding(), FAILED_BASELINE, [_outcome("stable_softmax")])
-    assert judged.fixes[1] == Fix("normalize_input", "norm", "code")
+    assert _fix(judged, "normalize_input") == Fix("normalize_input", "norm", "code")
     assert judged.not_fixes[0].evidence is None
 
 
 def test_a_fix_that_fails_again_is_not_verified():
     judged = judge(_finding(), FAILED_BASELINE, [_outcome("stable_softmax", failed_at=2)])
-    assert judged.fixes[0].verified is False
-    assert "not finite again at trial step 3 of 4" in judged.fixes[0].evidence
+    assert _fix(judged, "stable_softmax").verified is False
+    assert "not finite again at trial step 3 of 4" in _fix(judged, "stable_softmax").evidence
 
 
 def test_when_the_unchanged_step_also_holds_the_trial_cannot_tell():
     held_baseline = _outcome(None)
     judged = judge(_finding(), held_baseline, [_outcome("stable_softmax")])
-    assert judged.fixes[0].verified is None
-    assert "cannot tell" in judged.fixes[0].evidence
+    assert _fix(judged, "stable_softmax").verified is None
+    assert "cannot tell" in _fix(judged, "stable_softmax").evidence
 
 
 def test_a_fix_whose_loss_blows_up_is_not_verified_even_if_finite():
     rising = _outcome("stable_softmax", losses=(1.0, 2.0, 5.0, 40.0))
     judged = judge(_finding(), FAILED_BASELINE, [rising])
-    assert judged.fixes[0].verified is False
-    assert "loss diverged" in judged.fixes[0].evidence
+    assert _fix(judged, "stable_softmax").verified is False
+    assert "loss diverged" in _fix(judged, "stable_softmax").evidence
 
 
 def test_a_remedy_that_could_not_be_put_in_place_says_why():
     skipped = TrialOutcome("stable_softmax", "", 4, 0, None, skipped="no axis known")
     judged = judge(_finding(), FAILED_BASELINE, [skipped])
-    assert judged.fixes[0].verified is None
-    assert judged.fixes[0].evidence == "not tried: no axis known"
+    assert _fix(judged, "stable_softmax").verified is None
+    assert _fix(judged, "stable_softmax").evidence == "not tried: no axis known"
 
 
 def test_a_tried_not_fix_carries_its_evidence_and_why_its_first_step_failed():
@@ -113,7 +117,7 @@ def test_a_not_fix_whose_trial_helps_becomes_a_fix_with_its_verdict():
     )
     judged = judge(finding, FAILED_BASELINE, [_outcome("lower_learning_rate")])
     assert judged.not_fixes == ()
-    promoted = judged.fixes[-1]
+    promoted = _fix(judged, "lower_learning_rate")
     assert (promoted.family, promoted.verified) == ("lower_learning_rate", True)
 
 
@@ -126,3 +130,21 @@ def test_an_expectation_nobody_tried_says_so():
     assert judged.not_fixes[0].untried_expectation is False  # it now says it was not tried
     assert guess.untried_expectation and not fact.untried_expectation
     assert judged.not_fixes[1].evidence is None
+
+
+def test_verified_fixes_come_first_then_the_untried_then_the_failed():
+    finding = dataclasses.replace(
+        _finding(),
+        fixes=(
+            Fix("safe_log", "a", "x", patch=_PATCH),
+            Fix("stable_softmax", "b", "x", patch=_PATCH),
+            Fix("normalize_input", "c", "x"),
+        ),
+    )
+    outcomes = [_outcome("safe_log", failed_at=1), _outcome("stable_softmax")]
+    judged = judge(finding, FAILED_BASELINE, outcomes)
+    assert [(f.family, f.verified) for f in judged.fixes] == [
+        ("stable_softmax", True),
+        ("normalize_input", None),
+        ("safe_log", False),
+    ]

@@ -15,6 +15,7 @@ import sys
 
 from gradient_doctor.cli.patched_rerun import relative_script, rerun_patched
 from gradient_doctor.core.findings import Finding, Fix
+from gradient_doctor.core.fix_trials import ranked
 from gradient_doctor.core.report import Report
 
 # Runs that took longer than this (wall seconds) are not run again for every fix.
@@ -68,7 +69,7 @@ def _confirmed(
             _say(f"{fix.family}: {rerun.why}")
             fix = _judged(fix, rerun.held, rerun.why)
         fixes.append(fix)
-    return dataclasses.replace(problem, fixes=tuple(fixes))
+    return ranked(dataclasses.replace(problem, fixes=tuple(fixes)))
 
 
 def _judged(fix: Fix, held: bool, why: str) -> Fix:

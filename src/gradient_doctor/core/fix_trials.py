@@ -166,7 +166,19 @@ def judge(
             promoted.append(_judged_fix(fix, outcome, baseline, start, phase, reference_loss))
         else:
             not_fixes.append(_judged_not_fix(item, outcome, start, phase))
-    return dataclasses.replace(finding, fixes=fixes + tuple(promoted), not_fixes=tuple(not_fixes))
+    judged = dataclasses.replace(finding, fixes=fixes + tuple(promoted), not_fixes=tuple(not_fixes))
+    return ranked(judged)
+
+
+def ranked(finding: Finding) -> Finding:
+    """The finding with its verified fixes first, then the untried, then those that failed.
+
+    Within each group the rules' order stands: the fix that removes the cause (the op
+    rewritten, the data standardised) before the one that works around it.
+    """
+    order = {True: 0, None: 1, False: 2}
+    fixes = sorted(finding.fixes, key=lambda fix: order[fix.verified])
+    return dataclasses.replace(finding, fixes=tuple(fixes))
 
 
 def _helped(
