@@ -1,4 +1,8 @@
-"""Find a replayable step for an update made in plain eager code (no step wrapper)."""
+"""Find a replayable step for an update made in plain eager code (no step wrapper).
+
+Used when the step has no trace of its own (`eager_trace`): the user's function that
+makes the update, called again with the arguments it had.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Record what a plain eager training step feeds its tapes, from a tape's opening to the update.
 
-An eager loop written inline (a `for` loop at module level, or in a function that is
-the whole loop) is no function the doctor could call again. So, under
-`gradient-doctor run`, while a tape is open in such code every eager op is noted as it
-runs: its type, attributes, input and output tensors, Keras layer and the user's line.
+An eager training loop written inline (a `for` loop at module level, or in a function
+that is the whole loop) has no step function the doctor could call again. So, under
+`gradient-doctor run`, while a tape is open in plain eager code (no step the doctor
+wraps) every eager op is noted as it runs: its type, attributes, input and output
+tensors, Keras layer and the user's line.
 So are the tape's own events (opened, closed, `watch`, `tape.gradient`) and every
 custom gradient recorded on it (`tf.custom_gradient`, a `tf.function` called eagerly).
 The ops of the backward pass are not noted: a replay computes them afresh.
