@@ -100,3 +100,22 @@ def test_a_non_finite_value_no_op_made_is_traced_to_its_first_reader():
     assert result.origin is None
     assert result.unproduced_ids == (2,)
     assert result.first_reader.op_type == "Mul"
+
+
+MINUS_INF = TensorStats("float32", (4,), -1.0, 1.0, nan=0, inf=1, zeros=0, neg_inf=1)
+PLUS_INF = TensorStats("float32", (4,), -1.0, 1.0, nan=0, inf=1, zeros=0, pos_inf=1)
+
+
+def test_an_exp_overflowing_beside_a_minus_infinity_mask_is_the_origin():
+    # exp(where(mask, s, -inf)): exp(-inf) is 0, so the +inf it wrote is its own.
+    events = [
+        event(0, "SelectV2", [(1, FINITE), (2, FINITE), (3, MINUS_INF)], [(4, MINUS_INF)]),
+        event(1, "Exp", [(4, MINUS_INF)], [(5, PLUS_INF)]),
+        event(2, "Sum", [(5, PLUS_INF)], [(6, PLUS_INF)]),
+        event(3, "RealDiv", [(5, PLUS_INF), (6, PLUS_INF)], [(7, NAN)]),
+    ]
+    assert find_origin(events, [7]).origin.op_type == "Exp"
+    # A +inf reaching exp is still followed back to where it was made.
+    events[0] = event(0, "Log", [(1, FINITE)], [(4, PLUS_INF)])
+    events[1] = event(1, "Exp", [(4, PLUS_INF)], [(5, PLUS_INF)])
+    assert find_origin(events, [7]).origin.op_type == "Log"

@@ -66,7 +66,9 @@ def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
         if event is None:
             unproduced.append(tensor_id)
             continue
-        bad_inputs = [i for i, stats in zip(event.input_ids, event.inputs) if not stats.finite]
+        bad_inputs = [
+            i for i, stats in zip(event.input_ids, event.inputs) if _explains(event, stats)
+        ]
         if bad_inputs:
             pending.extend(bad_inputs)
         else:
@@ -83,6 +85,19 @@ def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
         readers = [e for e in events if set(unproduced).intersection(e.input_ids)]
         first_reader = readers[0] if readers else None
     return OriginSearch(origin, forward_op, tuple(sorted(set(unproduced))), masked, first_reader)
+
+
+# Ops that map -inf to a finite value (exp(-inf) = 0): an input whose only non-finite
+# values are -inf (a mask written before exp) cannot explain their non-finite output.
+_FINITE_AT_MINUS_INF = frozenset({"Exp", "Expm1", "Softplus"})
+
+
+def _explains(event: OpEvent, stats) -> bool:
+    """Whether the non-finite values of an input of `event` can explain its own."""
+    if stats.finite:
+        return False
+    only_minus_inf = stats.nan == 0 and stats.pos_inf == 0 and stats.neg_inf > 0
+    return not (only_minus_inf and event.op_type in _FINITE_AT_MINUS_INF)
 
 
 def _feeds_select_while_nonfinite(events: list[OpEvent], forward_op: OpEvent) -> bool:
