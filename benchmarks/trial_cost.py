@@ -1,7 +1,7 @@
 """What a fix trial costs: N trial steps against N ordinary `model.fit` steps.
 
 A fix trial (see `gradient_doctor.tf_adapter.fix_trials`) traces the user's step
-again with one remedy in place and runs it N times from the last good state. Its cost
+again with one remedy in place and runs it N times from a saved state. Its cost
 should be N ordinary steps plus a constant (the new trace and restoring the saved
 state). This benchmark measures it on an MLP (784-3x512-10, batch 128):
 
@@ -34,10 +34,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from overhead import environment_lines  # noqa: E402
 
-from gradient_doctor.core.evidence import Evidence, StepHistory  # noqa: E402
+from gradient_doctor.core.trial_start import TrialStart  # noqa: E402
 from gradient_doctor.tf_adapter.callback import Doctor  # noqa: E402
-from gradient_doctor.tf_adapter.fix_trials import _gradient_clipping, _LastGoodState  # noqa: E402
+from gradient_doctor.tf_adapter.fix_trials import LastGoodState, TrialSource  # noqa: E402
 from gradient_doctor.tf_adapter.step_context import StepCall  # noqa: E402
+from gradient_doctor.tf_adapter.trial_plans import setting_plan  # noqa: E402
 from gradient_doctor.tf_adapter.watcher import Watcher  # noqa: E402
 
 SEED = 1234
@@ -82,7 +83,6 @@ def measure(rounds: int) -> dict[str, float]:
     model = _model()
     ordinary, short, long = [], [], []
     batch = (x[:BATCH], y[:BATCH])
-    evidence = Evidence(step=0, phase=None, origin=None, history=StepHistory())
     for _ in range(rounds):
         timer = _StepTimer()
         model.fit(
@@ -92,11 +92,12 @@ def measure(rounds: int) -> dict[str, float]:
         hook = model._gradient_doctor_model_hook
         data = tuple(tf.constant(v) for v in batch)
         call = StepCall(hook.original_train_step, (data,), traceable=hook.original_train_step)
-        plan = _gradient_clipping(model.optimizer, evidence)
+        plan = setting_plan("gradient_clipping", model.optimizer, "global_clipnorm", 1.0)
+        start = TrialStart(0, "the last good state")
         for steps, sink in ((SHORT, short), (LONG, long)):
-            with _LastGoodState(call, watcher.guard) as runner:
+            with LastGoodState(call, watcher.guard) as runner:
                 started = time.perf_counter()
-                runner.run(plan, steps)
+                runner.run(plan, TrialSource(start, None, None, 0, steps))
                 sink.append(time.perf_counter() - started)
     return {
         "ordinary": statistics.median(ordinary),
