@@ -56,3 +56,30 @@ def test_multi_worker_strategy_with_one_worker_is_watched(tmp_path):
     assert problem["replica"] is None  # one replica: nothing to say about which
     assert "row 6, feature column 1" in problem["explanation"]
     assert "weights finite: True" in run.stdout
+
+
+CUSTOM_LOOP = "tests/scripts/mirrored_custom_loop_iterator.py"
+
+
+def test_a_custom_loop_under_a_strategy_replays_the_failing_replicas_function(tmp_path):
+    run = run_doctor(CUSTOM_LOOP, tmp=tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.report["problems"][0]
+    assert (problem["category"], problem["step"], problem["replica"]) == (
+        "backward_singularity",
+        2,
+        1,
+    )
+    origin = problem["origin"]
+    assert (origin["op"], origin["gradient_of"]) == ("SqrtGrad", "Sqrt")
+    assert origin["line"] == line_of(CUSTOM_LOOP, "return tf.sqrt(")
+    assert origin["inputs"][0]["shape"] == [8, 1]  # replica 1's shard of the batch
+    assert run.report["steps_watched"] == 3  # stopped at the failing step
+
+
+def test_watching_a_healthy_custom_loop_under_a_strategy_changes_nothing(tmp_path):
+    plain = _losses([sys.executable, CUSTOM_LOOP, "--healthy"])
+    watched = run_doctor(CUSTOM_LOOP, "--healthy", tmp=tmp_path)
+    assert watched.exit_code == 0, watched.stderr[-3000:]
+    lines = [line for line in watched.stdout.splitlines() if line.startswith("losses")]
+    assert lines == plain and len(plain[0].split()) == 7
