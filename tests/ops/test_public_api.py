@@ -15,6 +15,7 @@ def test_all_lists_every_public_op_and_each_is_documented():
         "safe_sqrt",
         "safe_where",
         "stable_logsumexp",
+        "stable_segment_softmax",
         "stable_softmax",
     ]
     for name in ops.__all__:

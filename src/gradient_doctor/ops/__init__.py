@@ -12,7 +12,7 @@ from gradient_doctor.ops._division import safe_div
 from gradient_doctor.ops._log import safe_log
 from gradient_doctor.ops._norm import safe_norm
 from gradient_doctor.ops._roots import safe_sqrt
-from gradient_doctor.ops._softmax import stable_logsumexp, stable_softmax
+from gradient_doctor.ops._softmax import stable_logsumexp, stable_segment_softmax, stable_softmax
 from gradient_doctor.ops._trig import safe_acos, safe_asin
 from gradient_doctor.ops._where import safe_where
 
@@ -25,5 +25,6 @@ __all__ = [
     "safe_sqrt",
     "safe_where",
     "stable_logsumexp",
+    "stable_segment_softmax",
     "stable_softmax",
 ]
