@@ -7,6 +7,11 @@ cross-replica context: each replica says whether its own gradients and loss were
 finite; the verdicts of all replicas (of all workers) are summed, the update runs on
 every replica only when all were finite, and the first replica that was not is
 recorded (the gradient all-reduce would have spread its values to all).
+
+Who failed is said as a replica and, across workers, as the task that ran it
+(`Layout`); what that replica kept of its step (its shard, its random draws) is sent
+from that task to every other one (`replica_copies`), so that every worker replays
+the same shard and reports the same op.
 """
 
 from __future__ import annotations
@@ -15,6 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import tensorflow as tf
+
+from gradient_doctor.tf_adapter.doctor_variables import replica_values
+
+# Longest a worker waits for the others to send a failing replica's copies: a worker
+# that never comes makes the others give up (a collective timeout), not hang.
+SHARE_TIMEOUT_S = 60
+# The most dimensions a sent tensor may have (its shape is sent in a fixed-size row).
+_MAX_RANK = 8
 
 
 def must_cross_replicas() -> bool:
@@ -160,10 +173,10 @@ def replica_copies(variables: list, replica: int) -> list | None:
     ids = local_replica_ids(strategy)
     if len(layout(strategy).tasks) < 2:
         local = ids.index(replica) if replica in ids else 0
-        return [_copies(v)[local] for v in variables]
+        return [replica_values(v)[local] for v in variables]
     if not all(_sendable(v.dtype) for v in variables):
         return None  # the same on every worker: none of them sends anything
-    held = [_copies(v)[ids.index(replica)] for v in variables] if replica in ids else None
+    held = [replica_values(v)[ids.index(replica)] for v in variables] if replica in ids else None
     # First the shapes (rank, then the dimensions), so that every worker can take part.
     rows = (
         [_shape_row(t) for t in held]
@@ -181,15 +194,6 @@ def replica_copies(variables: list, replica: int) -> list | None:
         sent = [tf.zeros([*shape, size], tf.int32) for shape, size in zip(shapes, sizes)]
     received = _sum_from(strategy, replica, sent)
     return [_from_bytes(b, v.dtype) for b, v in zip(received, variables)]
-
-
-# Longest a worker waits for the others to send a failing replica's copies.
-SHARE_TIMEOUT_S = 60
-_MAX_RANK = 8
-
-
-def _copies(variable) -> list:
-    return list(getattr(variable, "values", None) or [variable])
 
 
 def _sendable(dtype) -> bool:
