@@ -176,8 +176,11 @@ def test_a_run_that_never_learns_ends_problem(tmp_path, script, category):
         ("examples/healthy_gan_discriminator.py", (), None),
     ],
 )
-def test_healthy_runs_are_never_flagged_as_silent_failures(tmp_path, script, args, warned):
-    run = run_doctor(script, *args, tmp=tmp_path, options=NO_TRIALS)
+def test_healthy_runs_are_never_flagged_as_silent_failures(
+    doctor_run, tmp_path, script, args, warned
+):
+    # Without arguments, the session's one run of the script (shared with other tests).
+    run = run_doctor(script, *args, tmp=tmp_path) if args else doctor_run(script)
     assert run.exit_code == 0, run.stderr[-3000:]
     assert run.report["status"] == "healthy"
     if warned is not None:
