@@ -34,6 +34,7 @@ from gradient_doctor.tf_adapter.creation_sites import (
     variable_path,
 )
 from gradient_doctor.tf_adapter.guard import gradient_values
+from gradient_doctor.tf_adapter.reductions import find_reduction
 from gradient_doctor.tf_adapter.replay import ReplayResult, replay_step
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tensor_summary import sample_values, summarize
@@ -121,7 +122,11 @@ def evidence_from_replay(
     elif overflowed is not None:
         origin = overflowed[1]
     forward = search.forward_op
-    axis = _reduction_axis(origin_event, result) if origin_event is not None else None
+    reduction = (
+        find_reduction(result.events, origin_event, result.tensors)
+        if origin_event is not None
+        else None
+    )
     return Evidence(
         step=step,
         phase=origin_event.phase if origin_event is not None else None,
@@ -132,7 +137,8 @@ def evidence_from_replay(
         history=history,
         setup=setup,
         reproduced=result.reproduced or overflowed is not None,
-        reduction_axis=axis,
+        reduction_axis=reduction.axis if reduction is not None else None,
+        reduction=reduction,
         overflowed_norm=overflowed[0] if overflowed is not None else None,
         nonfinite_constant=foreign and broken is None,
         broken_state=broken,
@@ -214,21 +220,6 @@ def _state_origin(origin: Origin, state: BrokenState) -> Origin:
     return replace(
         origin, source=source, source_kind=kind, variable=state.variables[0], layer=state.layer
     )
-
-
-# Reductions whose axis a max-shift of their input must respect.
-_REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Prod"})
-
-
-def _reduction_axis(origin: OpEvent, result: ReplayResult) -> int | None:
-    """The axis along which the origin's output is reduced next (e.g. a softmax's sum)."""
-    outputs = set(origin.output_ids)
-    for event in result.events[origin.index + 1 :]:
-        if event.op_type in _REDUCTIONS and event.input_ids and event.input_ids[0] in outputs:
-            axes = np.asarray(result.tensors[event.input_ids[1]]).ravel()
-            if axes.size == 1:
-                return int(axes[0])  # as the user wrote it
-    return None
 
 
 # Activations past this magnitude have left any sane range: where they first crossed

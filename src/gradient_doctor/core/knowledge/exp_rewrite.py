@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 
-from gradient_doctor.core.dtype_limits import DtypeLimits
+from gradient_doctor.core.dtype_limits import DtypeLimits, dtype_limits
+from gradient_doctor.core.evidence import Reduction
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.risky_operand import risky_operand
 from gradient_doctor.core.knowledge.source_rewrite import (
+    Call,
     assigned_name,
     find_call,
     find_calls,
@@ -16,10 +19,16 @@ from gradient_doctor.core.knowledge.source_rewrite import (
     matching_close,
     replace_span,
 )
-from gradient_doctor.core.knowledge.spelling import fill, spell
+from gradient_doctor.core.knowledge.spelling import fill, namespace, spell
 from gradient_doctor.core.knowledge.wording import format_number
 
-_SHIFT_TITLE = "Subtract the maximum before exp (a softmax's result is unchanged)"
+_SHIFT_TITLES = {
+    "axis": "Subtract the maximum before exp (a softmax's result is unchanged)",
+    "masked": "Subtract the largest unmasked entry before exp (the masked softmax is unchanged)",
+    "segment": "Subtract each segment's own maximum before exp (the segment softmax is unchanged)",
+}
+_LAST_AXIS = Reduction("axis", "Sum", axis=-1)
+_MINUS_INF = 'float("-inf")'
 
 
 def looks_like_softmax(code: str) -> bool:
@@ -28,47 +37,171 @@ def looks_like_softmax(code: str) -> bool:
     return "softmax" in lowered or ("exp(" in lowered and "sum(" in lowered and "/" in code)
 
 
-def stable_softmax(code: str, axis: int = -1, focus: tuple[int, int] | None = None) -> Fix:
-    """Shift the exp's input by its maximum; offer the library softmax for a softmax line.
+def stable_softmax(
+    code: str,
+    reduction: Reduction | None = None,
+    focus: tuple[int, int] | None = None,
+    limits: DtypeLimits | None = None,
+    minus_infinity: bool = False,
+) -> Fix:
+    """Shift the exp's input by the maximum of each group its result is normalised over.
+
+    The shift must be constant over each group the sum normalises (one slice along
+    the axis, one segment), or it changes the result: the max along the axis, or
+    the segment's own max gathered back to its entries. Under a mask (`exp(s) *
+    mask`, `where(keep, exp(s), 0)`) the shift is the max of the kept entries and
+    the masked ones go to exp as -inf, so no masked value becomes inf * 0 = NaN
+    and a fully masked row stays 0.
 
     Args:
         code: str, the user's line, e.g. "w = tf.exp(scores)" ("" when unknown).
-        axis: int, the axis the exp's result is normalised over: the shift must
-            be constant along it (a max over another axis changes the softmax).
-            Defaults to -1.
+        reduction: how the exp's result is summed next, as the replay saw it.
+            Defaults to the sum of the same exp written on the line, else a sum
+            over the last axis.
         focus: where on the line the exp was made (`SourceLine.span`).
+        limits: the limits of the exp's dtype (its lowest finite value keeps a max
+            of only -inf finite). Defaults to float32's.
+        minus_infinity: the exp's input held -inf (a mask written before exp): a
+            slice of only -inf must not be shifted by -inf into NaN.
 
     Returns:
         A `stable_softmax` fix; a generic one when the line has no parsable exp call.
     """
     call = find_call(code, ("exp",), focus)
+    reduction = reduction or _written_reduction(code, call)
     if call is None or not call.args:
+        axis = reduction.axis if reduction.axis is not None else -1
         return Fix(
             "stable_softmax",
-            _SHIFT_TITLE,
+            _SHIFT_TITLES["axis"],
             f"x = x - tf.reduce_max(x, axis={axis}, keepdims=True)  # just before exp(x)\n"
             "# or, for a softmax, let the library do it:\n"
             f"probs = tf.nn.softmax(x, axis={axis})",
         )
     arg = call.args[0]
-    shift = f"{spell(call, 'max')}({arg}, axis={axis}, keepdims=True)"
+    limits = limits or dtype_limits("float32")
+    argument = _shifted(call, arg, reduction, limits, minus_infinity)
     # Shifted inside the call, and inside every exp of the same argument on the line
     # (a softmax written `exp(s) / sum(exp(s))` must shift both), so that no name of
     # the user's is reassigned for the lines after.
-    operand = arg if is_identifier(arg) else f"({arg})"
     shifted = code
     for same in reversed([c for c in find_calls(code, ("exp",)) if c.args[:1] == (arg,)]):
-        new_call = same.with_argument(0, f"{operand} - {shift}")
+        new_call = same.with_argument(0, argument)
         shifted = replace_span(shifted, same.start, same.end, new_call)
-    lines = [shifted]
-    rewrite = (shifted,)
-    if looks_like_softmax(code):
-        target = assigned_name(code) or "probs"
-        lines += [
-            "# or let the library do it:",
-            f"{target} = {spell(call, 'softmax')}({arg}, axis={axis})",
+    lines = [shifted, *_alternatives(code, call, arg, reduction)]
+    return Fix("stable_softmax", _title(reduction), "\n".join(lines), rewrite=(shifted,))
+
+
+def _operand(arg: str) -> str:
+    """`arg` ready to be subtracted from: bracketed unless it is a name, a call, an
+    attribute or an item (which bind tighter than `-`)."""
+    if is_identifier(arg):
+        return arg
+    try:
+        node = ast.parse(arg.strip(), mode="eval").body
+    except SyntaxError:
+        return f"({arg})"
+    return arg if isinstance(node, ast.Call | ast.Attribute | ast.Subscript) else f"({arg})"
+
+
+def _written_reduction(code: str, call: Call | None) -> Reduction:
+    """The sum over an axis that the line itself writes around the same exp
+    (`exp(s) / reduce_sum(exp(s), axis=1)`), else a sum over the last axis."""
+    for total in find_calls(code, ("reduce_sum", "sum")) if call is not None else ():
+        inner = find_call(total.args[0], ("exp",)) if total.args else None
+        axis = total.argument(1, "axis")
+        if inner is not None and inner.args[:1] == call.args[:1] and axis is not None:
+            if re.fullmatch(r"-?\d+", axis.strip()):
+                return Reduction("axis", "Sum", axis=int(axis))
+    return _LAST_AXIS
+
+
+def _title(reduction: Reduction) -> str:
+    if reduction.kind != "axis":
+        return _SHIFT_TITLES["segment"]
+    return _SHIFT_TITLES["masked" if reduction.mask is not None else "axis"]
+
+
+def _shifted(
+    call: Call, arg: str, reduction: Reduction, limits: DtypeLimits, minus_infinity: bool
+) -> str:
+    """The exp's new argument: `arg` less the maximum of its group, shaped like `arg`.
+
+    Under a mask the masked entries are sent to -inf instead (exp gives 0 there),
+    so that no masked value, however large, overflows into inf * 0 = NaN, and the
+    kept entries are shifted by their own largest value.
+    """
+    if reduction.kind != "axis":
+        return f"{_operand(arg)} - {_segment_largest(call, arg, reduction, limits, minus_infinity)}"
+    largest, axis = spell(call, "max"), reduction.axis if reduction.axis is not None else -1
+    if reduction.mask is None:
+        row = f"{largest}({arg}, axis={axis}, keepdims=True)"
+        return f"{_operand(arg)} - {_above_lowest(call, row, limits) if minus_infinity else row}"
+    where = spell(call, "where")
+    keep = reduction.mask if reduction.mask_is_condition else f"{reduction.mask} != 0"
+    kept_max = f"{largest}({where}({keep}, {arg}, {_MINUS_INF}), axis={axis}, keepdims=True)"
+    return f"{where}({keep}, {_operand(arg)} - {kept_max}, {_MINUS_INF})"
+
+
+def _segment_largest(
+    call: Call, arg: str, reduction: Reduction, limits: DtypeLimits, minus_infinity: bool
+) -> str:
+    """Each segment's maximum, gathered back to the entries of that segment.
+
+    `unsorted_segment_max` gives the dtype's lowest value, never -inf, for a segment
+    of only -inf (and for an empty one, which no entry gathers); the sorted
+    `segment_max` gives -inf there, so it is kept above the lowest value when the
+    input held -inf.
+    """
+    ids, count = reduction.segment_ids, reduction.num_segments
+    if namespace(call) == "keras":
+        prefix = call.prefix
+        options = f", num_segments={count}" if count is not None else ""
+        options += ", sorted=True" if reduction.kind == "sorted_segment" else ""
+        return f"{prefix}take({prefix}segment_max({arg}, {ids}{options}), {ids}, axis=0)"
+    if reduction.kind == "sorted_segment":
+        largest = f"tf.math.segment_max({arg}, {ids})"
+        largest = _above_lowest(call, largest, limits) if minus_infinity else largest
+    else:
+        count = count if count is not None else f"tf.reduce_max({ids}) + 1"
+        largest = f"tf.math.unsorted_segment_max({arg}, {ids}, {count})"
+    return f"tf.gather({largest}, {ids})"
+
+
+def _above_lowest(call: Call, largest: str, limits: DtypeLimits) -> str:
+    """`largest` kept at or above the dtype's lowest finite value (-inf - -inf is NaN)."""
+    family = namespace(call)
+    if family == "tf":
+        lowest = f"tf.{limits.name}.min"
+    elif family == "np":
+        lowest = f"np.finfo(np.{limits.name}).min"
+    else:
+        exponent = math.floor(math.log10(limits.max))
+        lowest = f"-{math.floor(limits.max / 10**exponent)}e{exponent}"
+    return f"{spell(call, 'maximum')}({largest}, {lowest})"
+
+
+def _alternatives(code: str, call: Call, arg: str, reduction: Reduction) -> list[str]:
+    """Lines to read beside the patch: the library's softmax, or the doctor's drop-in."""
+    if reduction.kind == "segment" and reduction.num_segments is not None:
+        ids, count = reduction.segment_ids, reduction.num_segments
+        return [
+            "# or the normalised weights in one call, with gradient-doctor's drop-in:",
+            f"# gradient_doctor.ops.stable_segment_softmax({arg}, {ids}, {count})",
         ]
-    return Fix("stable_softmax", _SHIFT_TITLE, "\n".join(lines), rewrite=rewrite)
+    if reduction.kind == "axis" and reduction.mask is not None:
+        keep = reduction.mask if reduction.mask_is_condition else f"{reduction.mask} != 0"
+        return [
+            "# or the masked softmax in one call, with gradient-doctor's drop-in:",
+            f"# gradient_doctor.ops.stable_softmax({arg}, axis={reduction.axis}, mask={keep})",
+        ]
+    if reduction.kind == "axis" and looks_like_softmax(code):
+        target = assigned_name(code) or "probs"
+        return [
+            "# or let the library do it:",
+            f"{target} = {spell(call, 'softmax')}({arg}, axis={reduction.axis})",
+        ]
+    return []
 
 
 def stable_logsumexp(code: str, focus: tuple[int, int] | None = None) -> Fix | None:

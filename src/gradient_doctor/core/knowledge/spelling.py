@@ -74,17 +74,24 @@ def spell(call: Call | None, helper: str) -> str:
     Returns:
         The helper's full name, e.g. "tf.reduce_max" or "keras.ops.max".
     """
-    prefix = call.prefix if call is not None else "tf."
-    if "ops." in prefix:
-        family = "keras"
-    elif prefix in ("np.", "numpy."):
-        family = "np"
-    else:
-        family, prefix = "tf", "tf."
+    family = namespace(call)
+    prefix = call.prefix if family != "tf" else "tf."
     spelled = _SPELLINGS[family].get(helper) or _SPELLINGS["tf"].get(helper)
     if spelled is None:
         return prefix + helper
     return spelled.replace("{p}", prefix)
+
+
+def namespace(call: Call | None) -> str:
+    """The array namespace the user's call is written in: "keras", "np" or "tf".
+
+    `keras.ops.*` (and any `ops.*`) is "keras", `np.*` and `numpy.*` are "np";
+    anything else (`tf.*`, `tf.math.*`, `K.*`, an unparsed line) is "tf".
+    """
+    prefix = call.prefix if call is not None else "tf."
+    if "ops." in prefix:
+        return "keras"
+    return "np" if prefix in ("np.", "numpy.") else "tf"
 
 
 def fill(template: str, call: Call | None, arg: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gradient_doctor.core.dtype_limits import HALF_PRECISION
-from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.evidence import Evidence, Reduction
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.call_names import call_names
@@ -91,7 +91,7 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     (the replay saw the sum, or the line says softmax): elsewhere it changes the
     result.
     """
-    origin, axis = evidence.origin, evidence.reduction_axis
+    origin, reduction = evidence.origin, _reduction(evidence)
     names, focus = call_names(origin.op), source_focus(evidence)
     fixes: list[Fix | None] = []
     if origin_dtype(origin) in HALF_PRECISION:
@@ -99,9 +99,21 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     library = library_form(code, focus) if origin.op in _EXP_LIKE else None
     if origin.op in _EXP_LIKE:
         fixes += [stable_logsumexp(code, focus), library]
-        if axis is not None or looks_like_softmax(code):
-            fixes.append(stable_softmax(code, -1 if axis is None else axis, focus))
+        if reduction is not None or looks_like_softmax(code):
+            base = input_at(origin, 0)
+            minus_infinity = base is not None and base.neg_inf > 0
+            fixes.append(stable_softmax(code, reduction, focus, limits_of(origin), minus_infinity))
     fixes += remedies.upstream_remedies(evidence)
     if library is None:  # the library's version is exact; a clip would only bend it
         fixes.append(clip_exp_input(code, origin.op, limits_of(origin), focus))
     return tuple(fix for fix in fixes if fix is not None)
+
+
+def _reduction(evidence: Evidence) -> Reduction | None:
+    """How the origin's output is summed next: the replay's reduction, else the axis
+    alone (all a headroom warning knows), else None."""
+    if evidence.reduction is not None:
+        return evidence.reduction
+    if evidence.reduction_axis is None:
+        return None
+    return Reduction("axis", "Sum", axis=evidence.reduction_axis)
