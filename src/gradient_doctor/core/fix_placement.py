@@ -101,15 +101,15 @@ def _data_fix(fix: Fix, fit: SourceLine, root: str) -> Fix | None:
     edit = data_rewrite.standardise_fit_input(fit, lines) if lines is not None else None
     if edit is None:
         return None
-    placed = with_edits(fix, (edit,), root)
-    if placed.patch is None:
-        return None
-    return dataclasses.replace(
-        placed,
-        title="Standardise the input features with the training data's mean and std "
-        "(do the same wherever you feed the model new data)",
-        code="\n".join(_dedented(edit.new_lines)),
-        trial_setting=("standardise_x", data_rewrite.EPSILON),
+    title = (
+        "Standardise the input features with the training data's mean and std "
+        "(do the same wherever you feed the model new data)"
+    )
+    return _patched(
+        dataclasses.replace(fix, title=title),
+        (edit,),
+        root,
+        ("standardise_x", data_rewrite.EPSILON),
     )
 
 
@@ -130,11 +130,7 @@ def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
             edits[key] = edit
     if not edits:
         return None
-    placed = with_edits(fix, tuple(edits.values()), root)
-    if placed.patch is None:
-        return None
-    code = "\n".join(line for edit in edits.values() for line in _dedented(edit.new_lines))
-    return dataclasses.replace(placed, code=code, trial_setting=_LAYER_FIXES[fix.family])
+    return _patched(fix, tuple(edits.values()), root, _LAYER_FIXES[fix.family])
 
 
 def _as_fix(remedy: str, site: OptimizerSite) -> Fix:
@@ -182,11 +178,17 @@ def _optimizer_fix(
     if made is None:
         return None
     edits, setting = made
+    return _patched(fix, edits, root, (setting.name, setting.value))
+
+
+def _patched(fix: Fix, edits: tuple[Edit, ...], root: str, setting: tuple) -> Fix | None:
+    """`fix` with `edits` as its patch, the edited lines as its code to read, and the
+    setting its trial applies; None when the edits do not make a patch."""
     placed = with_edits(fix, edits, root)
     if placed.patch is None:
         return None
     code = "\n".join(line for edit in edits for line in _dedented(edit.new_lines))
-    return dataclasses.replace(placed, code=code, trial_setting=(setting.name, setting.value))
+    return dataclasses.replace(placed, code=code, trial_setting=setting)
 
 
 def _dedented(lines: tuple[str, ...]) -> list[str]:
