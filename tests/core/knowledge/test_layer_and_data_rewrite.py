@@ -1,0 +1,64 @@
+"""Patches of the lines that built the layers and of the fit line, in the user's terms."""
+
+from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.knowledge.data_rewrite import standardise_fit_input
+from gradient_doctor.core.knowledge.layer_rewrite import (
+    LayerSite,
+    constrain_kernel,
+    he_initialised,
+    wants_he_init,
+)
+from gradient_doctor.core.patches import apply_edits
+
+SCRIPT = """from tensorflow import keras
+
+hidden = [keras.layers.Dense(64, activation="relu") for _ in range(4)]
+head = keras.layers.Dense(1, kernel_initializer="zeros")
+model.fit(features, prices, validation_data=(val_x, val_y), epochs=3)
+model.fit(features / 255.0, prices)
+""".splitlines(keepends=True)
+
+
+def _at(text):
+    line = next(n for n, code in enumerate(SCRIPT, 1) if text in code)
+    return SourceLine("train.py", line, SCRIPT[line - 1].strip())
+
+
+def _patched(edit) -> list[str]:
+    return [line.rstrip("\n") for line in apply_edits(SCRIPT, [edit])]
+
+
+def test_he_init_goes_where_the_layers_were_built_once_for_a_comprehension():
+    site = LayerSite(_at("for _ in range(4)"), "Dense", "sequential/dense", "relu", "GlorotUniform")
+    assert wants_he_init(site)
+    assert (
+        'hidden = [keras.layers.Dense(64, activation="relu", kernel_initializer="he_normal") '
+        "for _ in range(4)]"
+    ) in _patched(he_initialised(site, SCRIPT))
+
+
+def test_an_initializer_the_user_chose_is_left_alone():
+    site = LayerSite(_at("head ="), "Dense", "sequential/dense_4", None, "Zeros")
+    assert not wants_he_init(site)
+    assert he_initialised(site, SCRIPT) is None
+
+
+def test_weight_bounds_use_the_files_own_keras_name():
+    site = LayerSite(_at("head ="), "Dense", "sequential/dense_4")
+    assert (
+        'head = keras.layers.Dense(1, kernel_initializer="zeros", '
+        "kernel_constraint=keras.constraints.MaxNorm(max_value=3.0))"
+    ) in _patched(constrain_kernel(site, SCRIPT))
+
+
+def test_the_fit_line_standardises_x_and_the_validation_x_by_the_training_statistics():
+    edit = standardise_fit_input(_at("validation_data"), SCRIPT)
+    mean, std = "features.mean(axis=0)", "(features.std(axis=0) + 1e-07)"
+    assert (
+        f"model.fit((features - {mean}) / {std}, prices, "
+        f"validation_data=((val_x - {mean}) / {std}, val_y), epochs=3)"
+    ) in _patched(edit)
+
+
+def test_an_expression_passed_as_x_is_not_rewritten():
+    assert standardise_fit_input(_at("features / 255.0"), SCRIPT) is None

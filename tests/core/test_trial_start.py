@@ -1,0 +1,40 @@
+"""Where fix trials start: the last good state, or a saved state from before the trouble."""
+
+from gradient_doctor.core.evidence import StepHistory
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.trial_start import trial_start, trouble_began
+
+
+def _finding(step=120):
+    return Finding("exploding_gradients", step, None, None, "x")
+
+
+def _history(norms):
+    steps = tuple(range(len(norms)))
+    return StepHistory(steps, tuple(1.0 for _ in norms), tuple(norms))
+
+
+def test_the_trouble_begins_where_the_norm_rose_for_good():
+    norms = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 1.0, 4.0, 9.0, 30.0, 100.0]
+    assert trouble_began(_history(norms), 12, None) == 8
+
+
+def test_a_norm_that_dips_back_marks_no_start_and_an_earlier_warning_counts():
+    norms = [1.0, 1.0, 1.0, 1.0, 5.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert trouble_began(_history(norms), 10, None) == 10
+    assert trouble_began(_history(norms), 10, first_warning=3) == 3
+
+
+def test_each_kind_of_remedy_starts_from_the_state_it_needs():
+    saved = [0, 50, 100, 120]  # 120: the last good state, just before the failing step
+    finding = _finding(120)
+    assert trial_start("safe_log", finding, 90, saved).step == 120
+    lower = trial_start("lower_learning_rate", finding, 90, saved)
+    assert lower.step == 50 and "began at step 90" in lower.reason
+    assert trial_start("better_init", finding, 90, saved).step == 0
+    # No sign of where it began: the update remedies still start before the failing step.
+    assert trial_start("gradient_clipping", finding, 120, saved).step == 100
+
+
+def test_a_start_only_remedy_is_not_tried_when_the_run_failed_too_far_from_the_start():
+    assert trial_start("normalize_input", _finding(90_000), 10, [0, 89_950, 90_000]) is None

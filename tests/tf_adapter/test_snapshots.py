@@ -1,0 +1,36 @@
+"""The ring of earlier good states: what it keeps, and that a copy is the value it had then."""
+
+import numpy as np
+import tensorflow as tf
+
+from gradient_doctor.tf_adapter.snapshots import SnapshotRing
+
+
+def test_a_copy_holds_the_value_from_when_it_was_taken_after_later_updates():
+    variable = tf.Variable(tf.fill((256, 256), 1.0))
+    ring = SnapshotRing(every=2, keep=2)
+    ring.before_first_step(lambda: [variable])
+    for step in range(6):
+        variable.assign_add(tf.ones_like(variable))  # the step's in-place update
+        ring.after_finite_step(step, lambda: [variable])
+    assert [s.step for s in ring.saved()] == [0, 4, 6]  # the start, and the latest two
+    values = {s.step: s.values[0][1] for s in ring.saved()}
+    assert isinstance(values[4], np.ndarray)  # moved to host memory
+    np.testing.assert_array_equal(values[0], 1.0)
+    np.testing.assert_array_equal(values[4], 5.0)
+    np.testing.assert_array_equal(values[6], 7.0)
+
+
+def test_kept_batches_run_from_a_start_and_stay_within_the_budget(monkeypatch):
+    from gradient_doctor.tf_adapter import snapshots
+
+    monkeypatch.setattr(snapshots, "BATCH_BUDGET_BYTES", 3 * 4 * 10)
+    ring = SnapshotRing(every=100)
+    for step in range(5):
+        batch = ((np.full(10, step, np.float32),), {})
+        ring.after_finite_step(step, lambda: [], batch)
+    kept, complete = ring.batches_from(2)
+    assert [int(args[0][0]) for args, _ in kept] == [2, 3, 4]
+    assert complete
+    kept, complete = ring.batches_from(0)  # the first two were let go
+    assert not complete and len(kept) == 3
