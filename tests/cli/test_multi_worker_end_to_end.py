@@ -137,6 +137,8 @@ def test_every_report_names_the_worker_replica_op_and_line(clusters):
         assert origin["inputs"][0]["shape"] == [8, 4]  # worker 1's shard, replayed here too
         assert origin["inputs"][0]["zeros"] == 1
         assert "ran on task worker:1" in problem["explanation"]
+        # The chief replayed worker 1's shard with worker 1's draws of the jitter.
+        assert origin["inputs"] == doctor[1].report["problems"][0]["origin"]["inputs"]
         assert f"This report is task worker:{index}'s." in problem["explanation"]
 
 

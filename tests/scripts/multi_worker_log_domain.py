@@ -4,14 +4,17 @@ Started once per worker, each with its own TF_CONFIG (two workers on 127.0.0.1; 
 test picks the ports). Every global batch of 16 rows is split in two shards of 8:
 worker 0 trains on rows 0-7, worker 1 on rows 8-15. Row 3 * 16 + 11 (batch 3, worker
 1's shard, its row 3) holds a 0 in feature 2, which `tf.math.log` turns into -inf.
+Each step jitters the features by a stateful `tf.random.uniform` draw.
 
 What the doctor should find, in each worker's report: `forward_domain` at step 3,
 replica 1, worker {"type": "worker", "index": 1}, op `Log` at the line
-`return tf.math.log(inputs)`; the update of step 3 skipped on both workers and the
-run stopped on both after it (no worker left waiting in an all-reduce); fix trials
-not run (a tf.distribute strategy). Each worker prints every step's loss: steps 0 to
-2 are the same as without the doctor. With `--healthy` no row is 0: 8 steps train,
-and each worker prints whether its weights are finite.
+`return tf.math.log(inputs)`, its input the same on both workers (worker 1's
+jittered shard: its values and its draws are sent to worker 0 for the replay); the
+update of step 3 skipped on both workers and the run stopped on both after it (no
+worker left waiting in an all-reduce); fix trials not run (a tf.distribute
+strategy). Each worker prints every step's loss: steps 0 to 2 are the same as
+without the doctor. With `--healthy` no row is 0: 8 steps train, and each worker
+prints whether its weights are finite.
 """
 
 import sys
@@ -60,7 +63,9 @@ def main() -> None:
 
     def replica_step(features, targets):
         with tf.GradientTape() as tape:
-            predictions = model(features, training=True)
+            # Jitter, a stateful draw: the replay of the failing shard draws the same.
+            jittered = features * tf.random.uniform(tf.shape(features), 0.9, 1.1)
+            predictions = model(jittered, training=True)
             per_row = tf.reduce_mean(tf.square(predictions - targets), axis=1)
             loss = tf.nn.compute_average_loss(per_row, global_batch_size=GLOBAL_BATCH)
         gradients = tape.gradient(loss, model.trainable_variables)
