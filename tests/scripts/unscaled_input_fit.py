@@ -3,8 +3,9 @@ euros), the way a first Keras tutorial attempt looks.
 
 The features reach ~10^4 (the targets, in units of 100 000 euros, are a few units): the
 first updates of the Dense layers are enormous, the predictions run away, and within a
-few steps the gradients overflow float32. The data is the cause: the doctor should propose standardising the
-features (`normalize_input`) as a patch of the `model.fit(...)` line, and prove it.
+few steps the gradients overflow float32. The data is the cause: the doctor should
+propose standardising the features (`normalize_input`) as a patch of the
+`model.fit(...)` line, and prove it.
 """
 
 import keras
