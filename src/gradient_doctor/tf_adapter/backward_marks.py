@@ -16,14 +16,17 @@ from contextlib import contextmanager
 
 from tensorflow.python.framework import ops
 
+try:  # imported once: an import statement run per op cost more than the lookup itself
+    from keras.src.backend.common.name_scope import current_path as _current_path
+except ImportError:  # pragma: no cover - other Keras layouts
+    _current_path = None
+
 
 def keras_layer_path() -> str | None:
     """The Keras layer path being called now (e.g. "model/dense"), or None."""
-    try:
-        from keras.src.backend.common.name_scope import current_path
-    except ImportError:  # pragma: no cover - other Keras layouts
+    if _current_path is None:  # pragma: no cover - other Keras layouts
         return None
-    return current_path() or None
+    return _current_path() or None
 
 
 class BackwardMarks:

@@ -19,11 +19,15 @@ their replay calls them again.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import tensorflow as tf
+from keras.src.backend.common import global_state
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import record
 from tensorflow.python.framework import op_callbacks
@@ -32,6 +36,7 @@ from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.tf_adapter import step_context
 from gradient_doctor.tf_adapter.backward_marks import keras_layer_path
 from gradient_doctor.tf_adapter.creation_sites import op_site
+from gradient_doctor.tf_adapter.source_frames import user_frame
 
 # A trace that grows past this many entries without reaching an update is dropped
 # (a script that opens tapes and never trains, e.g. saliency maps): the memory it
@@ -39,9 +44,9 @@ from gradient_doctor.tf_adapter.creation_sites import op_site
 MAX_ENTRIES = 20_000
 
 
-@dataclass(frozen=True)
-class TracedOp:
-    """One eager op the step ran, with where it ran.
+class TracedOp(NamedTuple):
+    """One eager op the step ran, with where it ran (a named tuple: one is made per op,
+    and a frozen dataclass costs several times as much to make).
 
     Attributes:
         op_type: the op's type ("MatMul").
@@ -135,7 +140,7 @@ class EagerTrace:
             taped = not pywrap_tfe.TFE_Py_TapeSetIsEmpty() and not stopped
             # Where the op ran, worked out as the replay's recorder does for an op it sees.
             layer = keras_layer_path()
-            source, kind = op_site(layer)
+            source, kind = _op_site(layer)
             self.add(
                 TracedOp(op_type, attrs, tuple(inputs), tuple(outputs), taped, layer, source, kind)
             )
@@ -201,6 +206,50 @@ class EagerTrace:
             elif isinstance(entry, GradientTaken):
                 made.update(id(t) for t in _flat(entry.result))
         return all(id(t) in made for t in _flat(tensors))
+
+
+# `op_site`'s answer for an op depends only on the user's frame that ran it (its code
+# and instruction) and on the Keras layers being called around it, and it is asked
+# once per op of every traced step: memoized on those. The layers are held weakly,
+# so that a layer made later at the same address is never taken for an earlier one.
+_sites: dict[tuple, tuple] = {}
+_MAX_SITES = 4096
+
+
+def _op_site(layer: str | None) -> tuple[SourceLine | None, str]:
+    """`creation_sites.op_site(layer)` for the op being noted, memoized."""
+    frame = user_frame(sys._getframe(1))
+    if frame is None:
+        return op_site(layer)
+    stack = global_state.get_global_attribute("name_scope_stack", default=None) or ()
+    callers = tuple(entry.caller for entry in stack)
+    code = frame.f_code
+    # By identity: hashing a code object hashes its bytecode.
+    key = (id(code), frame.f_lasti, tuple(map(id, callers)))
+    found = _sites.get(key)
+    if (
+        found is not None
+        and found[0] is code
+        and all((r() if r is not None else None) is c for r, c in zip(found[1], callers))
+    ):
+        return found[2]
+    site = op_site(layer)
+    if len(_sites) >= _MAX_SITES:
+        _sites.clear()
+    _sites[key] = (code, tuple(_weak(caller) for caller in callers), site)
+    return site
+
+
+def _weak(obj):
+    if obj is None:
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # not weakly referenceable: the entry never matches again
+        return lambda: _NEVER
+
+
+_NEVER = object()
 
 
 def _flat(structure) -> list:
