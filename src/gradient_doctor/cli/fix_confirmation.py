@@ -59,17 +59,41 @@ def confirm_fixes(
 def _confirmed(
     problem: Finding, script: str, args: list[str], timeout: float, steps_past: int
 ) -> Finding:
-    fixes, done = [], 0
+    """Each verified patch rerun from the start; and each patch no trial inside the run
+    could try (module-level code, say), rerun too, against the unchanged copy rerun
+    the same way (it must fail again, or the rerun cannot tell)."""
+    step = problem.step or 0
+    fixes, done, baseline = [], 0, None
     for fix in problem.fixes:
-        if fix.verified is True and fix.patch and done < MAX_CONFIRMED:
+        untried = fix.verified is None and (fix.evidence or "not tried").startswith("not tried")
+        if fix.patch and (fix.verified is True or untried) and done < MAX_CONFIRMED:
             done += 1
+            if untried and baseline is None:
+                _say("the unchanged script: running a copy of your folder from the start")
+                baseline = rerun_patched(script, args, None, step, steps_past, timeout)
+                _say(f"the unchanged script: {baseline.why}")
             _say(f"{fix.family}: running a patched copy of your folder from the start")
-            step = problem.step or 0
             rerun = rerun_patched(script, args, fix.patch, step, steps_past, timeout)
             _say(f"{fix.family}: {rerun.why}")
-            fix = _judged(fix, rerun.held, rerun.why)
+            fix = (
+                _judged(fix, rerun.held, rerun.why)
+                if not untried
+                else _rerun_only(fix, rerun.held, rerun.why, baseline)
+            )
         fixes.append(fix)
     return ranked(dataclasses.replace(problem, fixes=tuple(fixes)))
+
+
+def _rerun_only(fix: Fix, held: bool, why: str, baseline) -> Fix:
+    """A patch no trial ran, judged by its rerun against the unchanged copy's."""
+    before = f"{fix.evidence}; " if fix.evidence else "not tried inside the run; "
+    if baseline.held:
+        note = f"{why}, but {baseline.why} too, so the rerun cannot tell"
+        return dataclasses.replace(fix, evidence=before + note)
+    if held:
+        note = f"{why}, where {baseline.why}"
+        return dataclasses.replace(fix, verified=True, evidence=before + note)
+    return dataclasses.replace(fix, verified=False, evidence=f"{before}applied, {why}")
 
 
 def _judged(fix: Fix, held: bool, why: str) -> Fix:

@@ -58,7 +58,7 @@ class Rerun:
 def rerun_patched(
     script: str,
     args: list[str],
-    patch: str,
+    patch: str | None,
     failed_at: int,
     steps_past: int,
     timeout: float | None = None,
@@ -66,13 +66,14 @@ def rerun_patched(
     """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
     (no trials) from the start to `steps_past` steps past `failed_at`.
 
-    `script` is relative to the working folder, which is what gets copied.
+    `script` is relative to the working folder, which is what gets copied; `patch`
+    None runs the copy unchanged (the baseline a patch is judged against).
     """
     with tempfile.TemporaryDirectory(prefix="gradient-doctor-rerun-") as scratch:
         root = os.path.join(scratch, "copy")
         _copy_tree(os.getcwd(), root)
         try:
-            for path, text in apply_unified_diff(patch, os.getcwd()).items():
+            for path, text in apply_unified_diff(patch or "", os.getcwd()).items():
                 target = os.path.join(root, path)
                 if os.path.islink(target):
                     os.unlink(target)
@@ -83,34 +84,34 @@ def rerun_patched(
         limit = failed_at + 1 + steps_past
         options = ["--trial-steps", "0", "--progress", "0", "--stop-after", str(limit)]
         report = doctor_report(script, args, root, scratch, options, timeout)
-    return _judged(report, failed_at)
+    return _judged(report, failed_at, "the patched copy" if patch else "the unchanged copy")
 
 
-def _judged(report: dict | None, failed_at: int) -> Rerun:
+def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
     if report is None:
-        return Rerun(False, 0, "the patched run wrote no report (it crashed or ran too long)")
+        return Rerun(False, 0, f"{what} wrote no report (it crashed or ran too long)")
     steps = report.get("steps_watched", 0)
     if report["problems"]:
         first = report["problems"][0]
         return Rerun(
             False,
             steps,
-            f"the patched copy, run from the start, found {first['category']} at step "
+            f"{what}, run from the start, found {first['category']} at step "
             f"{first.get('step')} (the original failed at step {failed_at})",
         )
     if report.get("script_error"):
-        return Rerun(False, steps, f"the patched script failed: {report['script_error']}")
+        return Rerun(False, steps, f"{what} failed: {report['script_error']}")
     if steps <= failed_at:
         return Rerun(
             False,
             steps,
-            f"the patched copy ended after {steps} steps, before step {failed_at} where the "
+            f"{what} ended after {steps} steps, before step {failed_at} where the "
             "original failed, so it cannot tell",
         )
     return Rerun(
         True,
         steps,
-        f"the patched copy of your files trained {steps} steps from the start with every "
+        f"{what} of your files trained {steps} steps from the start with every "
         f"loss and gradient finite, past step {failed_at} where the original failed",
     )
 
