@@ -81,7 +81,7 @@ def place_fixes(
         dataclasses.replace(
             item, fix=_optimizer_fix(_as_fix(item.remedy, optimizer), optimizer, root, history)
         )
-        if item.remedy in _OPTIMIZER_FIXES and optimizer is not None and item.fix is None
+        if item.remedy in _TRIED_NOT_FIXES and optimizer is not None and item.fix is None
         else item
         for item in finding.not_fixes
     )
@@ -148,7 +148,10 @@ _OPTIMIZER_FIXES = {
     "lower_learning_rate": None,
     "gradient_clipping": "global_clipnorm",
     "clip_by_value": "clipvalue",
+    "loss_scaling": None,
 }
+# Not-fixes written as their patch too, so that a trial can show whether they help.
+_TRIED_NOT_FIXES = frozenset({"lower_learning_rate", "gradient_clipping", "clip_by_value"})
 # Each gradient value is clipped to this (finite whatever the global norm does).
 CLIP_VALUE = 1.0
 
@@ -169,6 +172,9 @@ def _optimizer_fix(
     lines = read_lines(os.path.join(root, site.source.file))
     if lines is None:
         return None
+    if fix.family == "loss_scaling":  # no setting: only a rerun from the start can try it
+        edit = optimizer_rewrite.wrap_loss_scaling(site, lines)
+        return _patched(fix, (edit,), root, None) if edit is not None else None
     if fix.family == "lower_learning_rate":
         made = optimizer_rewrite.lower_learning_rate(site, lines)
     else:

@@ -80,3 +80,13 @@ def test_clipping_is_added_with_the_value_the_trial_uses():
 def test_an_optimizer_the_line_does_not_build_gets_no_patch():
     assert lower_learning_rate(_site("args = argparse", "SGD", 0.05), SCRIPT) is None
     assert lower_learning_rate(_site("learning_rate=schedule", "SGD"), SCRIPT) is None
+
+
+def test_loss_scaling_wraps_the_users_own_optimizer_call():
+    from gradient_doctor.core.knowledge.optimizer_rewrite import wrap_loss_scaling
+
+    edit = wrap_loss_scaling(_site("Adam(learning_rate", "Adam", 0.003), SCRIPT)
+    assert (
+        "adam = tf.keras.optimizers.LossScaleOptimizer("
+        "tf.keras.optimizers.Adam(learning_rate=0.003))  # tuned"
+    ) in _patched((edit,))

@@ -140,6 +140,25 @@ def lower_learning_rate(
     )
 
 
+def wrap_loss_scaling(site: OptimizerSite, lines: Sequence[str]) -> Edit | None:
+    """An edit wrapping the optimizer the line builds in a dynamic `LossScaleOptimizer`.
+
+    None when the line builds no optimizer call (a name in `compile` is written out
+    first), or the file names neither `keras` nor `tf`.
+    """
+    tree, text = parse(lines)
+    if tree is None:
+        return None
+    call, named = _optimizer_call(tree, site)
+    wrapper = keras_spelling(tree, "optimizers.LossScaleOptimizer")
+    if wrapper is None or (call is None and named is None):
+        return None
+    inner = segment(text, call) if call is not None else None
+    if inner is None:
+        inner = f"{keras_spelling(tree, f'optimizers.{site.class_name}')}()"
+    return replace_node(text, call or named, f"{wrapper}({inner})", site.source.file)
+
+
 def set_clipping(
     site: OptimizerSite, lines: Sequence[str], keyword: str, value: float
 ) -> tuple[tuple[Edit, ...], Setting] | None:
