@@ -5,6 +5,7 @@ import dataclasses
 
 from gradient_doctor.core.dtype_limits import dtype_limits
 from gradient_doctor.core.evidence import Reduction
+from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.exp_rewrite import stable_softmax
 
@@ -148,3 +149,18 @@ def test_a_ragged_rows_sum_shifts_along_its_axis(make_evidence):
     assert _fixes(evidence)["stable_softmax"].rewrite == (
         "e = tf.exp(r - tf.reduce_max(r, axis=1, keepdims=True))",
     )
+
+
+def test_the_explanation_says_which_groups_the_exp_is_summed_over(make_evidence):
+    line = SourceLine("gnn.py", 37, "total = tf.math.unsorted_segment_sum(e, receivers, num_nodes)")
+    segments = dataclasses.replace(SEGMENTS, source=line)
+    explanation = diagnose(_with(make_evidence(), reduction=segments)).explanation
+    assert "reached 712.4; float32 exp overflows above 88.72" in explanation
+    assert explanation.endswith(
+        "Its values are then summed per segment of `receivers` "
+        "(`tf.math.unsorted_segment_sum`, line 37)."
+    )
+    masked = Reduction("axis", "Sum", axis=-1, mask="valid", mask_is_condition=True)
+    explanation = diagnose(_with(make_evidence(), reduction=masked)).explanation
+    assert explanation.endswith("Its values are then kept where `valid` and summed along axis -1.")
+    assert "Its values are then" not in diagnose(make_evidence()).explanation  # axis alone

@@ -57,7 +57,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     upstream = evidence.weights_upstream
     return Diagnosis(
         category="forward_overflow",
-        explanation=explain(origin, evidence.step) + from_data_note(upstream),
+        explanation=explain(origin, evidence.step)
+        + summed_note(evidence.reduction)
+        + from_data_note(upstream),
         not_fixes=forward_not_fixes(f"the overflow in {origin.op}", upstream),
         fixes=_fixes(evidence, code),
     )
@@ -82,6 +84,28 @@ def explain(origin: Origin, step: int | None) -> str:
         subject = "The magnitude of the input to"
     rule = f"{dtype} {origin.op.lower()} overflows above {format_number(limit)}"
     return explain_input(origin, step, subject, format_number(reached), rule)
+
+
+def summed_note(reduction: Reduction | None) -> str:
+    """ " Its values are then summed per segment of `ids` (...)" when the replay saw the sum.
+
+    Says which groups a max-shift must respect: the axis, the segments, the mask.
+    """
+    if reduction is None:
+        return ""
+    if reduction.kind == "axis":
+        groups = f"along axis {reduction.axis}"
+    else:
+        groups = f"per segment of `{reduction.segment_ids}`"
+    if reduction.mask is not None:
+        how = "kept where" if reduction.mask_is_condition else "masked by"
+        groups = f"{how} `{reduction.mask}` and summed {groups}"
+    else:
+        groups = f"summed {groups}"
+    where = [f"`{reduction.function}`"] if reduction.function else []
+    if reduction.source is not None:
+        where.append(f"line {reduction.source.line}")
+    return f" Its values are then {groups}" + (f" ({', '.join(where)})." if where else ".")
 
 
 def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
