@@ -215,3 +215,18 @@ def test_a_batch_taken_from_an_iterator_inside_the_tape_is_the_steps_data(tracin
     assert evidence.origin is None  # no op of the step made the NaN: it came in the batch
     ((bad,),) = [evidence.bad_inputs]
     assert (bad.tensor, bad.rows, bad.columns) == ("batch", (3,), (1,))
+
+
+def test_a_checked_trace_is_let_go_once_every_traced_gradient_had_its_update(tracing):
+    model = _model()
+    with tf.GradientTape() as first, tf.GradientTape() as second:
+        out = model(tf.ones((2, 5)))
+        loss_a, loss_b = tf.reduce_mean(out), tf.reduce_sum(out)
+    first.gradient(loss_a, model.trainable_variables)
+    second.gradient(loss_b, model.trainable_variables)
+    trace = eager_trace.take()  # the first of two updates (a GAN's two optimizers)
+    eager_trace.release(trace)
+    assert eager_trace.current() is trace  # the second update may still need it
+    assert eager_trace.take() is trace
+    eager_trace.release(trace)
+    assert eager_trace.current() is None

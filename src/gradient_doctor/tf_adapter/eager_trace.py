@@ -10,8 +10,9 @@ custom gradient recorded on it (`tf.custom_gradient`, a `tf.function` called eag
 The ops of the backward pass are not noted: a replay computes them afresh.
 
 Nothing is copied or summarised on the way: the trace holds references to tensors
-the step made anyway, and is dropped when the next step's first tape opens. Only when
-the guard finds an update non-finite is it read (`trace_replay`). Steps that are
+the step made anyway, and lets them go once its update has been checked (or, when
+several updates may use it, when the next step's first tape opens). Only when the
+guard finds an update non-finite is it read (`trace_replay`). Steps that are
 functions the doctor calls (`watch()`, `tf.function` steps, `fit`) are not traced:
 their replay calls them again.
 """
@@ -125,6 +126,8 @@ class EagerTrace:
         self.tapes: set[int] = set()  # ids of the tapes opened in this trace
         self.closed = False  # an update has taken it: nothing more is added
         self.dropped = False  # too long, or noting went wrong: it cannot be replayed
+        self.gradients = 0  # traced `tape.gradient` calls
+        self.updates = 0  # updates that took this trace
         self._paused = 0  # depth of traced `tape.gradient` calls running now
         self._listening = False
 
@@ -354,6 +357,7 @@ def gradient(tape, original, target, sources, *args, **kwargs):
     finally:
         trace.resume()
     trace.add(GradientTaken(tape, target, sources, args, kwargs, result))
+    trace.gradients += 1
     return result
 
 
@@ -368,7 +372,16 @@ def take() -> EagerTrace | None:
     if trace is None:
         return None
     trace.close()
+    trace.updates += 1
     return None if trace.dropped else trace
+
+
+def release(trace: EagerTrace | None) -> None:
+    """Let go of `trace` once its update has been checked, when no later update can
+    need it (as many updates as traced gradients): the step's tensors are then freed
+    before the next step, as without the doctor, not when its tape opens."""
+    if trace is not None and current() is trace and trace.updates >= trace.gradients:
+        _local.trace = None
 
 
 _original_record_operation = record.record_operation

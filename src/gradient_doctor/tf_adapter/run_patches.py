@@ -195,5 +195,6 @@ def _check_eager_update(watcher: Watcher, trace, grads: list, variables: list) -
         return call
 
     finding = watcher.after_step(replay_call, lambda: named)
+    eager_trace.release(trace)
     if finding is not None and watcher.stop_on_problem:
         raise TrainingStopped(finding)
