@@ -21,6 +21,7 @@ PROBLEM_KEYS = [
     "origin",
     "disconnected",
     "explanation",
+    "skipped_updates",
     "not_fixes",
     "fixes",
 ]
@@ -107,6 +108,7 @@ def test_forward_problem_matches_the_contract(problem_report):
         },
         "disconnected": None,
         "explanation": "The input to Exp reached 712.4; float32 exp overflows above 88.72.",
+        "skipped_updates": 0,
         "not_fixes": [
             {
                 "remedy": "gradient_clipping",

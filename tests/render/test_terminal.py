@@ -216,3 +216,14 @@ def test_render_finding_prints_one_panel(exp_problem):
     text = console.export_text()
     assert "gradient-doctor: forward_overflow" in text
     assert EXP_LINE in text
+
+
+def test_a_skipped_update_is_said(exp_problem):
+    import dataclasses
+
+    lines = format_finding_lines(dataclasses.replace(exp_problem, skipped_updates=1))
+    assert (
+        "The doctor stopped this step before it reached the weights: its update was skipped."
+        in (lines)
+    )
+    assert not any("skipped" in line for line in format_finding_lines(exp_problem))

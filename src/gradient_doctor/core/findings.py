@@ -287,3 +287,6 @@ class Finding:
     replica: int | None = None
     # Under a multi-worker strategy, the task (type, index) that ran `replica`.
     worker: tuple[str, int] | None = None
+    # How many updates the doctor skipped for this problem (the failing step's, and
+    # any after it before the check was read); 0 when it skipped none.
+    skipped_updates: int = 0

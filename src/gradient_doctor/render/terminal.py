@@ -142,8 +142,21 @@ def diagnosis_lines(finding: Finding) -> list[str]:
     if finding.disconnected is not None:
         lines += disconnected_lines(finding.disconnected)
     lines.append(finding.explanation)
+    lines += skipped_lines(finding)
     lines += not_fix_lines(finding.not_fixes)
     return lines
+
+
+def skipped_lines(finding: Finding) -> list[str]:
+    """Say that the doctor skipped the update(s), so the weights are those before them."""
+    if finding.skipped_updates <= 0:
+        return []
+    what = (
+        "its update was skipped"
+        if finding.skipped_updates == 1
+        else f"{finding.skipped_updates} updates were skipped"
+    )
+    return [f"The doctor stopped this step before it reached the weights: {what}."]
 
 
 def origin_lines(origin: Origin) -> list[str]:

@@ -70,4 +70,5 @@ class Diagnosis:
                 if path_break.node is None
                 else BreakPoint(path_break.node.op_type, path_break.node.source),
             ),
+            skipped_updates=evidence.skipped_updates,
         )
