@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +76,29 @@ def line_of(relative: str, text: str) -> int:
     ]
     assert len(matches) == 1, f"{text!r} is on lines {matches} of {relative}"
     return matches[0]
+
+
+_MISSING = object()
+
+
+@contextmanager
+def creation_recording():
+    """The constructors that record creation lines installed for the block, as
+    `gradient-doctor run` installs them (a test then needs no search of the source)."""
+    from gradient_doctor.tf_adapter import creation_sites
+
+    patches = creation_sites.recording_patches()
+    saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
 
 
 _runs: dict[str, DoctorRun] = {}

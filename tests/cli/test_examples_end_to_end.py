@@ -107,9 +107,12 @@ def test_story1_max_shift_is_verified_and_clipping_still_overflows_in_the_trial(
     assert "all 200 steps finite" in shift["evidence"]
     assert "then 199 batches of the training data" in shift["evidence"]  # fit's data, read anew
     assert "failed again at trial step" in shift["evidence"]  # the unchanged step did not hold
+    # Clipping and a lower rate act on the updates: tried from before the trouble (the
+    # weights' drift), they still end in the same overflow.
     clipping = _not_fix(problem, "gradient_clipping")
     assert "global_clipnorm=" in clipping["evidence"]
-    assert "not finite again at trial step 1 of 200" in clipping["evidence"]
+    assert "this remedy acts on the updates" in clipping["evidence"]
+    assert "not finite again at trial step" in clipping["evidence"]
     assert "not finite again" in _not_fix(problem, "lower_learning_rate")["evidence"]
 
 
@@ -120,6 +123,6 @@ def test_story2_safe_norm_is_verified_from_the_last_good_state(doctor_run):
     assert "all 200 steps finite" in norm["evidence"]
     # The trial starts from the random state the failing step had: it fails at once again.
     assert "failed again at trial step 1)" in norm["evidence"]
-    assert (
-        "not finite again at trial step 1 of" in _not_fix(problem, "gradient_clipping")["evidence"]
-    )
+    clipping = _not_fix(problem, "gradient_clipping")["evidence"]
+    assert "this remedy acts on the updates" in clipping
+    assert "not finite again at trial step" in clipping

@@ -1,7 +1,6 @@
 """Where layers, models and optimizers were created: recorded at construction, else found
 in the source, and nothing named when the source cannot tell two calls apart."""
 
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -10,28 +9,11 @@ keras = pytest.importorskip("keras")
 
 from keras import layers  # noqa: E402
 
-from gradient_doctor.tf_adapter import creation_sites  # noqa: E402
 from gradient_doctor.tf_adapter.creation_sites import creation_line  # noqa: E402
 from gradient_doctor.tf_adapter.source_frames import display_path  # noqa: E402
+from tests.conftest import creation_recording  # noqa: E402
 
-_MISSING = object()
-
-
-@contextmanager
-def recording():
-    """The recording constructors installed for the block, as `gradient-doctor run` does."""
-    patches = creation_sites.recording_patches()
-    saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in patches]
-    for owner, name, value in patches:
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            if value is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
+recording = creation_recording
 
 
 def _line(marker: str) -> int:

@@ -14,6 +14,7 @@ from gradient_doctor.tf_adapter.replay import replay_step  # noqa: E402
 from gradient_doctor.tf_adapter.step_context import StepScope, step_scope  # noqa: E402
 from gradient_doctor.tf_adapter.tape_hook import install_tape_hook  # noqa: E402
 from gradient_doctor.tf_adapter.trace_replay import traced_step  # noqa: E402
+from tests.conftest import creation_recording  # noqa: E402
 
 
 @pytest.fixture
@@ -75,7 +76,8 @@ def test_the_replay_recomputes_the_gradients_bit_for_bit_with_the_steps_own_draw
 
 
 def test_replayed_events_name_the_users_line_the_layer_and_the_backward_op(tracing):
-    model = _model()
+    with creation_recording():  # as under `gradient-doctor run`: no search of the source
+        model = _model()
     x = tf.constant(np.random.default_rng(1).normal(size=(4, 5)).astype("float32"))
     with tf.GradientTape() as tape:
         features = model(x)

@@ -62,6 +62,8 @@ def _confirmed(
     """Each verified patch rerun from the start; and each patch no trial inside the run
     could try (module-level code, say), rerun too, against the unchanged copy rerun
     the same way (it must fail again, or the rerun cannot tell)."""
+    if problem.worker is not None:  # one worker of a cluster cannot train again alone
+        return problem
     step = problem.step or 0
     fixes, done, baseline = [], 0, None
     for fix in problem.fixes:
