@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, doctor_command
+from tests.conftest import CONFIRMED_SCRIPTS, ROOT, doctor_command
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +59,7 @@ def _run(script: str, cwd: Path, tmp_path: Path) -> dict:
 def test_every_verified_patch_applies_and_was_confirmed_from_the_start(
     doctor_run, script, tmp_path
 ):
+    assert script in CONFIRMED_SCRIPTS  # its shared run reruns the patches from the start
     run = doctor_run(script)
     problem = run.problem
     verified = [fix for fix in problem["fixes"] if fix["verified"] is True]

@@ -32,7 +32,7 @@ class LiveRun:
 
     def __init__(self, script: str, *options: str) -> None:
         self.process = subprocess.Popen(
-            [*doctor_command(), "run", *options, script],
+            [*doctor_command(), "run", "--confirm", "never", *options, script],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
