@@ -113,8 +113,6 @@ _runs: dict[str, DoctorRun] = {}
 # of "verified means the patch holds" read its evidence); every other run skips it.
 CONFIRMED_SCRIPTS = frozenset(
     {
-        "examples/story1_gnn_softmax_overflow.py",
-        "examples/story2_wgan_gp_norm.py",
         "examples/story3_exploding_gradients.py",
         "tests/scripts/bce_two_logs_one_line.py",
         "tests/scripts/unscaled_input_fit.py",

@@ -148,3 +148,16 @@ def test_verified_fixes_come_first_then_the_untried_then_the_failed():
         ("normalize_input", None),
         ("safe_log", False),
     ]
+
+
+def test_a_remedy_on_the_updates_that_held_through_a_drift_is_said_to_maybe_only_delay_it():
+    lower = Fix("lower_learning_rate", "lower", "lr", patch=_PATCH)
+    finding = dataclasses.replace(_finding(), fixes=(lower,))  # forward_overflow at step 41
+    early = dataclasses.replace(_outcome("lower_learning_rate"), start=0)
+    baseline = dataclasses.replace(FAILED_BASELINE, start=0)
+    judged = judge(finding, {0: baseline}, [early])
+    assert judged.fixes[0].verified is True
+    assert "built up from step 0 to 41: it may only delay" in judged.fixes[0].evidence
+    exploding = dataclasses.replace(finding, category="exploding_gradients")
+    judged = judge(exploding, {0: baseline}, [early])
+    assert "may only delay" not in judged.fixes[0].evidence  # there the rate is the cause

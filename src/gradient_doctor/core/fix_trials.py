@@ -14,9 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Finding, Fix, NotFix
+from gradient_doctor.core.trial_start import UPDATE_REMEDIES
 
-# Remedies that act on updates only: the first trial step runs on the saved weights.
-UPDATE_REMEDIES = frozenset({"lower_learning_rate", "gradient_clipping", "larger_batch"})
 # The loss of a held trial may rise by at most this fraction of its size (first tenth to
 # last tenth of the trial) and still count as training going on: adversarial losses
 # wander, a diverging loss at least doubles.
@@ -140,6 +139,7 @@ def judge(
         baselines = {baselines.start: baselines}
     by_remedy = {o.remedy: o for o in outcomes}
     phase = finding.phase
+    drift = finding.category in _DRIFTS
 
     def baseline_of(outcome: TrialOutcome | None) -> TrialOutcome:
         key = None if outcome is None else outcome.start
@@ -153,6 +153,7 @@ def judge(
             start,
             phase,
             reference_loss,
+            drift,
         )
         for fix in finding.fixes
     )
@@ -163,7 +164,9 @@ def judge(
         if _helped(outcome, baseline, reference_loss):
             # The trial says it helps after all: it is a fix, with the trial's verdict.
             fix = item.fix or Fix(item.remedy, f"Try {item.remedy.replace('_', ' ')}", "")
-            promoted.append(_judged_fix(fix, outcome, baseline, start, phase, reference_loss))
+            promoted.append(
+                _judged_fix(fix, outcome, baseline, start, phase, reference_loss, drift)
+            )
         else:
             not_fixes.append(_judged_not_fix(item, outcome, start, phase))
     judged = dataclasses.replace(finding, fixes=fixes + tuple(promoted), not_fixes=tuple(not_fixes))
@@ -206,7 +209,10 @@ def _judged_fix(
     start: int | None,
     phase: str | None,
     reference_loss: float | None,
+    drift: bool = False,
 ) -> Fix:
+    """The fix with its trial's verdict. `drift`: the failure is a value that built up
+    in the forward pass (a remedy on the updates then slows it, and may only delay it)."""
     if outcome is None:
         return fix
     base_note = _baseline_note(baseline, start)
@@ -229,7 +235,27 @@ def _judged_fix(
                 f"; but the loss ended worse than the {reference_loss:.4g} it had before "
                 "the trouble began"
             )
+        elif verified and drift and _slows_a_build_up(fix.family, outcome, start):
+            evidence += (
+                f"; it acts on the updates, and the trouble built up from step "
+                f"{outcome.start} to {start}: it may only delay the failure past this window"
+            )
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
+
+
+# Failures of a value that drifts over training to a limit (not gradients that explode).
+_DRIFTS = frozenset({"forward_overflow", "forward_domain"})
+
+
+def _slows_a_build_up(family: str, outcome: TrialOutcome, failing: int | None) -> bool:
+    """True for a remedy on the updates tried from well before the failing step."""
+    started = outcome.start
+    return (
+        family in UPDATE_REMEDIES
+        and started is not None
+        and failing is not None
+        and failing - started > 1
+    )
 
 
 def _judged_not_fix(

@@ -21,7 +21,13 @@ from gradient_doctor.core.findings import Finding
 
 # Remedies whose effect builds up over the updates: tried from before the trouble.
 UPDATE_REMEDIES = frozenset(
-    {"lower_learning_rate", "gradient_clipping", "clip_by_value", "constrain_weights"}
+    {
+        "lower_learning_rate",
+        "gradient_clipping",
+        "clip_by_value",
+        "constrain_weights",
+        "larger_batch",
+    }
 )
 # Remedies that change the model or the data from the first step on.
 FROM_START_REMEDIES = frozenset({"better_init", "batch_normalization", "normalize_input"})

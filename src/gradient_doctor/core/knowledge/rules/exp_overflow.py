@@ -102,9 +102,9 @@ def summed_note(reduction: Reduction | None) -> str:
         groups = f"{how} `{reduction.mask}` and summed {groups}"
     else:
         groups = f"summed {groups}"
-    where = [f"`{reduction.function}`"] if reduction.function else []
-    if reduction.source is not None:
-        where.append(f"line {reduction.source.line}")
+    where = []
+    if reduction.function and reduction.source is not None:  # the user's own call, read there
+        where = [f"`{reduction.function}`", f"line {reduction.source.line}"]
     return f" Its values are then {groups}" + (f" ({', '.join(where)})." if where else ".")
 
 
