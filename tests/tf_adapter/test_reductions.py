@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from gradient_doctor.core.dtype_limits import dtype_limits
-from gradient_doctor.core.knowledge.exp_rewrite import stable_softmax
+from gradient_doctor.core.knowledge.rewrites.exp import stable_softmax
 from gradient_doctor.tf_adapter.reductions import find_reduction
 from gradient_doctor.tf_adapter.replay import replay_step
 from gradient_doctor.tf_adapter.step_context import StepCall

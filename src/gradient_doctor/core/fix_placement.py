@@ -15,9 +15,12 @@ from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Edit, Finding, Fix, SourceLine
-from gradient_doctor.core.knowledge import data_rewrite, layer_rewrite, optimizer_rewrite, remedies
-from gradient_doctor.core.knowledge.layer_rewrite import LayerSite
-from gradient_doctor.core.knowledge.optimizer_rewrite import OptimizerSite
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
+from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
+from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
+from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
+from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.core.patches import (
     PatchError,
     patched_text,

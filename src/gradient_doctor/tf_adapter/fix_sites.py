@@ -6,8 +6,8 @@ import keras
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.fix_placement import FixSites
-from gradient_doctor.core.knowledge.layer_rewrite import LayerSite
-from gradient_doctor.core.knowledge.optimizer_rewrite import OptimizerSite
+from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
+from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.tf_adapter import loss_scale
 from gradient_doctor.tf_adapter.creation_sites import creation_line, layer_at, layer_of_variable
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from gradient_doctor.core.evidence import Reduction
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.knowledge.source_rewrite import Call, find_call, matching_close
+from gradient_doctor.core.knowledge.source.calls import Call, find_call, matching_close
 from gradient_doctor.core.op_trace import OpEvent
 
 # Reductions along axes (their second input), whose axis a max-shift must respect.

@@ -2,8 +2,8 @@
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge.data_remedies import fit_to_data
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.remedies.data import fit_to_data
 
 LOWER = Fix("lower_learning_rate", "lower", "lr")
 

@@ -1,8 +1,8 @@
 """Patches of the lines that built the layers and of the fit line, in the user's terms."""
 
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.knowledge.data_rewrite import standardise_fit_input
-from gradient_doctor.core.knowledge.layer_rewrite import (
+from gradient_doctor.core.knowledge.rewrites.data import standardise_fit_input
+from gradient_doctor.core.knowledge.rewrites.layer import (
     LayerSite,
     constrain_kernel,
     he_initialised,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gradient_doctor.core.knowledge.numpy_rewrite import stay_in_tensorflow
-from gradient_doctor.core.knowledge.spelling import tensorflow_name
+from gradient_doctor.core.knowledge.rewrites.numpy_calls import stay_in_tensorflow
+from gradient_doctor.core.knowledge.source.spelling import tensorflow_name
 
 
 @pytest.mark.parametrize(

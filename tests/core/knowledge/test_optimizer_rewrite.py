@@ -1,7 +1,7 @@
 """Patches of the optimizer's line: the user's own argument, in the user's own terms."""
 
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.knowledge.optimizer_rewrite import (
+from gradient_doctor.core.knowledge.rewrites.optimizer import (
     OptimizerSite,
     lower_learning_rate,
     set_clipping,
@@ -83,7 +83,7 @@ def test_an_optimizer_the_line_does_not_build_gets_no_patch():
 
 
 def test_loss_scaling_wraps_the_users_own_optimizer_call():
-    from gradient_doctor.core.knowledge.optimizer_rewrite import wrap_loss_scaling
+    from gradient_doctor.core.knowledge.rewrites.optimizer import wrap_loss_scaling
 
     edit = wrap_loss_scaling(_site("Adam(learning_rate", "Adam", 0.003), SCRIPT)
     assert (

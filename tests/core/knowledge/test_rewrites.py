@@ -3,14 +3,14 @@
 import pytest
 
 from gradient_doctor.core.dtype_limits import dtype_limits
-from gradient_doctor.core.knowledge.exp_rewrite import (
+from gradient_doctor.core.knowledge.rewrites.exp import (
     clip_exp_input,
     looks_like_softmax,
     stable_logsumexp,
     stable_softmax,
 )
-from gradient_doctor.core.knowledge.norm_rewrite import safe_norm
-from gradient_doctor.core.knowledge.risky_operand import risky_operand
+from gradient_doctor.core.knowledge.rewrites.norm import safe_norm
+from gradient_doctor.core.knowledge.source.operands import risky_operand
 
 
 @pytest.mark.parametrize(

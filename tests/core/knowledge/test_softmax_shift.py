@@ -7,7 +7,7 @@ from gradient_doctor.core.dtype_limits import dtype_limits
 from gradient_doctor.core.evidence import Reduction
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.knowledge import diagnose
-from gradient_doctor.core.knowledge.exp_rewrite import stable_softmax
+from gradient_doctor.core.knowledge.rewrites.exp import stable_softmax
 
 SEGMENTS = Reduction(
     "segment",

@@ -2,14 +2,14 @@
 
 import pytest
 
-from gradient_doctor.core.knowledge.source_operators import find_binary
-from gradient_doctor.core.knowledge.source_rewrite import (
+from gradient_doctor.core.knowledge.source.calls import (
     assigned_name,
     find_call,
     is_identifier,
     replace_span,
 )
-from gradient_doctor.core.knowledge.spelling import fill, spell
+from gradient_doctor.core.knowledge.source.operators import find_binary
+from gradient_doctor.core.knowledge.source.spelling import fill, spell
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from gradient_doctor.core.detectors.sustained_fraction import (
 )
 from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 
 
 class DeadUnitsDetector(SustainedFractionDetector):

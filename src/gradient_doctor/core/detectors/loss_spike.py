@@ -10,7 +10,7 @@ from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.forecast import MAD_TO_SIGMA, median
-from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.wording import approximately, count, format_number
 from gradient_doctor.core.records import StepRecord
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gradient_doctor.core.detectors.sustained_fraction import SustainedFractionDetector
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge import remedies
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 
 
 class SaturationDetector(SustainedFractionDetector):

@@ -9,8 +9,8 @@ from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.protocol import Standing
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.forecast import median
-from gradient_doctor.core.knowledge import remedies
-from gradient_doctor.core.knowledge.not_fixes import vanishing_not_fixes
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.remedies.not_fixes import vanishing_not_fixes
 from gradient_doctor.core.knowledge.wording import approximately, listing
 from gradient_doctor.core.records import StepRecord
 

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge import discrete_remedies, path_remedies
-from gradient_doctor.core.knowledge.source_rewrite import Call
+from gradient_doctor.core.knowledge.remedies import discrete as discrete_remedies
+from gradient_doctor.core.knowledge.remedies import paths as path_remedies
+from gradient_doctor.core.knowledge.source.calls import Call
 
 FixBuilder = Callable[[str, Call | None], tuple[Fix, ...]]
 

@@ -6,10 +6,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.knowledge.data_remedies import fit_to_data
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code
-from gradient_doctor.core.knowledge.norm_rewrite import mentions_norm
+from gradient_doctor.core.knowledge.remedies.data import fit_to_data
+from gradient_doctor.core.knowledge.remedies.setup import fit_to_setup
+from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm
 from gradient_doctor.core.knowledge.rules import (
     backward_singularity,
     bad_input,
@@ -30,7 +31,6 @@ from gradient_doctor.core.knowledge.rules import (
     where_trap,
     xla_only,
 )
-from gradient_doctor.core.knowledge.setup_remedies import fit_to_setup
 
 Rule = Callable[[Evidence], Diagnosis | None]
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.division_rewrite import safe_div
 from gradient_doctor.core.knowledge.facts import input_at, source_code, source_focus
-from gradient_doctor.core.knowledge.guards import guard_fix
-from gradient_doctor.core.knowledge.norm_rewrite import mentions_norm, safe_norm
-from gradient_doctor.core.knowledge.not_fixes import nan_gradient_not_fixes
+from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
+from gradient_doctor.core.knowledge.rewrites.division import safe_div
+from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
+from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm, safe_norm
 from gradient_doctor.core.knowledge.wording import (
     at_step,
     count,

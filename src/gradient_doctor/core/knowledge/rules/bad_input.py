@@ -9,7 +9,7 @@ import ast
 from gradient_doctor.core.evidence import BadInput, BrokenState, Evidence
 from gradient_doctor.core.findings import Fix, SourceLine
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.not_fixes import nan_gradient_not_fixes
+from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
 from gradient_doctor.core.knowledge.wording import at_step, count, listing, op_place
 
 _CLEAN_CODE = """\

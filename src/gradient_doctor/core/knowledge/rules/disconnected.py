@@ -16,12 +16,12 @@ from gradient_doctor.core.gradient_paths import (
     ZERO_GRADIENT,
     PathBreak,
 )
-from gradient_doctor.core.knowledge import path_remedies
 from gradient_doctor.core.knowledge.blockers import blocker_for
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.layer_groups import LayerGroup, describe_layers, group_by_layer
-from gradient_doctor.core.knowledge.not_fixes import missing_gradient_not_fixes
-from gradient_doctor.core.knowledge.source_rewrite import find_call
+from gradient_doctor.core.knowledge.remedies import paths as path_remedies
+from gradient_doctor.core.knowledge.remedies.not_fixes import missing_gradient_not_fixes
+from gradient_doctor.core.knowledge.source.calls import find_call
 from gradient_doctor.core.knowledge.wording import at_step, count, line_ref, quoted_line
 
 # What Keras does with the gradients: every one None, or only some.

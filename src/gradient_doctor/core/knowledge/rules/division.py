@@ -5,7 +5,6 @@ from __future__ import annotations
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.division_rewrite import safe_div
 from gradient_doctor.core.knowledge.facts import (
     input_at,
     largest_magnitude,
@@ -14,8 +13,9 @@ from gradient_doctor.core.knowledge.facts import (
     source_code,
     source_focus,
 )
-from gradient_doctor.core.knowledge.norm_rewrite import safe_norm
-from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.rewrites.division import safe_div
+from gradient_doctor.core.knowledge.rewrites.norm import safe_norm
 from gradient_doctor.core.knowledge.wording import (
     count,
     explain_input,

@@ -7,17 +7,7 @@ import math
 from gradient_doctor.core.dtype_limits import HALF_PRECISION
 from gradient_doctor.core.evidence import Evidence, Reduction
 from gradient_doctor.core.findings import Fix, Origin
-from gradient_doctor.core.knowledge import remedies
-from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.domain_rule import Domain, diagnose_domain
-from gradient_doctor.core.knowledge.exp_rewrite import (
-    clip_exp_input,
-    library_form,
-    looks_like_softmax,
-    stable_logsumexp,
-    stable_softmax,
-)
 from gradient_doctor.core.knowledge.facts import (
     input_at,
     largest_magnitude,
@@ -27,7 +17,17 @@ from gradient_doctor.core.knowledge.facts import (
     source_code,
     source_focus,
 )
-from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.rewrites.exp import (
+    clip_exp_input,
+    library_form,
+    looks_like_softmax,
+    stable_logsumexp,
+    stable_softmax,
+)
+from gradient_doctor.core.knowledge.rules.domain_rule import Domain, diagnose_domain
+from gradient_doctor.core.knowledge.source.call_names import call_names
 from gradient_doctor.core.knowledge.wording import explain_input, format_number, from_data_note
 
 OPS = frozenset({"Exp", "Expm1", "Cosh", "Sinh", "Pow"})

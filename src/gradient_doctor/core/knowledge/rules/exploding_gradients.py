@@ -8,8 +8,8 @@ from itertools import pairwise
 
 from gradient_doctor.core.evidence import Evidence, StepHistory
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.wording import at_step, format_number, op_place
 
 # Growth that marks an explosion rather than noise: a factor of GROWTH_FACTOR across the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.domain_rule import Domain, diagnose_domain
+from gradient_doctor.core.knowledge.rules.domain_rule import Domain, diagnose_domain
 
 # Values just past +-1 matter: show nine digits, and say when rounding put them there.
 _UNIT = {"extreme": "magnitude", "boundary": 1, "digits": 9}

@@ -5,9 +5,9 @@ from __future__ import annotations
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.domain_rule import Domain, diagnose_domain
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
-from gradient_doctor.core.knowledge.guards import guard_fix
+from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
+from gradient_doctor.core.knowledge.rules.domain_rule import Domain, diagnose_domain
 
 _TITLE = "Keep the logarithm's argument inside its domain"
 _DOMAINS = {

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence, TrainingSetup
 from gradient_doctor.core.findings import NotFix
-from gradient_doctor.core.knowledge import remedies
-from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, source_code, source_focus
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.source.call_names import call_names
 from gradient_doctor.core.knowledge.wording import (
     at_step,
     format_number,

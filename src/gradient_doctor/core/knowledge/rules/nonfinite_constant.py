@@ -13,11 +13,11 @@ from dataclasses import replace
 from gradient_doctor.core.dtype_limits import HALF_PRECISION, dtype_limits
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge import remedies
-from gradient_doctor.core.knowledge.call_names import call_names
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
-from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.source.call_names import call_names
 from gradient_doctor.core.knowledge.wording import (
     at_step,
     format_number,

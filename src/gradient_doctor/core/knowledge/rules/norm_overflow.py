@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix, NotFix, Origin
-from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.rules.exploding_gradients import norm_growth
 from gradient_doctor.core.knowledge.wording import at_step, format_number
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Origin
-from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, outputs_inf
-from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rules.exploding_gradients import exploding_fixes
 from gradient_doctor.core.knowledge.wording import (
     at_step,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.domain_rule import Domain, diagnose_domain
+from gradient_doctor.core.knowledge.rules.domain_rule import Domain, diagnose_domain
 
 _TITLE = "Keep the square root's argument positive (this also keeps its gradient finite)"
 _DOMAINS = {

@@ -6,9 +6,9 @@ import math
 
 from gradient_doctor.core.evidence import Evidence, StepHistory
 from gradient_doctor.core.findings import NotFix
-from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.layer_groups import describe_layers, group_by_layer
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.wording import approximately, count, format_number, listing
 from gradient_doctor.core.stuck_units import DEAD
 

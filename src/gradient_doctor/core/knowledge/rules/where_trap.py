@@ -6,11 +6,11 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
-from gradient_doctor.core.knowledge.not_fixes import nan_gradient_not_fixes
-from gradient_doctor.core.knowledge.risky_operand import risky_operand
+from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
 from gradient_doctor.core.knowledge.rules.backward_singularity import SINGULARITIES, guard_fixes
-from gradient_doctor.core.knowledge.source_rewrite import Call, find_call, replace_span
-from gradient_doctor.core.knowledge.spelling import spell
+from gradient_doctor.core.knowledge.source.calls import Call, find_call, replace_span
+from gradient_doctor.core.knowledge.source.operands import risky_operand
+from gradient_doctor.core.knowledge.source.spelling import spell
 from gradient_doctor.core.knowledge.wording import at_step, op_place
 
 _TITLE = "Use the double-where: make the branch not taken harmless before computing it"

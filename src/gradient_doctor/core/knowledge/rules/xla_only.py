@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 
 DISABLE_XLA = Fix(
     "disable_xla",

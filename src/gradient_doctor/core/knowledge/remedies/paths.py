@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from gradient_doctor.core.findings import Fix, SourceLine
 from gradient_doctor.core.knowledge.layer_groups import LayerGroup
-from gradient_doctor.core.knowledge.numpy_rewrite import stay_in_tensorflow
-from gradient_doctor.core.knowledge.source_rewrite import (
+from gradient_doctor.core.knowledge.rewrites.numpy_calls import stay_in_tensorflow
+from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
     is_identifier,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge.risky_operand import risky_operand
-from gradient_doctor.core.knowledge.source_operators import find_binary
-from gradient_doctor.core.knowledge.source_rewrite import find_call, replace_span
-from gradient_doctor.core.knowledge.spelling import fill, spell
+from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
+from gradient_doctor.core.knowledge.source.operands import risky_operand
+from gradient_doctor.core.knowledge.source.operators import find_binary
+from gradient_doctor.core.knowledge.source.spelling import fill, spell
 
 _TITLE = "Compute the norm with an epsilon inside the square root (finite gradient at zero)"
 _FALLBACK = "norm = tf.sqrt(tf.reduce_sum(tf.square(x), axis=-1) + 1e-12)"

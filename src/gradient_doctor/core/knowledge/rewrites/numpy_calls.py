@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from gradient_doctor.core.knowledge.source_rewrite import find_call, replace_span
-from gradient_doctor.core.knowledge.spelling import tensorflow_name
+from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
+from gradient_doctor.core.knowledge.source.spelling import tensorflow_name
 
 _NUMPY_CALL = re.compile(r"(?<![\w.])(?:np|numpy)\.(\w+)\s*\(")
 # Calls that only move a value between NumPy and TensorFlow: kept on the tape, they

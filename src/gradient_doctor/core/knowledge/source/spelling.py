@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from string import Formatter
 
-from gradient_doctor.core.knowledge.source_rewrite import Call
+from gradient_doctor.core.knowledge.source.calls import Call
 
 # "{p}" stands for the user's own prefix, e.g. "keras.ops." or "ops.".
 _SPELLINGS = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence, TrainingSetup
 from gradient_doctor.core.findings import Fix, Origin
-from gradient_doctor.core.knowledge.source_rewrite import find_call, replace_span
-from gradient_doctor.core.knowledge.spelling import spell
+from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
+from gradient_doctor.core.knowledge.source.spelling import spell
 from gradient_doctor.core.knowledge.wording import format_number
 
 

@@ -6,13 +6,13 @@ import re
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge.source_operators import find_binary
-from gradient_doctor.core.knowledge.source_rewrite import (
+from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
     is_identifier,
     replace_span,
 )
+from gradient_doctor.core.knowledge.source.operators import find_binary
 
 # A Keras `Embedding` layer's table; the fallback when the line names no table.
 _TABLE = "embedding.embeddings"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.knowledge import remedies
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.wording import format_number
 
 # Features past this magnitude are not standardised (standardised ones are a few units).

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gradient_doctor.core.knowledge.call_names import call_names
-from gradient_doctor.core.knowledge.source_operators import Binary, find_binary
-from gradient_doctor.core.knowledge.source_rewrite import (
+from gradient_doctor.core.knowledge.source.call_names import call_names
+from gradient_doctor.core.knowledge.source.calls import (
     Call,
     find_call,
     is_identifier,
     replace_span,
 )
+from gradient_doctor.core.knowledge.source.operators import Binary, find_binary
 
 # Ops whose risky operand is the second argument of their call (the divisor, log's y).
 _SECOND_ARGUMENT = frozenset({"RealDiv", "Div", "FloorDiv", "Xlogy", "Xlog1py", "Xdivy"})

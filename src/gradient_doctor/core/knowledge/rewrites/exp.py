@@ -9,8 +9,7 @@ import re
 from gradient_doctor.core.dtype_limits import DtypeLimits, dtype_limits
 from gradient_doctor.core.evidence import Reduction
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge.risky_operand import risky_operand
-from gradient_doctor.core.knowledge.source_rewrite import (
+from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
     find_call,
@@ -19,7 +18,8 @@ from gradient_doctor.core.knowledge.source_rewrite import (
     matching_close,
     replace_span,
 )
-from gradient_doctor.core.knowledge.spelling import fill, namespace, spell
+from gradient_doctor.core.knowledge.source.operands import risky_operand
+from gradient_doctor.core.knowledge.source.spelling import fill, namespace, spell
 from gradient_doctor.core.knowledge.wording import format_number
 
 _SHIFT_TITLES = {

@@ -14,8 +14,8 @@ from gradient_doctor.core.knowledge.facts import (
     source_code,
     source_focus,
 )
-from gradient_doctor.core.knowledge.guards import guard_fix
-from gradient_doctor.core.knowledge.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
 from gradient_doctor.core.knowledge.wording import (
     count,
     explain_input,

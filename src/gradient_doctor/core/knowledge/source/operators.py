@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gradient_doctor.core.knowledge.source_rewrite import QUOTES, matching_close, nearest
+from gradient_doctor.core.knowledge.source.calls import QUOTES, matching_close, nearest
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Edit, SourceLine
-from gradient_doctor.core.knowledge.call_edit import (
+from gradient_doctor.core.knowledge.source.syntax_edit import (
     callee,
     calls_on,
     keras_spelling,

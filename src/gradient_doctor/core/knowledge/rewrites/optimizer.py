@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Edit, SourceLine
-from gradient_doctor.core.knowledge.call_edit import (
+from gradient_doctor.core.knowledge.source.syntax_edit import (
     add_keyword,
     argument,
     callee,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge.call_names import call_names
-from gradient_doctor.core.knowledge.source_operators import find_binary
-from gradient_doctor.core.knowledge.source_rewrite import Call, find_call, replace_span
-from gradient_doctor.core.knowledge.spelling import spell
+from gradient_doctor.core.knowledge.source.call_names import call_names
+from gradient_doctor.core.knowledge.source.calls import Call, find_call, replace_span
+from gradient_doctor.core.knowledge.source.operators import find_binary
+from gradient_doctor.core.knowledge.source.spelling import spell
 
 _TITLE = "Divide safely: the result is 0 where the denominator is 0"
 _FALLBACK = "z = tf.math.divide_no_nan(x, y)  # 0 where y == 0"

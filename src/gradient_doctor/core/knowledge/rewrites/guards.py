@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge.risky_operand import risky_operand
-from gradient_doctor.core.knowledge.spelling import fill
+from gradient_doctor.core.knowledge.source.operands import risky_operand
+from gradient_doctor.core.knowledge.source.spelling import fill
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import ast
 from collections.abc import Sequence
 
 from gradient_doctor.core.findings import Edit, SourceLine
-from gradient_doctor.core.knowledge.call_edit import (
+from gradient_doctor.core.knowledge.source.syntax_edit import (
     argument,
     callee,
     calls_on,
