@@ -16,7 +16,7 @@ import pytest
 
 from gradient_doctor.core.report import Report
 from gradient_doctor.render.json_report import report_to_dict
-from gradient_doctor.render.terminal import header_line
+from gradient_doctor.render.text import header_line
 from tests.conftest import ROOT, SCRIPTS, doctor_command, line_of, run_doctor
 
 slow = pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 
 from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
 from gradient_doctor.render.json_report import origin_to_dict
-from gradient_doctor.render.terminal import origin_lines
+from gradient_doctor.render.text import origin_lines
 
 _STATS = TensorStats("float32", (32, 16), -1.0, 3e38, 0, 124, 0)
 _DENSE = Origin(

@@ -7,12 +7,10 @@ from rich.console import Console
 
 from gradient_doctor.core.findings import Fix, TensorStats
 from gradient_doctor.core.report import Report
-from gradient_doctor.render.terminal import (
+from gradient_doctor.render.terminal import patch_text, render_finding, render_report
+from gradient_doctor.render.text import (
     format_finding_lines,
     header_line,
-    patch_text,
-    render_finding,
-    render_report,
     source_line,
     tensor_lines,
     warning_lines,

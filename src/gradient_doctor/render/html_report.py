@@ -13,12 +13,12 @@ from gradient_doctor.core.run_series import Series
 from gradient_doctor.render.atomic_file import write_text_atomically
 from gradient_doctor.render.diff_lines import diff_line_kind
 from gradient_doctor.render.svg_plot import Marker, line_plot
-from gradient_doctor.render.terminal import (
+from gradient_doctor.render.text import (
     finding_title,
     header_line,
     headroom_text,
     untried_note,
-    value_range,
+    min_max,
 )
 
 # Beyond this many variables a disconnected finding names the first ones and counts the rest
@@ -234,7 +234,7 @@ def _tensors_table(origin: Origin) -> str:
             f"{role} {index}",
             stats.dtype,
             f"[{shape}]",
-            value_range(stats),
+            min_max(stats),
             str(stats.nan),
             str(stats.inf),
             str(stats.zeros),

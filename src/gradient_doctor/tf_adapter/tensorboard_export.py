@@ -9,7 +9,7 @@ from tensorflow.core.framework.summary_pb2 import DataClass, SummaryMetadata
 
 from gradient_doctor.core.report import Report
 from gradient_doctor.errors import DoctorError
-from gradient_doctor.render.terminal import format_finding_lines, header_line, warning_lines
+from gradient_doctor.render.text import format_finding_lines, header_line, warning_lines
 
 # A series' limit is written under the series' tag with this suffix, so TensorBoard
 # shows it in the same section as the values it bounds.

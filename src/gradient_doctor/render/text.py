@@ -1,0 +1,358 @@
+"""The report as plain text lines: the one wording every renderer uses.
+
+The terminal styles these lines (rich), the HTML report escapes them into its page,
+and the TensorBoard export writes them as text summaries; none of them words a
+finding its own way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gradient_doctor.core.findings import (
+    Disconnected,
+    Finding,
+    Fix,
+    Headroom,
+    NotFix,
+    Origin,
+    SourceLine,
+    TensorStats,
+)
+from gradient_doctor.core.knowledge.wording import at_step, count, format_number, listing, op_place
+from gradient_doctor.core.report import Report
+
+NOT_FIXES_HEADING = "Will not help:"
+FIXES_HEADING = "Try:"
+# Said above a fix's patch: how to apply it, from the folder the script was run in.
+PATCH_HEADING = "patch (apply with `patch -p1` in the folder you ran from):"
+WARNINGS_HEADING = "Warnings:"
+
+# Ops such as AddN or Concat may read dozens of tensors; the first few tell the story
+# and the rest would push the fix off the screen.
+MAX_TENSORS_SHOWN = 4
+
+# Fix code starts under the fix's title, after "  1. ".
+CODE_INDENT = 5
+# Fixes shown with their code; the rest are named (the JSON report has all the code).
+FIXES_WITH_CODE = 3
+# Beyond this many variables the terminal counts layers instead of naming variables.
+NAMES_LISTED = 5
+
+
+def header_line(report: Report) -> str:
+    """Summarise a report in one line: its status, script and steps watched.
+
+    Args:
+        report: Report, the outcome of a watched run.
+
+    Returns:
+        "healthy: 1234 steps watched, no non-finite values" for a healthy run,
+        "interrupted by SIGTERM: train.py, 37 steps watched, nothing found before the
+        signal" for a run a signal stopped, else e.g. "problem: train.py, 1831 steps
+        watched, 1 problem, 2 warnings" (", interrupted by SIGTERM" when it was).
+    """
+    watched = f"{count(report.steps_watched, 'step')} watched"
+    if report.status == "healthy":
+        return f"healthy: {watched}, no non-finite values"
+    interrupted = report.status == "interrupted"
+    found = "nothing found before the signal" if interrupted else None
+    parts = [report.script, watched, found or count(len(report.problems), "problem")]
+    if report.warnings:
+        parts.append(count(len(report.warnings), "warning"))
+    if report.interrupted and not interrupted:
+        parts.append(f"interrupted by {report.interrupted}")
+    label = f"interrupted by {report.interrupted}" if interrupted else "problem"
+    return f"{label}: " + ", ".join(part for part in parts if part)
+
+
+def finding_title(finding: Finding) -> str:
+    """Name a finding by its category and step: "forward_overflow at step 1830"."""
+    return f"{finding.category}{at_step(finding.step)}"
+
+
+def format_finding_lines(finding: Finding) -> list[str]:
+    """Write a whole finding as plain text lines, fix code included.
+
+    Args:
+        finding: Finding, a diagnosed problem or a warning.
+
+    Returns:
+        The title, then the lines of `diagnosis_lines`, then "Try:" with each fix's
+        heading and its code indented beneath it.
+
+    Example:
+        >>> format_finding_lines(finding)[:3]
+        ['forward_overflow at step 1830', 'phase: forward', 'op: Exp  name: ...']
+    """
+    lines = [finding_title(finding), *diagnosis_lines(finding)]
+    if finding.fixes:
+        lines.append(FIXES_HEADING)
+    for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):
+        lines += fix_heading_lines(number, fix)
+        lines += [" " * CODE_INDENT + line for line in fix.code.strip("\n").splitlines()]
+        lines += [" " * CODE_INDENT + line for line in patch_lines(fix)]
+    lines += more_fixes_lines(finding)
+    return lines
+
+
+def patch_lines(fix: Fix) -> list[str]:
+    """The fix's patch, under a line that says how to apply it (none without a patch)."""
+    if not fix.patch:
+        return []
+    return [PATCH_HEADING, *fix.patch.rstrip("\n").splitlines()]
+
+
+def more_fixes_lines(finding: Finding) -> list[str]:
+    """Name the fixes beyond the first few, whose code only the JSON report carries."""
+    rest = finding.fixes[FIXES_WITH_CODE:]
+    if not rest:
+        return []
+    return [
+        f"  also: {', '.join(f'{fix.title} [{fix.family}]' for fix in rest)} (code in the JSON)"
+    ]
+
+
+def diagnosis_lines(finding: Finding) -> list[str]:
+    """Write everything about a finding that comes before its fixes.
+
+    Args:
+        finding: Finding.
+
+    Returns:
+        The phase, the origin op with the user's line and the evidence, the
+        disconnected variables, the explanation, and the remedies that will not help.
+    """
+    lines = [] if finding.phase is None else [f"phase: {finding.phase}"]
+    if finding.origin is not None:
+        lines += origin_lines(finding.origin)
+    if finding.disconnected is not None:
+        lines += disconnected_lines(finding.disconnected)
+    lines.append(finding.explanation)
+    lines += skipped_lines(finding)
+    lines += not_fix_lines(finding.not_fixes)
+    return lines
+
+
+def skipped_lines(finding: Finding) -> list[str]:
+    """Say that the doctor skipped the update(s), so the weights are those before them."""
+    if finding.skipped_updates <= 0:
+        return []
+    what = (
+        "its update was skipped"
+        if finding.skipped_updates == 1
+        else f"{finding.skipped_updates} updates were skipped"
+    )
+    return [f"The doctor stopped this step before it reached the weights: {what}."]
+
+
+def origin_lines(origin: Origin) -> list[str]:
+    """Describe the op that first went non-finite: type, name, layer, line, evidence.
+
+    Args:
+        origin: Origin.
+
+    Returns:
+        "op: SqrtGrad (gradient of Sqrt)  name: ...  layer: ...", the user's line
+        marked `->` when known, then one line per input and output tensor.
+    """
+    op = (
+        origin.op
+        if origin.gradient_of is None
+        else f"{origin.op} (gradient of {origin.gradient_of})"
+    )
+    parts = [f"op: {op}", f"name: {origin.op_name}"]
+    if origin.layer:
+        parts.append(f"layer: {origin.layer}")
+    if origin.variable:
+        parts.append(f"variable: {origin.variable}")
+    lines = ["  ".join(parts)]
+    if origin.source is not None:
+        lines.append(source_line(origin.source))
+        lines += source_kind_lines(origin)
+    lines += tensor_lines("input", origin.inputs, with_range=True)
+    lines += tensor_lines("output", origin.outputs, with_range=False)
+    return lines
+
+
+def source_kind_lines(origin: Origin) -> list[str]:
+    """Say what the `->` line is when it is not the line that ran the op.
+
+    Returns:
+        For an op Keras ran inside a layer: "     (created layer `dense`, where Keras
+        ran MatMul)" (or "which holds `dense/kernel`" when a variable is named); for
+        a variable written before the step: "     (wrote `normalization/mean` before
+        the step)"; else nothing.
+    """
+    if origin.source_kind == "layer_creation":
+        layer = f"layer `{origin.layer}`" if origin.layer else "the layer"
+        if origin.variable:
+            return [f"     (created {layer}, which holds `{origin.variable}`)"]
+        return [f"     (created {layer}, where Keras ran {origin.op})"]
+    if origin.source_kind == "state_write":
+        written = f"`{origin.variable}`" if origin.variable else "the variable"
+        return [f"     (wrote {written} before the step)"]
+    return []
+
+
+def source_line(source: SourceLine) -> str:
+    """Mark the user's own line: "  -> train.py:42   w = tf.exp(scores)"."""
+    return f"  -> {source.file}:{source.line}   {source.code.strip()}"
+
+
+def tensor_lines(role: str, tensors: Sequence[TensorStats], *, with_range: bool) -> list[str]:
+    """Describe each tensor an op read or wrote, one line each, at most a few.
+
+    Args:
+        role: str, "input" or "output".
+        tensors: the tensors' summaries.
+        with_range: bool, whether to show the finite min and max (inputs explain a
+            failure by their range; outputs by their non-finite counts).
+
+    Returns:
+        Lines like "input 0: float32 [32, 8]  min -3.1  max 712.4  nan 0  inf 0  zeros 0",
+        then "... and 3 more inputs" when some were left out.
+    """
+    lines = [
+        f"{role} {index}: {tensor_summary(stats, with_range=with_range)}"
+        for index, stats in enumerate(tensors[:MAX_TENSORS_SHOWN])
+    ]
+    hidden = len(tensors) - MAX_TENSORS_SHOWN
+    if hidden > 0:
+        lines.append(f"... and {count(hidden, role)} more")
+    return lines
+
+
+def tensor_summary(stats: TensorStats, *, with_range: bool) -> str:
+    """Summarise one tensor: dtype, shape, optionally its finite range, and its counts.
+
+    Args:
+        stats: TensorStats.
+        with_range: bool, whether to include the min, max and zero count.
+
+    Returns:
+        "float32 [32, 8]  min -3.1  max 712.4  nan 0  inf 0  zeros 0", or without the
+        range "float32 [32, 8]  nan 0  inf 17". Unknown dimensions read "?".
+    """
+    shape = ", ".join("?" if dimension is None else str(dimension) for dimension in stats.shape)
+    parts = [f"{stats.dtype} [{shape}]"]
+    if with_range:
+        parts.append(min_max(stats))
+    parts += [f"nan {stats.nan}", f"inf {stats.inf}"]
+    if with_range:
+        parts.append(f"zeros {stats.zeros}")
+    return "  ".join(parts)
+
+
+def min_max(stats: TensorStats) -> str:
+    """Return "min -3.1  max 712.4", or "no finite values" when there are none."""
+    if stats.min is None and stats.max is None:
+        return "no finite values"
+    return f"min {format_number(stats.min)}  max {format_number(stats.max)}"
+
+
+def disconnected_lines(disconnected: Disconnected) -> list[str]:
+    """Describe the variables that got no gradient and where the path from the loss broke.
+
+    Args:
+        disconnected: Disconnected.
+
+    Returns:
+        "no gradient reaches all 12 trained variables: a, b, c, d, e and 7 more",
+        then "path from the loss breaks at ArgMax" and the user's line when known.
+    """
+    variables = disconnected.variables
+    amount = f"all {len(variables)}" if disconnected.all else str(len(variables))
+    noun = "trained variable" if len(variables) == 1 else "trained variables"
+    if len(variables) <= NAMES_LISTED:
+        lines = [f"no gradient reaches {amount} {noun}: {listing(variables)}"]
+    else:
+        layers = {name.rsplit("/", 1)[0] for name in variables}
+        lines = [
+            f"no gradient reaches {amount} {noun} in {count(len(layers), 'layer')} "
+            "(the names are in the JSON report)"
+        ]
+    point = disconnected.break_point
+    if point is not None:
+        lines.append(f"path from the loss breaks at {point.op}")
+        if point.source is not None:
+            lines.append(source_line(point.source))
+    return lines
+
+
+def not_fix_lines(not_fixes: Sequence[NotFix]) -> list[str]:
+    """List the remedies that will not help: "Will not help:" then "  - remedy: why"."""
+    if not not_fixes:
+        return []
+    return [
+        NOT_FIXES_HEADING,
+        *(
+            line
+            for item in not_fixes
+            for line in (
+                f"  - {item.remedy}: {first_sentence(item.why)}{untried_note(item)}",
+                *([f"      {item.evidence}"] if item.evidence else []),
+            )
+        ),
+    ]
+
+
+def untried_note(item: NotFix) -> str:
+    """ " (expected; not tried)" for a not-fix that is an expectation no trial bore out."""
+    return " (expected; not tried)" if item.untried_expectation else ""
+
+
+def first_sentence(text: str) -> str:
+    """The text's first clause (the terminal keeps to one screen; the JSON report has all)."""
+    ends = [i for i in (text.find(". "), text.find("; "), text.find(": ")) if i >= 0]
+    return text if not ends else text[: min(ends)] + "."
+
+
+def fix_heading_lines(number: int, fix: Fix) -> list[str]:
+    """Head one proposed fix: "  1. title [family]" and whether a replay proved it.
+
+    Args:
+        number: int, the fix's place in the list, from 1.
+        fix: Fix.
+
+    Returns:
+        The title line, then "verified: ..." or "not verified: ..." when the fix
+        was replayed (or when there is evidence to show).
+    """
+    lines = [f"  {number}. {fix.title} [{fix.family}]"]
+    verdict = {True: "verified", False: "not verified", None: "evidence"}[fix.verified]
+    if fix.verified is not None or fix.evidence:
+        detail = f": {fix.evidence}" if fix.evidence else ""
+        lines.append(" " * CODE_INDENT + verdict + detail)
+    return lines
+
+
+def warning_lines(finding: Finding) -> list[str]:
+    """Describe an early warning briefly: what, where, how close to the limit, and why.
+
+    Args:
+        finding: Finding, raised while the run was still finite.
+
+    Returns:
+        "  saturation at step 12, Exp in layer `attn`", then "    value 61.3 of limit
+        88.72, limit expected at step 140" when known, the user's line, and the
+        explanation.
+    """
+    parts = [finding_title(finding)]
+    if finding.origin is not None:
+        parts.append(op_place(finding.origin))
+    lines = ["  " + ", ".join(parts)]
+    closeness = [headroom_text(finding.headroom)] if finding.headroom else []
+    if finding.forecast_step is not None:
+        closeness.append(f"limit expected at step {finding.forecast_step}")
+    if closeness:
+        lines.append("    " + ", ".join(closeness))
+    if finding.origin is not None and finding.origin.source is not None:
+        lines.append("  " + source_line(finding.origin.source))
+    lines.append("    " + finding.explanation)
+    return lines
+
+
+def headroom_text(headroom: Headroom) -> str:
+    """Return "value 61.3 of limit 88.72"."""
+    return f"value {format_number(headroom.value)} of limit {format_number(headroom.limit)}"
