@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gradient_doctor.core.knowledge.layer_groups import layer_of_name
 from gradient_doctor.core.records import LayerRecord
 
 # A layer is stuck when at least this fraction of its units are (every unit, up to
@@ -64,7 +65,7 @@ def find_stuck_units(
     Returns:
         The stuck units, dead ones first when a layer is both.
     """
-    owners = {name.rsplit("/", 1)[0] for name in variables if "/" in name}
+    owners = {layer_of_name(name) for name in variables}
     for kind, field in _FIELDS.items():
         stuck = tuple(
             record.layer

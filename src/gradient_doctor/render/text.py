@@ -19,6 +19,7 @@ from gradient_doctor.core.findings import (
     SourceLine,
     TensorStats,
 )
+from gradient_doctor.core.knowledge.layer_groups import layer_of_name
 from gradient_doctor.core.knowledge.wording import at_step, count, format_number, listing, op_place
 from gradient_doctor.core.report import Report
 
@@ -267,7 +268,7 @@ def disconnected_lines(disconnected: Disconnected) -> list[str]:
     if len(variables) <= NAMES_LISTED:
         lines = [f"no gradient reaches {amount} {noun}: {listing(variables)}"]
     else:
-        layers = {name.rsplit("/", 1)[0] for name in variables}
+        layers = {layer_of_name(name) for name in variables}
         lines = [
             f"no gradient reaches {amount} {noun} in {count(len(layers), 'layer')} "
             "(the names are in the JSON report)"

@@ -27,6 +27,13 @@ class LayerGroup:
     leaves: tuple[str, ...]
 
 
+def layer_of_name(name: str) -> str:
+    """The layer path of a variable or op name: the name without its last part and
+    output index (`gen/dense/kernel:0` -> `gen/dense`); a name without "/" is its own."""
+    layer, _, leaf = _OUTPUT_INDEX.sub("", name).rpartition("/")
+    return layer or leaf
+
+
 def group_by_layer(names: Sequence[str]) -> tuple[LayerGroup, ...]:
     """Group variable names by layer path, layers in order of first appearance.
 
@@ -36,10 +43,9 @@ def group_by_layer(names: Sequence[str]) -> tuple[LayerGroup, ...]:
     leaves: dict[str, list[str]] = {}
     for name in names:
         layer, _, leaf = _OUTPUT_INDEX.sub("", name).rpartition("/")
-        if layer:
-            leaves.setdefault(layer, []).append(leaf)
-        else:
-            leaves.setdefault(leaf, [])
+        group = leaves.setdefault(layer_of_name(name), [])
+        if layer:  # a name without "/" is a group with no leaves
+            group.append(leaf)
     return tuple(LayerGroup(layer, tuple(names)) for layer, names in leaves.items())
 
 
