@@ -1,4 +1,4 @@
-"""Step records, headroom samples and the record log (bounded ring plus thinned history)."""
+"""Step records and headroom samples."""
 
 import math
 
@@ -8,7 +8,6 @@ from gradient_doctor.core.records import (
     HEADROOM_KINDS,
     HeadroomSample,
     LayerRecord,
-    RecordLog,
     StepRecord,
 )
 
@@ -51,47 +50,3 @@ def test_layer_values_skip_missing_and_non_finite_fields():
     )
     assert record.layer_values("grad_norm") == {"a": 0.5}
     assert record.layer_values("dead_fraction") == {"d": 0.2}
-
-
-def test_record_log_keeps_recent_records_in_a_ring():
-    log = RecordLog(capacity=5, history_size=4)
-    assert log.latest is None
-    for step in range(12):
-        log.append(StepRecord(step, loss=float(step)))
-    assert [record.step for record in log.recent()] == [7, 8, 9, 10, 11]
-    assert log.latest.step == 11
-    assert log.count == 12
-
-
-def test_record_log_history_spans_the_whole_run_in_bounded_memory():
-    log = RecordLog(capacity=10, history_size=50)
-    for step in range(10_000):
-        log.append(StepRecord(step))
-    steps = [record.step for record in log.history()]
-    assert 25 <= len(steps) <= 50
-    assert steps[0] == 0 and steps[-1] >= 10_000 - 10_000 // 25
-    gaps = {later - earlier for earlier, later in zip(steps, steps[1:])}
-    assert len(gaps) == 1  # evenly spaced
-
-
-def test_timeline_puts_thinned_history_before_the_recent_records():
-    log = RecordLog(capacity=10, history_size=8)
-    for step in range(100):
-        log.append(StepRecord(step))
-    steps = [record.step for record in log.timeline()]
-    assert steps[-10:] == list(range(90, 100))
-    assert steps == sorted(set(steps))
-    assert steps[0] == 0
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"capacity": 0}, "`capacity` must be an int of at least 1. Received: capacity=0"),
-        ({"history_size": 1}, "`history_size` must be an int of at least 2"),
-        ({"capacity": 2.5}, "Received: capacity=2.5"),
-    ],
-)
-def test_record_log_arguments_are_checked(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        RecordLog(**kwargs)

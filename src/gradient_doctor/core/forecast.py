@@ -164,30 +164,6 @@ def crossing_step(trend: Trend, limit: float) -> int | None:
     return math.ceil(trend.end + distance / trend.slope)
 
 
-def forecast_crossing(
-    steps: Sequence[float],
-    values: Sequence[float],
-    limit: float,
-    sigmas: float = CLEAR_TREND_SIGMAS,
-) -> int | None:
-    """The step at which a series' clear trend reaches `limit`, or None.
-
-    Args:
-        steps: the steps of the points, increasing.
-        values: the values at those steps.
-        limit: float, the value to reach.
-        sigmas: float, see `Trend.is_clear`. Defaults to `CLEAR_TREND_SIGMAS` (3).
-
-    Returns:
-        `crossing_step` of the fitted trend, or None when there is no clear trend
-        (too few points, flat within the noise) or it moves away from the limit.
-    """
-    trend = robust_trend(steps, values)
-    if trend is None or not trend.is_clear(sigmas):
-        return None
-    return crossing_step(trend, limit)
-
-
 def step_spread(values: Sequence[float]) -> float:
     """How much a series typically moves from one point to the next.
 

@@ -48,11 +48,6 @@ class OpEvent:
     input_values: tuple[tuple[float, ...], ...] = ()
     source_kind: str = "op"
 
-    @property
-    def creates_nonfinite(self) -> bool:
-        """True when some output is non-finite although every input was finite."""
-        return all(s.finite for s in self.inputs) and any(not s.finite for s in self.outputs)
-
 
 def weights_upstream(
     events: Sequence[OpEvent],

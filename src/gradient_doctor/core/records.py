@@ -1,4 +1,4 @@
-"""What a framework adapter records per watched step, and the log that keeps those records.
+"""What a framework adapter records per watched step: the records the detectors read.
 
 Adapters turn framework events into these frozen dataclasses; detectors read nothing
 else. Every measured field is optional (None when the adapter did not measure it, e.g.
@@ -8,11 +8,7 @@ in the cheap mode or between the every-k-steps samples).
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
-
-from gradient_doctor.core.arguments import check_int
-from gradient_doctor.core.thinned_history import ThinnedHistory
 
 # How a risky op's input approaches the value where the op leaves the finite range.
 # "max_input": exp-like ops; value = the largest input, limit = the overflow threshold
@@ -33,9 +29,6 @@ HEADROOM_KINDS = (
 )
 # The kinds whose limit is reached by a value falling to it (the others rise to theirs).
 FALLING_KINDS = frozenset({"min_input", "min_abs_denominator"})
-
-DEFAULT_CAPACITY = 1000
-DEFAULT_HISTORY_SIZE = 1000
 
 
 @dataclass(frozen=True)
@@ -152,63 +145,3 @@ class StepRecord:
             if value is not None and math.isfinite(value):
                 values[layer.layer] = float(value)
         return values
-
-
-class RecordLog:
-    """The records of a run: the recent ones in full, the whole run thinned.
-
-    The last `capacity` records are kept as they came (a ring); every record also goes
-    to a `ThinnedHistory` of at most `history_size` records that spans the whole run,
-    for plots of long runs.
-
-    Args:
-        capacity: int, how many recent records to keep in full. Defaults to 1000.
-        history_size: int, the most records kept to cover the whole run. Defaults to 1000.
-
-    Raises:
-        ValueError: for a `capacity` below 1 or a `history_size` below 2.
-    """
-
-    def __init__(
-        self, capacity: int = DEFAULT_CAPACITY, history_size: int = DEFAULT_HISTORY_SIZE
-    ) -> None:
-        self._recent: deque[StepRecord] = deque(maxlen=check_int(capacity, "capacity", 1))
-        self._history: ThinnedHistory[StepRecord] = ThinnedHistory(
-            check_int(history_size, "history_size", 2)
-        )
-        self._count = 0
-
-    def append(self, record: StepRecord) -> None:
-        """Add the record of the latest step."""
-        self._recent.append(record)
-        self._history.append(record)
-        self._count += 1
-
-    @property
-    def count(self) -> int:
-        """How many records were appended in all."""
-        return self._count
-
-    @property
-    def latest(self) -> StepRecord | None:
-        """The last record appended, or None before the first."""
-        return self._recent[-1] if self._recent else None
-
-    def recent(self) -> tuple[StepRecord, ...]:
-        """The last `capacity` records, oldest first."""
-        return tuple(self._recent)
-
-    def history(self) -> tuple[StepRecord, ...]:
-        """Evenly spaced records over the whole run, oldest first."""
-        return self._history.items()
-
-    def timeline(self) -> tuple[StepRecord, ...]:
-        """The whole run for plotting: thinned history before the recent records, then all
-        the recent records, oldest first."""
-        first_recent = self._recent[0].step if self._recent else None
-        older = tuple(
-            record
-            for record in self._history
-            if first_recent is not None and record.step < first_recent
-        )
-        return older + tuple(self._recent)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import linecache
 import sys
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
@@ -166,9 +165,3 @@ def find_missing_gradient_breaks(variables, loss, tape_window, on_later) -> list
         )
         return None
     return breaks_in_replay(replay_step(call), variables, call)
-
-
-def _is_step_input(tensor, step_inputs) -> bool:
-    """True when `tensor` holds exactly one of the step's input arrays (data, not a re-entry)."""
-    value = np.asarray(tensor)
-    return any(v.shape == value.shape and np.array_equal(v, value) for v in step_inputs)
