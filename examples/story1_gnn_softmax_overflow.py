@@ -8,8 +8,8 @@ averages the neighbours' features with those weights. The bond length e is alway
 [0.5, 4] and never NaN. The target is set by the atom at the other end of each atom's
 longest bond, so the best model wants ever sharper attention: the Dense weight on e,
 and with it the largest score, grows slowly and steadily (from ~2 to ~83 over the
-first 800 steps), lingers just below the limit, and at step 1910 (on this project's
-machines) a score passes 88.72: float32 `tf.exp` overflows to inf, inf / inf is NaN,
+first 800 steps), lingers just below the limit, and around step 2000 (1910 with TensorFlow's oneDNN
+kernels, 2133 without) a score passes 88.72: float32 `tf.exp` overflows to inf, inf / inf is NaN,
 and the loss goes NaN.
 Gradient clipping or a smaller learning rate only delay this; gradients are not the
 problem, the hand-written softmax is.
