@@ -17,8 +17,8 @@ from gradient_doctor.render.text import (
     finding_title,
     header_line,
     headroom_text,
-    untried_note,
     min_max,
+    untried_note,
 )
 
 # Beyond this many variables a disconnected finding names the first ones and counts the rest
