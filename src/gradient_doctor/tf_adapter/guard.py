@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -37,6 +38,33 @@ class StepStats:
     replica: int = -1  # under tf.distribute, the first replica whose values were not finite
     skipped: int = 0  # updates the guard skipped since the latch was last opened
     updates: int = 0  # updates asked for (applied or skipped) since then
+
+
+@dataclass(frozen=True)
+class _Update:
+    """One optimizer update the guard is guarding, as `apply` received it."""
+
+    apply: Callable[[], object]  # runs the optimizer's own update
+    original_apply: Callable
+    optimizer: object
+    grads: list
+    trainable_variables: list | None
+    variables: list
+    float_pairs: list  # (dense values of the gradient, variable), floating point only
+    loss: object
+    scope: step_context.StepScope | None
+
+
+@dataclass(frozen=True)
+class _Check:
+    """What `Guard._check` found: the tensors the later steps of `apply` reuse."""
+
+    squares: list  # each gradient's sum of squares, float32 scalars
+    sum_of_squares: tf.Tensor
+    finite: tf.Tensor  # loss and gradients finite (or an overflow the loss scale handles)
+    loss: tf.Tensor  # the step's loss, a float32 scalar (scaled, as the step computed it)
+    scale: tf.Tensor | None  # the loss scale, None when unscaled
+    latch_open: tf.Tensor
 
 
 def gradient_values(gradient):
@@ -123,11 +151,19 @@ class Guard:
     def apply(self, original_apply, optimizer, grads, trainable_variables=None):
         """Run `original_apply(grads, trainable_variables)` only when the step is finite.
 
-        Adds to the step: one fused sum of squares per gradient (the global norm;
-        a gradient whose sum is 0 advances its zero streak; the step is finite when
-        the sum is), a `cond` around the update, and while tracing, one reduction
-        per risky op of the user's (headroom).
-        Nothing is copied on the happy path.
+        What the guard adds to every update, step by step (each a method below):
+
+        1. `_prepare`: Python only, nothing in the step: hands a replay's gradients
+           to its recorder, diagnoses `None` gradients, builds the optimizer's slots.
+        2. `_check`: one fused sum of squares per gradient (their sum is the global
+           norm, and it is finite when every gradient is) and the finite test of the
+           loss and the latch.
+        3. `_update_or_skip`: a `cond` around the optimizer's update; the skip branch
+           keeps the first failing batch and random draws (nothing is copied on the
+           happy path). Across replicas, every replica takes the same branch.
+        4. `_measure`: while tracing only, one reduction per risky op of the user's
+           (headroom) and the per-layer statistics (full mode).
+        5. `_record`: the zero streaks and the statistics vector read back per step.
 
         With dynamic loss scaling, non-finite gradients are let through to the
         optimizer (it skips the update and lowers the scale itself) until the scale
@@ -135,11 +171,28 @@ class Guard:
         """
         if in_guarded_update():  # a wrapped optimizer's inner one: the outer call guards
             return original_apply(grads, trainable_variables)
+        update, result = self._prepare(original_apply, optimizer, grads, trainable_variables)
+        if update is None:
+            return result
+        check = self._check(update)
+        ok, failed_replica = self._update_or_skip(update, check)
+        self._measure(update, check)
+        self._record(update, check, ok, failed_replica)
+        return None
+
+    def _prepare(self, original_apply, optimizer, grads, trainable_variables):
+        """The update to guard, or (None, what `apply` returns) when there is none.
+
+        Adds nothing to the step: a replay's gradients go to its recorder (nothing is
+        applied), `None` gradients are diagnosed (`on_missing`), an update with no
+        floating-point gradient runs unguarded, and the optimizer's slots are made
+        here since a `cond` branch may not create variables.
+        """
         recorder = step_context.current_recorder()
         if recorder is not None:
             recorder.record_gradients(list(grads), trainable_variables)
             if not recorder.live:
-                return None  # a replay: nothing is applied
+                return None, None  # a replay: nothing is applied
         step_context.mark_applied()
         self.optimizers.add(id(optimizer))
         grads = list(grads)
@@ -148,43 +201,100 @@ class Guard:
         missing = [v for g, v in zip(grads, variables) if g is None]
         if missing and self.on_missing is not None:
             if self.on_missing(missing, len(missing) == len(grads), loss, tape_window):
-                return None  # nothing to update; the step's check stops training
+                return None, None  # nothing to update; the step's check stops training
         float_pairs = [
             (gradient_values(g), v)
             for g, v in zip(grads, variables)
             if g is not None and g.dtype.is_floating
         ]
-        float_grads = [g for g, _ in float_pairs]
-        if not float_grads:
-            return original_apply(grads, trainable_variables)
+        if not float_pairs:
+            return None, original_apply(grads, trainable_variables)
         _build_optimizer(optimizer, grads, trainable_variables)
-        scope = step_context.current_scope()
+        update = _Update(
+            apply=lambda: original_apply(grads, trainable_variables),
+            original_apply=original_apply,
+            optimizer=optimizer,
+            grads=grads,
+            trainable_variables=trainable_variables,
+            variables=variables,
+            float_pairs=float_pairs,
+            loss=loss,
+            scope=step_context.current_scope(),
+        )
+        return update, None
+
+    def _check(self, update: _Update) -> _Check:
+        """Whether the update may run: its loss and gradients finite, the latch open.
+
+        Adds one fused pass per gradient (`l2_loss`, no temporary tensor), their sum,
+        and the finite tests. A non-finite gradient makes the sum non-finite; so do
+        finite gradients whose squares overflow float32, which Adam's second moment
+        (and clipping by the norm) would turn into inf or NaN weights: both are skipped.
+        """
         squares = [
-            # l2_loss is one fused pass (sum(g**2) / 2) with no temporary tensor.
             2.0 * tf.nn.l2_loss(g if g.dtype == tf.float32 else tf.cast(g, tf.float32))
-            for g in float_grads
+            for g, _ in update.float_pairs
         ]
         sum_of_squares = tf.add_n(squares)
-        # A non-finite gradient makes the sum non-finite; so do finite gradients whose
-        # squares overflow float32, which Adam's second moment (and clipping by the
-        # norm) would turn into inf or NaN weights: both are skipped.
         grads_finite = tf.math.is_finite(sum_of_squares)
-        loss = _scalar_loss(loss)
+        loss = _scalar_loss(update.loss)
         stats = self._variable()
-        scale = loss_scale.scale_tensor(optimizer)  # read before the update changes it
-        if loss_scale.is_dynamic(optimizer) and scale is not None:
+        scale = loss_scale.scale_tensor(update.optimizer)  # read before the update changes it
+        if loss_scale.is_dynamic(update.optimizer) and scale is not None:
             grads_finite = loss_scale.handles(grads_finite, scale)
-        ok = tf.logical_and(
-            tf.logical_and(grads_finite, tf.math.is_finite(loss)), stats[_TRIPPED] <= 0
+        finite = tf.logical_and(grads_finite, tf.math.is_finite(loss))
+        return _Check(squares, sum_of_squares, finite, loss, scale, stats[_TRIPPED] <= 0)
+
+    def _update_or_skip(self, update: _Update, check: _Check) -> tuple[tf.Tensor, tf.Tensor]:
+        """Run the update when the check passed, else keep the failing batch.
+
+        Adds the `cond` (or, with per-layer statistics under XLA on a CPU, a three-way
+        `switch_case`, see `_update_if`) around the optimizer's update. Under
+        `tf.distribute`, each replica first keeps its own shard of a failing batch,
+        then the verdicts are summed across replicas so that all take the same branch.
+
+        Returns:
+            (whether the update ran, the first replica that was not finite or -1).
+        """
+        skip = self._skip_branch(update)
+        if not replicas.must_cross_replicas():
+            ok = tf.logical_and(check.finite, check.latch_open)
+            ok = self._update_if(ok, update.optimizer, update.float_pairs, update.apply, skip)
+            return ok, tf.constant(-1.0)
+        self.replicas = replicas.replica_count()
+        self.layout = replicas.layout()
+        tf.cond(check.finite, lambda: tf.constant(False), skip)
+        stats = self._variable()
+
+        def update_in_replica(grads, trainable_variables):
+            self._update(
+                update.optimizer,
+                update.float_pairs,
+                lambda: update.original_apply(grads, trainable_variables),
+            )
+
+        return replicas.update_if_all_finite(
+            check.finite,
+            lambda: stats[_TRIPPED] <= 0,
+            update_in_replica,
+            (update.grads, update.trainable_variables),
         )
 
-        def apply_update():
-            original_apply(grads, trainable_variables)
+    def _skip_branch(self, update: _Update):
+        """The branch taken instead of the update: keeps the first failing batch.
 
-        # The stateful random draws made so far: kept with the batch, for the replay.
+        Adds nothing on the happy path; on the first failing step, copies the batch
+        (`BatchStash`) and the step's stateful random draws made so far
+        (`RandomDraws`) into variables, for the replay. Later skipped steps keep
+        nothing, so that they do not overwrite it before Python has read it.
+        """
+        scope = update.scope
         drawn = []
         if scope is not None and scope.draws is not None and not tf.executing_eagerly():
             drawn = random_draws.drawing_ops(tf.compat.v1.get_default_graph())
+        if scope is None or (scope.stash is None and not drawn):
+            return lambda: tf.constant(False)
+        stats = self._variable()
 
         def keep_batch():
             kept = [] if scope.stash is None else scope.stash.assign_ops(scope.batch)
@@ -193,56 +303,48 @@ class Guard:
             with tf.control_dependencies(kept):
                 return tf.constant(False)
 
-        def skip():
-            if scope is None or (scope.stash is None and not drawn):
-                return tf.constant(False)
-            # Only the first failing batch is kept: later skipped steps must not
-            # overwrite it before Python has read it.
-            return tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
+        return lambda: tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
 
-        failed_replica = tf.constant(-1.0)
-        if replicas.must_cross_replicas():
-            # The update crosses replicas: decide in cross-replica context, where every
-            # replica agrees; each replica first keeps its own shard of a failing batch.
-            self.replicas = replicas.replica_count()
-            self.layout = replicas.layout()
-            finite_here = tf.logical_and(grads_finite, tf.math.is_finite(loss))
-            tf.cond(finite_here, lambda: tf.constant(False), skip)
+    def _measure(self, update: _Update, check: _Check) -> None:
+        """While tracing: the risky ops' headroom and the per-layer statistics.
 
-            def update_in_replica(grads, trainable_variables):
-                self._update(
-                    optimizer, float_pairs, lambda: original_apply(grads, trainable_variables)
-                )
-
-            ok, failed_replica = replicas.update_if_all_finite(
-                finite_here,
-                lambda: stats[_TRIPPED] <= 0,
-                update_in_replica,
-                (grads, trainable_variables),
+        Adds one reduction per risky op of the user's (`find_probes`), and in full
+        mode the layers' gradient-norm ring every step and their sampled statistics
+        every `LayerStats.every` steps (`LayerStats.measure`). Nothing eagerly.
+        """
+        if tf.executing_eagerly():
+            return
+        graph = tf.compat.v1.get_default_graph()
+        self._measure_headroom(graph)
+        if self.layer_stats is not None:
+            sparse = {
+                id(v)
+                for g, v in zip(update.grads, update.variables)
+                if isinstance(g, tf.IndexedSlices)
+            }
+            self.layer_stats.measure(
+                graph, [v for _, v in update.float_pairs], check.squares, sparse
             )
-        else:
-            ok = self._update_if(ok, optimizer, float_pairs, apply_update, skip)
-        if not tf.executing_eagerly():
-            self._measure_headroom(tf.compat.v1.get_default_graph())
-            if self.layer_stats is not None:
-                sparse = {
-                    id(v) for g, v in zip(grads, variables) if isinstance(g, tf.IndexedSlices)
-                }
-                self.layer_stats.measure(
-                    tf.compat.v1.get_default_graph(),
-                    [v for _, v in float_pairs],
-                    squares,
-                    sparse,
-                )
-        zero_streak = self.zero_streaks.update([v for _, v in float_pairs], squares)
+
+    def _record(self, update: _Update, check: _Check, ok, failed_replica) -> None:
+        """Write the step's statistics: one vector, read back once per step.
+
+        Adds the zero streaks (from the sums of squares: no pass over the
+        gradients) and one `assign` of the latch, the gradient norm and loss
+        (unscaled), the longest zero streak, the step that tripped, and the counts
+        of skipped and asked-for updates.
+        """
+        stats = self._variable()
+        zero_streak = self.zero_streaks.update([v for _, v in update.float_pairs], check.squares)
         # Which step tripped, for steps run several per call (steps_per_execution).
+        scope = update.scope
         index = -1.0 if scope is None or scope.step_index is None else scope.step_index
         newly_tripped = tf.logical_and(tf.logical_not(ok), stats[_TRIPPED] <= 0)
         trip_at = tf.where(newly_tripped, tf.cast(index, tf.float32), stats[_TRIP_AT])
         skipped = stats[_SKIPPED] + 1.0 - tf.cast(ok, tf.float32)
-        norm = tf.sqrt(sum_of_squares)
-        if scale is not None:  # the user's loss and gradients, not the scaled ones
-            norm, loss = norm / scale, loss / scale
+        norm, loss = tf.sqrt(check.sum_of_squares), check.loss
+        if check.scale is not None:  # the user's loss and gradients, not the scaled ones
+            norm, loss = norm / check.scale, loss / check.scale
         stats.assign(
             tf.stack(
                 [
@@ -258,7 +360,6 @@ class Guard:
                 ]
             )
         )
-        return None
 
     def _update_if(self, ok, optimizer, float_pairs, apply, skip) -> tf.Tensor:
         """Run the update (`apply`) when `ok`, else `skip`; returns whether it ran.
