@@ -15,7 +15,12 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gradient_doctor.cli.patched_rerun import doctor_report, relative_script, rerun_patched
+from gradient_doctor.cli.patched_rerun import (
+    doctor_report,
+    relative_script,
+    rerun_patched,
+    untried_patch,
+)
 from gradient_doctor.errors import UsageError
 
 EXIT_FIXED, EXIT_NOT_FIXED = 0, 1
@@ -28,11 +33,17 @@ PATCH_HEADER = "# gradient-doctor fix"
 
 @dataclass(frozen=True)
 class Candidate:
-    """A verified fix of the diagnosis: its family, title and patch."""
+    """A fix of the diagnosis to rerun: its family, title and patch.
+
+    `untried` marks a patch no trial inside the run could try (a surrogate loss term
+    for missing gradients, module-level code): its rerun proves it only where the
+    unchanged copy, rerun the same way, fails.
+    """
 
     family: str
     title: str
     patch: str
+    untried: bool = False
 
 
 def fix_command(
@@ -70,11 +81,20 @@ def fix_command(
     candidates = list(_candidates(problem))
     if not candidates:
         _say(
-            f"no fix of the {problem['category']} at step {failed_at} was verified, so there "
-            "is no patch to prove; see the report above for what was tried"
+            f"no fix of the {problem['category']} at step {failed_at} was verified or could "
+            "be written as a patch, so there is no patch to prove; see the report above for "
+            "what was tried"
         )
         return EXIT_NOT_FIXED
+    baseline = None
     for candidate in candidates[:MAX_CANDIDATES]:
+        if candidate.untried and baseline is None:
+            _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
+            baseline = rerun_patched(relative, args, None, failed_at, steps_past)
+            _say(f"the unchanged script: {baseline.why}")
+        if candidate.untried and baseline.held:
+            _say(f"{candidate.family}: not rerun: {baseline.why} too, so a rerun cannot tell")
+            continue
         _say(f"{candidate.family}: rerunning a patched copy from the start ({candidate.title})")
         rerun = rerun_patched(relative, args, candidate.patch, failed_at, steps_past)
         _say(f"{candidate.family}: {rerun.why}")
@@ -91,10 +111,15 @@ def fix_command(
 
 def _candidates(problem: dict) -> Iterator[Candidate]:
     """The problem's verified fixes that have a patch, in the report's order (the fix
-    that removes the cause is listed before the one that hides it)."""
-    for fix in problem.get("fixes", []):
-        if fix.get("verified") is True and fix.get("patch"):
+    that removes the cause is listed before the one that hides it), then the patches
+    no trial could try."""
+    fixes = [fix for fix in problem.get("fixes", []) if fix.get("patch")]
+    for fix in fixes:
+        if fix.get("verified") is True:
             yield Candidate(fix["family"], fix["title"], fix["patch"])
+    for fix in fixes:
+        if untried_patch(fix.get("verified"), fix.get("evidence")):
+            yield Candidate(fix["family"], fix["title"], fix["patch"], untried=True)
 
 
 def check_out(out: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from gradient_doctor.cli.patched_rerun import relative_script, rerun_patched
+from gradient_doctor.cli.patched_rerun import relative_script, rerun_patched, untried_patch
 from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_trials import ranked
 from gradient_doctor.core.report import Report
@@ -67,7 +67,7 @@ def _confirmed(
     step = problem.step or 0
     fixes, done, baseline = [], 0, None
     for fix in problem.fixes:
-        untried = fix.verified is None and (fix.evidence or "not tried").startswith("not tried")
+        untried = untried_patch(fix.verified, fix.evidence)
         if fix.patch and (fix.verified is True or untried) and done < MAX_CONFIRMED:
             done += 1
             if untried and baseline is None:

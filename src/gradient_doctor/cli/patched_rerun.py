@@ -55,6 +55,12 @@ class Rerun:
     why: str
 
 
+def untried_patch(verified: bool | None, evidence: str | None) -> bool:
+    """A fix's patch no trial inside the run could try (module-level code, a surrogate
+    loss term): its rerun proves it only against the unchanged copy, rerun the same way."""
+    return verified is None and (evidence or "not tried").startswith("not tried")
+
+
 def rerun_patched(
     script: str,
     args: list[str],

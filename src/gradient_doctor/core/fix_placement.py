@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Edit, Finding, Fix, SourceLine
+from gradient_doctor.core.gradient_paths import PathBreak
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
 from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
 from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
+from gradient_doctor.core.knowledge.rewrites import score_function
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.core.patches import (
@@ -39,12 +41,15 @@ class FixSites:
         weights_layer: the layer whose weights feed the origin op (bounded weights).
         trained_layers: every trained layer whose line is known (initialisation).
         fit: the user's `fit(...)` line (standardised input).
+        path_break: for missing gradients, where the path broke and the
+            `tape.gradient(...)` call that returned None (a surrogate loss term).
     """
 
     optimizer: OptimizerSite | None = None
     weights_layer: LayerSite | None = None
     trained_layers: tuple[LayerSite, ...] = ()
     fit: SourceLine | None = None
+    path_break: PathBreak | None = None
 
 
 def place_fixes(
@@ -78,6 +83,8 @@ def place_fixes(
             placed = _layer_fix(fix, sites, root)
         elif fix.family == "normalize_input" and sites.fit is not None:
             placed = _data_fix(fix, sites.fit, root)
+        elif fix.family == "reinforce" and sites.path_break is not None:
+            placed = _surrogate_fix(fix, sites.path_break, root)
         fixes.append(placed or fix)
     optimizer = sites.optimizer
     not_fixes = tuple(
@@ -114,6 +121,23 @@ def _data_fix(fix: Fix, fit: SourceLine, root: str) -> Fix | None:
         root,
         ("standardise_x", data_rewrite.EPSILON),
     )
+
+
+def _surrogate_fix(fix: Fix, path_break: PathBreak, root: str) -> Fix | None:
+    """`fix` written as a score-function surrogate added to the tape's loss, or None."""
+    node, call = path_break.node, path_break.gradient_call
+    if node is None or node.source is None or call is None:
+        return None
+    lines = read_lines(os.path.join(root, call.file))
+    if lines is None:
+        return None
+    shape = node.output_shapes[0] if node.output_shapes else None
+    rank = len(shape) if shape is not None else None
+    made = score_function.score_function_surrogate(node.op_type, node.source, call, lines, rank)
+    if made is None:
+        return None
+    placed = with_edits(score_function.as_fix(fix, made), (made.edit,), root)
+    return placed if placed.patch is not None else None
 
 
 def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:

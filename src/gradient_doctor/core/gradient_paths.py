@@ -62,12 +62,16 @@ class PathBreak:
         node: the op where the path breaks (None for `never_read`).
         variables: the variables' names.
         reentry: for `left_framework`, the user's line where the value came back.
+        gradient_call: the user's line of the `tape.gradient(...)` call that returned
+            None for these variables, when the adapter saw it (a fix written into
+            the tape's block names that call's target loss).
     """
 
     kind: str
     node: Node | None
     variables: tuple[str, ...]
     reentry: SourceLine | None = None
+    gradient_call: SourceLine | None = None
 
 
 def find_breaks(

@@ -14,7 +14,8 @@ from gradient_doctor.tf_adapter.creation_sites import creation_line, layer_at, l
 
 def fix_sites(optimizer, evidence: Evidence, fit_call=None) -> FixSites:
     """The optimizer's site, the site of the layer whose weights feed the origin, the
-    sites of every layer the optimizer trains, and the `fit` line (a `FitCall`)."""
+    sites of every layer the optimizer trains, the `fit` line (a `FitCall`), and for
+    missing gradients where the path broke."""
     grew = evidence.growth[0] if evidence.growth else None
     weights_layer = layer_at(grew or evidence.weights_layer)
     return FixSites(
@@ -24,6 +25,7 @@ def fix_sites(optimizer, evidence: Evidence, fit_call=None) -> FixSites:
             site for layer in trained_layers(optimizer) if (site := layer_site(layer)) is not None
         ),
         fit=fit_call.source if fit_call is not None else None,
+        path_break=evidence.path_break,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import sys
 
@@ -10,7 +11,7 @@ from tensorflow.python.framework import ops
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.gradient_paths import LEFT_FRAMEWORK, Node, PathBreak, find_breaks
-from gradient_doctor.tf_adapter import step_context
+from gradient_doctor.tf_adapter import step_context, tape_hook
 from gradient_doctor.tf_adapter.eager_replay import enclosing_step
 from gradient_doctor.tf_adapter.replay import LiveRecording, ReplayResult, replay_step
 from gradient_doctor.tf_adapter.source_frames import display_path, is_user_file
@@ -65,6 +66,12 @@ def _graph_source(op) -> SourceLine | None:
     return None
 
 
+def _static_shape(tensor) -> tuple[int | None, ...] | None:
+    """A graph tensor's static shape (None where its rank is unknown)."""
+    shape = tensor.shape
+    return tuple(shape.as_list()) if shape.rank is not None else None
+
+
 def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
     """Find the breaks while the step is being traced into `graph`."""
     start, end = window or (None, None)
@@ -81,6 +88,7 @@ def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
                 differentiable=differentiable(op.type, [t.dtype for t in op.outputs]),
                 recorded=recorded,
                 structural=op.type in SHAPE_OPS,
+                output_shapes=tuple(_static_shape(t) for t in op.outputs),
             )
         )
     captured = {id(external): internal for external, internal in graph.captures}
@@ -151,17 +159,26 @@ def find_missing_gradient_breaks(variables, loss, tape_window, on_later) -> list
     current step is replayed (once) and its op trace analysed. A step that
     cannot be run again (the update is in the training loop's own body) is
     recorded the next time it runs instead: then this returns None and
-    `on_later(breaks)` is called from that step's update.
+    `on_later(breaks)` is called from that step's update. Each break carries the
+    user's `tape.gradient(...)` line that returned None for its variables, when seen.
     """
+    site = tape_hook.gradient_call_of(variables)
+
+    def at_call(breaks: list[PathBreak]) -> list[PathBreak]:
+        return [dataclasses.replace(b, gradient_call=site) for b in breaks]
+
     if not tf.executing_eagerly():
-        return breaks_in_graph(tf.compat.v1.get_default_graph(), loss, variables, tape_window)
+        graph = tf.compat.v1.get_default_graph()
+        return at_call(breaks_in_graph(graph, loss, variables, tape_window))
     scope = step_context.current_scope()
     call = scope.call if scope is not None and scope.call is not None else None
     if call is None:
         call, _ = enclosing_step(sys._getframe(1))
     if call is None:
         step_context.request_live_recording(
-            LiveRecording(lambda result: on_later(breaks_in_replay(result, variables, None)))
+            LiveRecording(
+                lambda result: on_later(at_call(breaks_in_replay(result, variables, None)))
+            )
         )
         return None
-    return breaks_in_replay(replay_step(call), variables, call)
+    return at_call(breaks_in_replay(replay_step(call), variables, call))

@@ -6,16 +6,24 @@ In plain eager code the tape's events also go to `eager_trace`, which traces the
 from __future__ import annotations
 
 import functools
+import linecache
 
 import tensorflow as tf
+from tensorflow.python.util import tf_stack
 
+from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.tf_adapter import eager_trace, step_context
+from gradient_doctor.tf_adapter.source_frames import display_path, is_user_file
 
 _original_gradient = tf.GradientTape.gradient
 _original_enter = tf.GradientTape.__enter__
 _original_exit = tf.GradientTape.__exit__
 _original_watch = tf.GradientTape.watch
 _WINDOW = "_gradient_doctor_window"
+# The user's `tape.gradient(...)` line of the latest call that returned None for a
+# source, by the source's id: read when the update of those variables finds them
+# without a gradient (one entry per variable at most).
+_none_sites: dict[int, SourceLine] = {}
 
 
 def position():
@@ -63,7 +71,37 @@ def _gradient(self, target, sources, *args, **kwargs):
         with recorder.backward(target, window):
             return _original_gradient(self, target, sources, *args, **kwargs)
     step_context.note_loss(target, window)
-    return eager_trace.gradient(self, _original_gradient, target, sources, *args, **kwargs)
+    grads = eager_trace.gradient(self, _original_gradient, target, sources, *args, **kwargs)
+    if grads is None or (isinstance(grads, list | tuple) and any(g is None for g in grads)):
+        _note_none(sources, grads)
+    return grads
+
+
+def _note_none(sources, grads) -> None:
+    """Remember the user's line of this gradient call for each source it gave None."""
+    site = _user_call_site()
+    if site is None:
+        return
+    for source, grad in zip(tf.nest.flatten(sources), tf.nest.flatten(grads), strict=False):
+        if grad is None:
+            _none_sites[id(source)] = site
+
+
+def _user_call_site() -> SourceLine | None:
+    """The innermost user frame of the stack, as the user wrote it (TensorFlow maps the
+    code AutoGraph generates back to the user's lines)."""
+    for frame in reversed(tf_stack.extract_stack()):
+        if is_user_file(frame.filename):
+            code = linecache.getline(frame.filename, frame.lineno).strip()
+            return SourceLine(display_path(frame.filename), frame.lineno, code)
+    return None
+
+
+def gradient_call_of(variables) -> SourceLine | None:
+    """The user's `tape.gradient(...)` line that last returned None for one of
+    `variables`, when all of them were given None there; else None."""
+    sites = {_none_sites.get(id(variable)) for variable in variables}
+    return sites.pop() if len(sites) == 1 else None
 
 
 def install_tape_hook() -> None:

@@ -62,6 +62,17 @@ def keras_spelling(tree: ast.Module, path: str) -> str | None:
     return None
 
 
+def module_alias(tree: ast.Module, module: str) -> str | None:
+    """The name the file gives `module` (`tf` for `import tensorflow as tf`); None when
+    it does not import the module itself."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == module:
+                    return alias.asname or alias.name
+    return None
+
+
 def set_keyword(text: list[str], call: ast.Call, keyword: str, value: str, file: str) -> Edit:
     """An edit passing `keyword=value` to `call`, replacing the keyword's value if given."""
     existing = next((k for k in call.keywords if k.arg == keyword), None)
