@@ -32,6 +32,22 @@ def test_argmax_on_the_main_path_wins_over_an_earlier_stop_gradient_on_a_side_pa
     assert found.variables == ("gen/kernel",)
 
 
+def test_top_k_indices_break_the_path_though_its_values_have_a_gradient():
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "MatMul", [1, 50], [2]),
+        node(3, "TopKV2", [2, 51], [3, 4], integer_outputs=frozenset({4})),  # values, indices
+        node(4, "GatherV2", [200, 4], [5]),  # a payoff table, at the indices
+        node(5, "Mean", [5], [6]),
+    ]
+    (found,) = find_breaks(nodes, (6,), {"policy/kernel": (100,)})
+    assert (found.kind, found.node.op_type) == (NON_DIFFERENTIABLE, "TopKV2")
+    # When the values feed the loss, the path holds.
+    nodes[3] = node(4, "GatherV2", [3, 4], [5])
+    (found,) = find_breaks(nodes, (6,), {"policy/kernel": (100,)})
+    assert found.kind != NON_DIFFERENTIABLE
+
+
 def test_variables_breaking_at_the_same_op_are_grouped():
     nodes = [
         node(1, "ReadVariableOp", [100], [1]),

@@ -40,6 +40,9 @@ class Node:
             gradients was not recording.
         structural: the op reads only its input's shape (never where a value's
             gradient is lost, though it has none).
+        integer_outputs: the outputs of an integer or boolean dtype, which carry no
+            gradient even where the op has one for its other outputs (the indices
+            of `top_k`, beside its values).
     """
 
     index: int
@@ -51,6 +54,7 @@ class Node:
     recorded: bool = True
     structural: bool = False
     output_shapes: tuple[tuple[int | None, ...] | None, ...] = ()
+    integer_outputs: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -148,12 +152,14 @@ def _break_of(
         if node.index in visited:
             continue
         visited.add(node.index)
+        carried = [t for t in node.output_ids if t not in node.integer_outputs]
         feeds_loss = any(t in loss_ancestors for t in node.output_ids)
-        if feeds_loss and (not node.differentiable or not node.recorded):
+        carries = node.differentiable and any(t in loss_ancestors for t in carried)
+        if feeds_loss and (not carries or not node.recorded):
             blocking.append(node)
             continue
-        reached.update(node.output_ids)
-        next_nodes = [c for t in node.output_ids for c in consumers.get(t, [])]
+        reached.update(carried)
+        next_nodes = [c for t in carried for c in consumers.get(t, [])]
         if not next_nodes:
             sinks.append(node)
         frontier.extend(next_nodes)
@@ -162,7 +168,7 @@ def _break_of(
         # normalisation, a shape read) are blocked early, the main flow last.
         candidates = [n for n in blocking if not n.structural] or blocking
         last = max(candidates, key=lambda n: n.index)
-        kind = NON_DIFFERENTIABLE if not last.differentiable else OUTSIDE_TAPE
+        kind = OUTSIDE_TAPE if last.differentiable and not last.recorded else NON_DIFFERENTIABLE
         return PathBreak(kind, last, ())
     reentry = _reentry(sinks, consumers, loss_ancestors, outside_values)
     if reentry is not None or (loss_made_outside and sinks):

@@ -66,6 +66,15 @@ def _graph_source(op) -> SourceLine | None:
     return None
 
 
+def _integer_outputs(output_ids, dtypes) -> frozenset[int]:
+    """The ids of the outputs of an integer or boolean dtype (they carry no gradient)."""
+    return frozenset(
+        output
+        for output, dtype in zip(output_ids, dtypes, strict=False)
+        if dtype.is_integer or dtype.is_bool
+    )
+
+
 def _static_shape(tensor) -> tuple[int | None, ...] | None:
     """A graph tensor's static shape (None where its rank is unknown)."""
     shape = tensor.shape
@@ -89,6 +98,9 @@ def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
                 recorded=recorded,
                 structural=op.type in SHAPE_OPS,
                 output_shapes=tuple(_static_shape(t) for t in op.outputs),
+                integer_outputs=_integer_outputs(
+                    [id(t) for t in op.outputs], [t.dtype for t in op.outputs]
+                ),
             )
         )
     captured = {id(external): internal for external, internal in graph.captures}
@@ -120,6 +132,9 @@ def breaks_in_replay(result: ReplayResult, variables, call: StepCall | None) -> 
             recorded=start is None or end is None or start <= event.index < end,
             structural=event.op_type in SHAPE_OPS,
             output_shapes=tuple(s.shape for s in event.outputs),
+            integer_outputs=_integer_outputs(
+                event.output_ids, [tf.as_dtype(s.dtype) for s in event.outputs]
+            ),
         )
         for event in result.events
         if event.phase == "forward"

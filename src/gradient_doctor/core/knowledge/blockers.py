@@ -44,10 +44,10 @@ class Blocker:
 BLOCKERS: tuple[Blocker, ...] = (
     Blocker(
         "index",
-        frozenset({"ArgMax", "ArgMin"}),
-        "{op} picks an index: a small change of the logits does not change it, so it has "
-        "no gradient and every variable before it gets None.",
-        ("argmax", "argmin"),
+        frozenset({"ArgMax", "ArgMin", "TopKV2"}),
+        "{op} picks an index: a small change of the logits does not change it, so the "
+        "index has no gradient and every variable before it gets None.",
+        ("argmax", "argmin", "top_k"),
         discrete_remedies.argmax_fixes,
     ),
     Blocker(

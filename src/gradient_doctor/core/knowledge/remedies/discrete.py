@@ -224,7 +224,9 @@ def comparison_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
 def _chosen(code: str, call: Call | None, keyword: str, sampled: bool) -> TokenChoice:
     """The names of an argmax or sampling line, e.g. `tokens = tf.argmax(logits, axis=-1)`."""
     logits = call.argument(0, keyword) if call is not None else None
-    axis = call.argument(1, "axis") if call is not None and not sampled else None
+    # top_k's second argument is k: it always chooses over the last axis.
+    axis = call.argument(1, "axis") if call is not None and call.name != "top_k" else None
+    axis = None if sampled else axis
     prelude: tuple[str, ...] = ()
     if logits is None:
         logits, prelude = "logits", ("# logits: the scores the tokens are chosen from",)
