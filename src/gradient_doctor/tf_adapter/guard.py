@@ -44,8 +44,8 @@ class StepStats:
 class _Update:
     """One optimizer update the guard is guarding, as `apply` received it."""
 
-    apply: Callable[[], object]  # runs the optimizer's own update
-    original_apply: Callable
+    apply: Callable[[], object] | None  # runs the optimizer's own update
+    original_apply: Callable | None
     optimizer: object
     grads: list
     trainable_variables: list | None
@@ -59,11 +59,12 @@ class _Update:
 class _Check:
     """What `Guard._check` found: the tensors the later steps of `apply` reuse."""
 
-    squares: list  # each gradient's sum of squares, float32 scalars
+    squares: tf.Tensor  # each gradient's sum of squares, one float32 vector
     sum_of_squares: tf.Tensor
     finite: tf.Tensor  # loss and gradients finite (or an overflow the loss scale handles)
     loss: tf.Tensor  # the step's loss, a float32 scalar (scaled, as the step computed it)
     scale: tf.Tensor | None  # the loss scale, None when unscaled
+    before: tf.Tensor  # the statistics vector before this update
     latch_open: tf.Tensor
 
 
@@ -100,6 +101,8 @@ class Guard:
         self._probed: dict[int, set[str]] = {}
         self._sites: dict[tuple[str, ...], tf.Variable] = {}
         self.headroom_sites: list[tuple[list[Probe], tf.Variable]] = []
+        # Eagerly: per (optimizer, variables, loss known), the compiled check and record.
+        self._compiled: dict[tuple, Callable] = {}
 
     def _variable(self) -> tf.Variable:
         if self._stats is None:
@@ -165,6 +168,9 @@ class Guard:
            (headroom) and the per-layer statistics (full mode).
         5. `_record`: the zero streaks and the statistics vector read back per step.
 
+        Run eagerly (an inline loop), steps 2 and 5 are one compiled call
+        (`_check_and_record_compiled`): one call instead of about 50 eager ops.
+
         With dynamic loss scaling, non-finite gradients are let through to the
         optimizer (it skips the update and lowers the scale itself) until the scale
         has collapsed; the loss and gradient norm are recorded unscaled.
@@ -174,8 +180,12 @@ class Guard:
         update, result = self._prepare(original_apply, optimizer, grads, trainable_variables)
         if update is None:
             return result
+        if tf.executing_eagerly() and not replicas.must_cross_replicas():
+            finite, latch_open = self._check_and_record_compiled(update)
+            self._update_or_skip(update, finite, latch_open)
+            return None
         check = self._check(update)
-        ok, failed_replica = self._update_or_skip(update, check)
+        ok, failed_replica = self._update_or_skip(update, check.finite, check.latch_open)
         self._measure(update, check)
         self._record(update, check, ok, failed_replica)
         return None
@@ -226,26 +236,74 @@ class Guard:
     def _check(self, update: _Update) -> _Check:
         """Whether the update may run: its loss and gradients finite, the latch open.
 
-        Adds one fused pass per gradient (`l2_loss`, no temporary tensor), their sum,
-        and the finite tests. A non-finite gradient makes the sum non-finite; so do
+        Adds one fused pass per gradient (`l2_loss`, no temporary tensor) into one
+        vector of sums of squares, its sum, the finite tests, and one read of the
+        statistics variable. A non-finite gradient makes the sum non-finite; so do
         finite gradients whose squares overflow float32, which Adam's second moment
         (and clipping by the norm) would turn into inf or NaN weights: both are skipped.
         """
-        squares = [
-            2.0 * tf.nn.l2_loss(g if g.dtype == tf.float32 else tf.cast(g, tf.float32))
-            for g, _ in update.float_pairs
-        ]
-        sum_of_squares = tf.add_n(squares)
+        halves = tf.stack(
+            [
+                tf.nn.l2_loss(g if g.dtype == tf.float32 else tf.cast(g, tf.float32))
+                for g, _ in update.float_pairs
+            ]
+        )
+        squares = 2.0 * halves  # exact: l2_loss is half the sum of squares
+        sum_of_squares = tf.reduce_sum(squares)
         grads_finite = tf.math.is_finite(sum_of_squares)
         loss = _scalar_loss(update.loss)
-        stats = self._variable()
+        before = self._variable().read_value()
         scale = loss_scale.scale_tensor(update.optimizer)  # read before the update changes it
         if loss_scale.is_dynamic(update.optimizer) and scale is not None:
             grads_finite = loss_scale.handles(grads_finite, scale)
         finite = tf.logical_and(grads_finite, tf.math.is_finite(loss))
-        return _Check(squares, sum_of_squares, finite, loss, scale, stats[_TRIPPED] <= 0)
+        return _Check(squares, sum_of_squares, finite, loss, scale, before, before[_TRIPPED] <= 0)
 
-    def _update_or_skip(self, update: _Update, check: _Check) -> tuple[tf.Tensor, tf.Tensor]:
+    def _check_and_record_compiled(self, update: _Update) -> tuple[tf.Tensor, tf.Tensor]:
+        """Eagerly: `_check` and `_record` as one `tf.function` call; (finite, latch open).
+
+        Each op of an eager step costs its own dispatch (about 50 for the guard's check
+        and statistics), so they are traced once per optimizer and variable list, with
+        the verdict `_record` writes known before the update (the update itself stays
+        the optimizer's own eager code, so the weights are bit-identical).
+        """
+        variables = [v for _, v in update.float_pairs]
+        loss = update.loss
+        if not isinstance(loss, tf.Tensor | tf.Variable) or not loss.dtype.is_floating:
+            loss = None  # recorded as 0, as `_scalar_loss` does
+        key = (id(update.optimizer), tuple(id(v) for v in variables), loss is None)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            optimizer = update.optimizer
+
+            def check_and_record(grads, loss, index):
+                traced = _Update(  # the update itself is not traced: its steps only
+                    apply=None,
+                    original_apply=None,
+                    optimizer=optimizer,
+                    grads=list(grads),
+                    trainable_variables=None,
+                    variables=variables,
+                    float_pairs=list(zip(grads, variables, strict=True)),
+                    loss=loss,
+                    scope=step_context.StepScope(step_index=index),
+                )
+                check = self._check(traced)
+                ok = tf.logical_and(check.finite, check.latch_open)
+                self._record(traced, check, ok, tf.constant(-1.0))
+                return check.finite, check.latch_open
+
+            # Sparse gradients' values change their row count: one trace serves all.
+            compiled = self._compiled[key] = tf.function(check_and_record, reduce_retracing=True)
+        scope = update.scope
+        index = -1.0  # a Python number is part of the trace: no op per call
+        if scope is not None and scope.step_index is not None:
+            index = tf.cast(scope.step_index, tf.float32)
+        return compiled(tuple(g for g, _ in update.float_pairs), loss, index)
+
+    def _update_or_skip(
+        self, update: _Update, finite: tf.Tensor, latch_open: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Run the update when the check passed, else keep the failing batch.
 
         Adds the `cond` (or, with per-layer statistics under XLA on a CPU, a three-way
@@ -256,14 +314,14 @@ class Guard:
         Returns:
             (whether the update ran, the first replica that was not finite or -1).
         """
-        skip = self._skip_branch(update)
+        skip = self._skip_branch(update, latch_open)
         if not replicas.must_cross_replicas():
-            ok = tf.logical_and(check.finite, check.latch_open)
+            ok = tf.logical_and(finite, latch_open)
             ok = self._update_if(ok, update.optimizer, update.float_pairs, update.apply, skip)
             return ok, tf.constant(-1.0)
         self.replicas = replicas.replica_count()
         self.layout = replicas.layout()
-        tf.cond(check.finite, lambda: tf.constant(False), skip)
+        tf.cond(finite, lambda: tf.constant(False), skip)
         stats = self._variable()
 
         def update_in_replica(grads, trainable_variables):
@@ -274,13 +332,13 @@ class Guard:
             )
 
         return replicas.update_if_all_finite(
-            check.finite,
+            finite,
             lambda: stats[_TRIPPED] <= 0,
             update_in_replica,
             (update.grads, update.trainable_variables),
         )
 
-    def _skip_branch(self, update: _Update):
+    def _skip_branch(self, update: _Update, latch_open: tf.Tensor):
         """The branch taken instead of the update: keeps the first failing batch.
 
         Adds nothing on the happy path; on the first failing step, copies the batch
@@ -294,7 +352,6 @@ class Guard:
             drawn = random_draws.drawing_ops(tf.compat.v1.get_default_graph())
         if scope is None or (scope.stash is None and not drawn):
             return lambda: tf.constant(False)
-        stats = self._variable()
 
         def keep_batch():
             kept = [] if scope.stash is None else scope.stash.assign_ops(scope.batch)
@@ -303,7 +360,7 @@ class Guard:
             with tf.control_dependencies(kept):
                 return tf.constant(False)
 
-        return lambda: tf.cond(stats[_TRIPPED] <= 0, keep_batch, lambda: tf.constant(False))
+        return lambda: tf.cond(latch_open, keep_batch, lambda: tf.constant(False))
 
     def _measure(self, update: _Update, check: _Check) -> None:
         """While tracing: the risky ops' headroom and the per-layer statistics.
@@ -334,18 +391,18 @@ class Guard:
         (unscaled), the longest zero streak, the step that tripped, and the counts
         of skipped and asked-for updates.
         """
-        stats = self._variable()
         zero_streak = self.zero_streaks.update([v for _, v in update.float_pairs], check.squares)
         # Which step tripped, for steps run several per call (steps_per_execution).
         scope = update.scope
         index = -1.0 if scope is None or scope.step_index is None else scope.step_index
-        newly_tripped = tf.logical_and(tf.logical_not(ok), stats[_TRIPPED] <= 0)
-        trip_at = tf.where(newly_tripped, tf.cast(index, tf.float32), stats[_TRIP_AT])
-        skipped = stats[_SKIPPED] + 1.0 - tf.cast(ok, tf.float32)
+        before = check.before
+        newly_tripped = tf.logical_and(tf.logical_not(ok), check.latch_open)
+        trip_at = tf.where(newly_tripped, tf.cast(index, tf.float32), before[_TRIP_AT])
+        skipped = before[_SKIPPED] + 1.0 - tf.cast(ok, tf.float32)
         norm, loss = tf.sqrt(check.sum_of_squares), check.loss
         if check.scale is not None:  # the user's loss and gradients, not the scaled ones
             norm, loss = norm / check.scale, loss / check.scale
-        stats.assign(
+        self._variable().assign(
             tf.stack(
                 [
                     1.0 - tf.cast(ok, tf.float32),
@@ -356,7 +413,7 @@ class Guard:
                     tf.constant(1.0 if compiled_with_xla() else 0.0),
                     failed_replica,
                     skipped,
-                    stats[_UPDATES] + 1.0,
+                    before[_UPDATES] + 1.0,
                 ]
             )
         )

@@ -81,7 +81,7 @@ class LayerStats:
         Args:
             graph: the graph of the step being traced.
             variables: the variables updated, in the order of `squares`.
-            squares: float32 scalar tensors, the sum of squares of each gradient.
+            squares: float32 vector, the sum of squares of each gradient.
             sparse: ids of the variables whose gradient is sparse (`IndexedSlices`,
                 an embedding's): their weight norm is not measured, since reading a
                 whole table that is updated sparsely makes TensorFlow copy it.
@@ -90,11 +90,11 @@ class LayerStats:
         if not variables or (id(graph), names) in self._measured:
             return
         self._measured.add((id(graph), names))
-        grad_sums: dict[str, list] = {}
+        grad_sums: dict[str, list[int]] = {}  # layer -> positions of its variables
         weights: dict[str, list] = {}
-        for variable, square in zip(variables, squares):
+        for position, variable in enumerate(variables):
             layer = layer_of(variable)
-            grad_sums.setdefault(layer, []).append(square)
+            grad_sums.setdefault(layer, []).append(position)
             if id(variable) not in sparse:
                 weights.setdefault(layer, []).append(variable)
         activations = {}
@@ -110,7 +110,14 @@ class LayerStats:
             return
         # Every step: the layers' gradient norms (from sums the guard made anyway) into
         # the ring, so trends are seen step by step though read every `every` steps.
-        norms = tf.stack([tf.sqrt(tf.add_n(grad_sums[layer])) for layer in site.grad_layers])
+        # One segment sum over the vector of squares, not one sum per layer.
+        segments = [0] * len(variables)
+        for index, layer in enumerate(site.grad_layers):
+            for position in grad_sums[layer]:
+                segments[position] = index
+        norms = tf.sqrt(
+            tf.math.unsorted_segment_sum(squares, segments, num_segments=len(site.grad_layers))
+        )
         # A row mask, not a sliced assign: XLA would compile a sliced assign at a moving
         # index again on every step. (`where`, not a product: a row holding inf stays
         # replaceable.)

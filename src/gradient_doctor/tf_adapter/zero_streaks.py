@@ -17,8 +17,13 @@ class ZeroStreaks:
     def __init__(self) -> None:
         self._streaks: dict[tuple, tuple[tf.Variable, list]] = {}
 
-    def update(self, variables: list, squares: list) -> tf.Tensor:
-        """Advance the streaks of `variables`; returns the longest streak (0 if not kept)."""
+    def update(self, variables: list, squares: tf.Tensor) -> tf.Tensor:
+        """Advance the streaks of `variables`; returns the longest streak (0 if not kept).
+
+        Args:
+            variables: the variables updated, in the order of `squares`.
+            squares: float32 vector, each gradient's sum of squares.
+        """
         key = tuple(id(v) for v in variables)
         if key not in self._streaks:
             try:
@@ -30,7 +35,7 @@ class ZeroStreaks:
                 return tf.constant(0.0)
             self._streaks[key] = (counter, list(variables))
         counter, _ = self._streaks[key]
-        zero = tf.equal(tf.stack(squares), 0.0)
+        zero = tf.equal(squares, 0.0)
         streaks = tf.where(zero, counter + 1, tf.zeros_like(counter))
         counter.assign(streaks)
         return tf.cast(tf.reduce_max(streaks), tf.float32)
