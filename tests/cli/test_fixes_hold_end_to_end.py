@@ -126,6 +126,43 @@ def test_two_logs_on_one_line_the_patch_guards_the_one_that_went_inf(doctor_run)
     ],
 )
 def test_fix_writes_a_patch_that_held_for_each_story(script, tmp_path):
+    _fixed(script, tmp_path)
+
+
+def test_fix_on_the_argmax_gan_writes_a_surrogate_loss_that_held(tmp_path):
+    # No trial inside the run can try a new loss term (the step fails while it is
+    # traced), so `fix` reruns the unchanged copy (it must fail again) and the patched
+    # one, which must train with every generator variable given a gradient.
+    script = "examples/story4_text_gan_argmax.py"
+    stderr, patch = _fixed(script, tmp_path)
+    assert "the unchanged copy, run from the start, found disconnected_gradients" in stderr
+    assert "reinforce: the patched copy of your files trained 32 steps" in stderr
+    added = [line[1:].strip() for line in patch.splitlines() if line.startswith("+ ")]
+    assert added[-1] == "gen_loss += surrogate - tf.stop_gradient(surrogate)"
+    assert "labels=generated_text, logits=gen_logits" in added
+
+
+def test_a_policys_argmax_gets_a_surrogate_that_trains_healthy_applied_by_hand(
+    doctor_run, tmp_path
+):
+    # An eager custom loop, a subclassed policy, argmax over axis 1 (its input's last):
+    # the patch names the loop's own `loss`, `actions` and `action_scores`.
+    script = "tests/scripts/policy_argmax_eager_loop.py"
+    problem = doctor_run(script).problem
+    assert problem["disconnected"]["break"]["op"] == "ArgMax"
+    surrogate = next(fix for fix in problem["fixes"] if fix["family"] == "reinforce")
+    assert surrogate["verified"] is None and surrogate["evidence"] is None  # proved by rerun
+    assert "+            loss += surrogate - tf.stop_gradient(surrogate)" in surrogate["patch"]
+    copy = _copy_of(script, tmp_path)
+    _apply(surrogate["patch"], copy)
+    rerun = _run(script, copy, tmp_path)
+    assert rerun["status"] == "healthy", rerun["problems"]
+    assert rerun["steps_watched"] == 12
+
+
+def _fixed(script: str, tmp_path: Path) -> tuple[str, str]:
+    """Run `gradient-doctor fix` on a copy of the script's folder; apply the patch it
+    wrote with `patch -p1`. Returns its stderr and the patch."""
     copy = _copy_of(script, tmp_path)
     done = subprocess.run(
         [*doctor_command(), "fix", "--trial-steps", "50", script],
@@ -141,6 +178,7 @@ def test_fix_writes_a_patch_that_held_for_each_story(script, tmp_path):
     _apply(patch, copy)
     assert (copy / script).read_text() != original  # applied to the copy, never the original
     assert (ROOT / script).read_text() == original
+    return done.stderr, patch
 
 
 def test_a_patch_of_module_level_code_is_proved_by_the_rerun_against_the_unchanged_one(doctor_run):
