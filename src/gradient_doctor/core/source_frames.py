@@ -1,0 +1,119 @@
+"""Find the user's own frame in a Python stack, skipping library and doctor frames."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from functools import lru_cache
+from types import FrameType
+
+from gradient_doctor.core.findings import SourceLine
+
+_DOCTOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.abspath(p)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
+)
+# Files TensorFlow writes for converted functions, and other non-files.
+_GENERATED_MARKERS = ("__autograph_generated_file", "<frozen", "<string>", "<__array_function")
+
+
+def is_doctor_file(filename: str) -> bool:
+    """True for the doctor's own modules."""
+    return os.path.abspath(filename).startswith(_DOCTOR_DIR + os.sep)
+
+
+@lru_cache(maxsize=4096)
+def is_user_file(filename: str) -> bool:
+    """True when `filename` is the user's code: not the stdlib, a package, or the doctor."""
+    if any(marker in filename for marker in _GENERATED_MARKERS):
+        return False
+    if is_doctor_file(filename):
+        return False
+    path = os.path.abspath(filename)
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    return not any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS)
+
+
+def display_path(filename: str) -> str:
+    """The path relative to the working directory where possible, as a user would type it."""
+    return _display_path(filename, os.getcwd())
+
+
+@lru_cache(maxsize=4096)
+def _display_path(filename: str, cwd: str) -> str:
+    # Cached: an eager step's trace asks once per op (os.path.relpath is slow).
+    try:
+        relative = os.path.relpath(filename, cwd)
+    except ValueError:
+        return filename
+    return filename if relative.startswith(".." + os.sep) else relative
+
+
+def user_line(
+    frame: FrameType | None = None, is_user: Callable[[str], bool] | None = None
+) -> SourceLine | None:
+    """The innermost user frame of the current stack (or of `frame` and its callers).
+
+    Args:
+        frame: where to start; None: the caller's frame.
+        is_user: the adapter's source-frame filter; None: `is_user_file`.
+    """
+    frame = frame if frame is not None else sys._getframe(1)
+    is_user = is_user or is_user_file
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if is_user(filename):
+            lineno = frame.f_lineno
+            raw = linecache.getline(filename, lineno)
+            code = raw.strip()
+            span = _expression_span(frame, lineno, len(raw) - len(raw.lstrip()), len(code))
+            return SourceLine(display_path(filename), lineno, code, *span)
+        frame = frame.f_back
+    return None
+
+
+def _expression_span(
+    frame: FrameType, lineno: int, indent: int, length: int
+) -> tuple[int | None, int | None]:
+    """Where on its line the frame's current expression is, as offsets into the stripped
+    line: the call or operator that is running (Python 3.11+ records instruction positions).
+
+    (None, None) when the positions are unknown or the expression spans several lines.
+    """
+    positions = _positions(frame.f_code)
+    index = frame.f_lasti // 2
+    if positions is None or not 0 <= index < len(positions):
+        return None, None
+    start_line, end_line, start, end = positions[index]
+    if start_line != lineno or end_line != lineno or start is None or end is None:
+        return None, None
+    start, end = start - indent, end - indent
+    if not 0 <= start < end <= length:
+        return None, None
+    return start, end
+
+
+@lru_cache(maxsize=256)
+def _positions(code) -> tuple | None:
+    # Cached per code object: walking them to an instruction costs as much as the
+    # code is long, and an eager step's trace asks once per op.
+    positions = getattr(code, "co_positions", None)
+    return None if positions is None else tuple(positions())
+
+
+def user_frame(frame: FrameType | None = None) -> FrameType | None:
+    """The innermost user frame object, for callers that need its locals."""
+    frame = frame if frame is not None else sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
