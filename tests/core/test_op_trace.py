@@ -93,3 +93,15 @@ def test_the_op_where_values_first_grew_past_a_threshold_is_found():
     assert where_values_grew(events, events[3], 1e6).index == 1
     # Data that arrives huge did not grow anywhere in the step.
     assert where_values_grew(events[2:], events[3], 10.0) is None
+
+
+def test_the_walk_to_where_values_grew_ends_at_an_op_that_wrote_its_own_input():
+    def stats(largest):
+        return TensorStats("float32", (4,), -largest, largest, nan=0, inf=0, zeros=0, size=4)
+
+    events = [
+        event(0, "MatMul", [(1, stats(3.0)), (2, stats(1.0))], [(3, stats(4e7))]),
+        event(1, "Relu", [(3, stats(4e7))], [(3, stats(4e7))]),  # in place: same id out
+        event(2, "Square", [(3, stats(4e7))], [(6, INF)]),
+    ]
+    assert where_values_grew(events, events[2], 1e6) is None

@@ -46,17 +46,15 @@ def watched_run(
     interrupts = RunInterrupts(runpy.run_path.__code__)
     with interrupts:  # from before TensorFlow loads: a signal then still ends with a report
         from gradient_doctor.cli.report_outputs import write_outputs
+        from gradient_doctor.core.pipeline import Session
         from gradient_doctor.render.progress import ProgressLine
         from gradient_doctor.render.terminal import render_report
         from gradient_doctor.tf_adapter.crash_dump import CrashDump
-        from gradient_doctor.tf_adapter.run_patches import RunPatches
-        from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
+        from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher
 
         crash_dump = CrashDump(dump_dir, script) if dump_dir else None
-        watcher = Watcher(
+        watcher = make_watcher(
             stop_on_problem=not keep_going,
-            on_finding=print_finding,
-            on_warning=print_warning,
             trial_steps=trial_steps,
             layer_stats=layer_stats,
             on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
@@ -65,10 +63,9 @@ def watched_run(
         )
         # A signal stops the script, never the diagnosis of a step.
         interrupts.protect(
-            Watcher.after_step, Watcher.on_missing_gradients, Watcher._record, Watcher.finish
+            Watcher.after_step, Watcher.on_missing_gradients, Session.record, Watcher.finish
         )
-        patches = RunPatches(watcher)
-        patches.install()
+        watcher.install()
         outcome = ScriptOutcome()
         started = time.monotonic()
         try:
@@ -76,7 +73,7 @@ def watched_run(
             watcher.finish()
         finally:
             interrupts.reporting()
-            patches.uninstall()
+            watcher.uninstall()
         signum = outcome.interrupted or interrupts.signum
         report = watcher.report(script, outcome.error)
         if signum is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
@@ -57,6 +58,7 @@ def place_fixes(
     root: str = ".",
     sites: FixSites | None = None,
     history: StepHistory | None = None,
+    user_file: Callable[[str], bool] | None = None,
 ) -> Finding:
     """The finding with `edits` and `patch` set on each fix that can be written as a patch.
 
@@ -67,8 +69,18 @@ def place_fixes(
         sites: where the other fixes go (the optimizer's line, the layers' lines);
             None when unknown.
         history: the recent steps (the clipping threshold is their median norm).
+        user_file: says whether a file is the user's (the adapter's source-frame
+            filter); a fix that would patch any other file keeps no patch. None
+            takes every file as the user's.
     """
     sites = sites or FixSites()
+
+    def users(fix: Fix | None) -> Fix | None:
+        if fix is None or user_file is None:
+            return fix
+        mine = all(user_file(os.path.join(root, edit.file)) for edit in fix.edits)
+        return fix if mine else None
+
     source = finding.origin.source if finding.origin is not None else None
     origin_lines = read_lines(os.path.join(root, source.file)) if source is not None else None
     fixes = []
@@ -85,11 +97,12 @@ def place_fixes(
             placed = _data_fix(fix, sites.fit, root)
         elif fix.family == "reinforce" and sites.path_break is not None:
             placed = _surrogate_fix(fix, sites.path_break, root)
-        fixes.append(placed or fix)
+        fixes.append(users(placed) or fix)
     optimizer = sites.optimizer
     not_fixes = tuple(
         dataclasses.replace(
-            item, fix=_optimizer_fix(_as_fix(item.remedy, optimizer), optimizer, root, history)
+            item,
+            fix=users(_optimizer_fix(_as_fix(item.remedy, optimizer), optimizer, root, history)),
         )
         if item.remedy in _TRIED_NOT_FIXES and optimizer is not None and item.fix is None
         else item

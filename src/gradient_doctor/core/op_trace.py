@@ -149,6 +149,8 @@ def where_values_grew(
         producer = producers.get(tensor)
         if producer is None:
             return None if magnitude > threshold else crossing
+        if producer.index >= current.index:  # an op that wrote its own input: no further back
+            return crossing
         if magnitude > threshold and _largest_input(producer) <= threshold:
             crossing = producer
         current = producer

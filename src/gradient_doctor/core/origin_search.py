@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Origin, TensorStats
+from gradient_doctor.core.op_trace import (
+    OpEvent,
+    feeding_op_types,
+    largest_output,
+    nearest_weight_layer,
+    weights_upstream,
+    where_values_grew,
+)
 
 # Ops that pick values from one of two branches: a non-finite value in the branch
 # not taken does not reach their output, but still poisons the gradient.
@@ -117,3 +127,109 @@ def _feeds_select_while_nonfinite(events: list[OpEvent], forward_op: OpEvent) ->
             return True
         frontier.update(i for i, s in zip(event.output_ids, event.outputs) if not s.finite)
     return False
+
+
+@dataclass(frozen=True)
+class TracedOrigin:
+    """What a step's op trace says about where its non-finite values began.
+
+    Attributes:
+        event: the op the evidence names: the origin, or, when no op of the step made
+            the non-finite values and the step's batch did not hold them, the first op
+            that read one (a constant, or a tensor made before the step); else None.
+        foreign: `event` is that first reader.
+        evidence: the evidence the trace alone gives (the origin, its phase, the forward
+            op of a backward origin, and for a forward origin what fed it); the adapter
+            adds what only it can read (the batch, the history, its own state).
+    """
+
+    event: OpEvent | None
+    foreign: bool
+    evidence: Evidence
+
+
+# Activations past this magnitude have left any sane range: where they first crossed
+# it is where a forward overflow began, even when a later op wrote the inf.
+HUGE = 1e6
+
+
+def trace_evidence(
+    events: Sequence[OpEvent],
+    bad_ids: Sequence[int],
+    step: int | None,
+    data_ids: frozenset[int] = frozenset(),
+    weight_reads: frozenset[str] = frozenset(),
+    stats: Mapping[int, TensorStats | None] | None = None,
+    input_values: Callable[[OpEvent], tuple[tuple[float, ...], ...]] | None = None,
+) -> TracedOrigin:
+    """Walk a replayed step's trace back to its origin: the evidence for the knowledge base.
+
+    Every adapter's replay ends here, so the same trace names the same op whatever
+    framework recorded it.
+
+    Args:
+        events: the step's ops, in execution order.
+        bad_ids: the non-finite tensors that matter (the loss, the gradients).
+        step: 0-based index of the failing step.
+        data_ids: ids of the tensors the step was called with (its batch).
+        weight_reads: the op types that read a variable's value into the step.
+        stats: the summary of each tensor id (for the scalars upstream of the origin);
+            None: only what the events say.
+        input_values: a few values of each input of an event, for the report; None
+            takes the event's own `input_values`.
+    """
+    search = find_origin(list(events), list(bad_ids))
+    event = search.origin
+    foreign = (
+        event is None
+        and search.first_reader is not None
+        and not set(search.unproduced_ids) & data_ids
+    )
+    if foreign:
+        event = search.first_reader
+    forward = search.forward_op
+    evidence = Evidence(
+        step=step,
+        phase=event.phase if event is not None else None,
+        origin=_origin(event, input_values) if event is not None else None,
+        forward_outputs=forward.outputs if forward is not None else (),
+        masked_by_select=search.masked_by_select,
+        nonfinite_constant=foreign,
+        **_upstream_facts(events, event, data_ids, weight_reads, stats or {}),
+    )
+    return TracedOrigin(event, foreign, evidence)
+
+
+def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stats) -> dict:
+    """What the trace says about what fed a forward origin: the `Evidence` fields
+    `feeding_ops`, `weights_layer`, `weights_upstream` and `growth`."""
+    if origin is None or origin.phase != "forward":
+        return {}
+    return {
+        "feeding_ops": feeding_op_types(events, origin),
+        "weights_layer": nearest_weight_layer(events, origin, weight_reads),
+        "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats),
+        "growth": _growth(events, origin),
+    }
+
+
+def _growth(events, origin: OpEvent) -> tuple[str | None, str, float] | None:
+    """Where the values a forward origin overflowed on first grew past `HUGE`."""
+    grew = where_values_grew(events, origin, HUGE)
+    if grew is None or grew.index == origin.index:
+        return None
+    return (grew.layer, grew.op_type, largest_output(grew))
+
+
+def _origin(event: OpEvent, input_values) -> Origin:
+    return Origin(
+        op=event.op_type,
+        op_name=event.op_name,
+        layer=event.layer,
+        source=event.source,
+        source_kind=event.source_kind,
+        gradient_of=event.gradient_of,
+        inputs=event.inputs,
+        outputs=event.outputs,
+        input_values=input_values(event) if input_values is not None else event.input_values,
+    )

@@ -6,10 +6,10 @@ import warnings
 
 import keras
 
+from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
 from gradient_doctor.core.report import Report
-from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS
 from gradient_doctor.tf_adapter.model_hooks import ModelHook, attach
-from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
+from gradient_doctor.tf_adapter.watcher import make_watcher
 
 
 class Doctor(keras.callbacks.Callback):
@@ -56,13 +56,7 @@ class Doctor(keras.callbacks.Callback):
         # Given a session's watcher (`gradient-doctor run`), the hooks stay on the model
         # between fits, so a script that calls fit once per epoch traces its step once.
         self._persistent = watcher is not None
-        self.watcher = watcher or Watcher(
-            stop_on_problem,
-            print_finding if verbose else None,
-            on_warning=print_warning if verbose else None,
-            trial_steps=trial_steps,
-            layer_stats=layer_stats,
-        )
+        self.watcher = watcher or make_watcher(stop_on_problem, verbose, trial_steps, layer_stats)
         self._hook: ModelHook | None = None
         self._variables_checked = False
 

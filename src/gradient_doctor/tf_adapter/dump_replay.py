@@ -19,10 +19,10 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 from tensorflow.core.framework import graph_pb2
 
-from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.evidence import StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding, SourceLine, TensorStats
-from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.core.pipeline import diagnosed
 from gradient_doctor.tf_adapter import input_scan
 from gradient_doctor.tf_adapter.dump_format import STEP, DumpError, decode_array, read_dump
 from gradient_doctor.tf_adapter.localize import evidence_from_replay
@@ -104,7 +104,7 @@ def replay_dump(directory: str | os.PathLike[str]) -> DumpReplay:
         _restore(TrainingSetup, context.get("setup")),
         data_ids,
     )
-    return DumpReplay(manifest, _finding(evidence), result.reproduced)
+    return DumpReplay(manifest, diagnosed(evidence), result.reproduced)
 
 
 def _arrays(entries: list[dict], arrays: dict[str, np.ndarray], bound_only=False) -> dict:
@@ -178,10 +178,6 @@ def _restore(cls, values: dict | None):
         if key in known
     }
     return cls(**kwargs)
-
-
-def _finding(evidence: Evidence) -> Finding:
-    return diagnose(evidence).finding(evidence)
 
 
 def _unreadable(folder, why: str) -> str:

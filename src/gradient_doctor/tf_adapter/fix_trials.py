@@ -1,4 +1,4 @@
-"""Try the proposed fixes: run the failing step again, from the last good state, with each one.
+"""Run fix trials in TensorFlow: the failing step again, from a saved good state, with a remedy.
 
 When the guard trips, the update is skipped, so the model's variables still hold
 the last good state. Each trial traces the user's step afresh as a `tf.function`
@@ -18,8 +18,6 @@ import contextlib
 import dataclasses
 import io
 import itertools
-import math
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -28,114 +26,78 @@ import tensorflow as tf
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
-from gradient_doctor.core.fix_trials import TrialOutcome, judge
-from gradient_doctor.core.trial_start import TrialStart, trial_start, trouble_began
-from gradient_doctor.tf_adapter.patched_source import (
-    PatchedSource,
-)
+from gradient_doctor.core.fix_trials import TrialOutcome
+from gradient_doctor.core.trial_start import TrialStart
+from gradient_doctor.tf_adapter.patched_source import PatchedSource
 from gradient_doctor.tf_adapter.snapshots import Snapshot, SnapshotRing
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.trial_plans import NotTried, TrialPlan, trial_plans
 
-# Steps each trial runs unless told otherwise.
-DEFAULT_TRIAL_STEPS = 200
 
+class TensorFlowTrials:
+    """The trials of one finding's fixes in TensorFlow (the adapter's `FixTrials`).
 
-def try_fixes(
-    finding: Finding,
-    evidence: Evidence,
-    call: StepCall | None,
-    optimizer,
-    guard,
-    steps: int = DEFAULT_TRIAL_STEPS,
-    more_batches=None,
-    announce=None,
-    snapshots: SnapshotRing | None = None,
-    first_warning: int | None = None,
-    optimizer_variables=(),
-    fit_call=None,
-) -> Finding:
-    """The finding with its fixes (and not-fixes) tried, each from the state it needs.
+    The core decides where each trial starts and judges it (`core/pipeline/trials.py`);
+    this puts each remedy in place (`trial_plans`), and runs the step traced afresh
+    from the last good state or a snapshot (`LastGoodState`).
 
-    A fix that rewrites the op's line is tried from the last good state; a remedy
-    that acts on the updates from a saved state from before the trouble began, and
-    one that acts from the start from the first saved state (`core/trial_start.py`).
-    A trial from step S runs through the failing step and `steps` steps beyond
-    (`optimizer_variables` that a saved state does not hold, the slots an optimizer
-    makes at its first update, start at zero from it). It
-    runs the batches the run saw from S on where they were kept (a custom loop's),
-    else the failing batch, then batches from `more_batches()` (a fresh iterator over
-    `fit`'s training data, when it can be read again), else the failing batch again.
-    The unchanged step is run from each start too (the baseline), and a fix counts
-    only where its baseline failed. `announce(count, steps, step)` is told before
-    trials run.
-
-    Returns `finding` unchanged when nothing can be tried: trials are off
-    (`steps` 0), no non-finite origin was found, or the step cannot be traced
-    again (a plain eager step).
+    Args:
+        finding: the diagnosed problem, its fixes placed.
+        evidence: its evidence.
+        call: the failing step, which can be traced again.
+        optimizer: the optimizer of the failing update.
+        guard: the guard, read after each trial step.
+        more_batches: makes a fresh iterator over `fit`'s training data, or None.
+        snapshots: the run's snapshot ring, or None.
+        optimizer_variables: every optimizer's variables (the slots a snapshot taken
+            before the first update does not hold start at zero from it).
+        fit_call: the `fit` call being watched, or None.
     """
-    if steps <= 0 or call is None or call.traceable is None or finding.origin is None:
-        return finding
-    plans = trial_plans(finding, evidence, optimizer, fit_call)
-    if not plans:
-        return finding
-    if _distributed(optimizer):
-        reason = "the step runs under a tf.distribute strategy, where trials are not run yet"
-        untried = [TrialOutcome(p.remedy, p.setting, steps, 0, None, skipped=reason) for p in plans]
-        return judge(finding, TrialOutcome(None, "", steps, 0, None, skipped=reason), untried)
-    failing = finding.step or 0
-    saved = {failing: None, **({s.step: s for s in snapshots.saved()} if snapshots else {})}
-    began = trouble_began(evidence.history, failing, first_warning)
-    starts = {
-        plan.remedy: trial_start(plan.remedy, finding, began, sorted(saved)) for plan in plans
-    }
-    if announce is not None:
-        announce(len(plans), steps, finding.step)
-    try:
-        with LastGoodState(call, guard, more_batches, optimizer_variables) as runner:
-            baselines: dict[int | None, TrialOutcome] = {}
-            outcomes, done = [], {}
-            for plan in plans:
-                start = starts[plan.remedy]
-                if start is None:
-                    outcomes.append(
-                        TrialOutcome(plan.remedy, plan.setting, steps, 0, None, skipped=_TOO_LONG)
-                    )
-                    continue
-                source = TrialSource(start, saved.get(start.step), snapshots, failing, steps)
-                key = None if start.step == failing else start.step
-                if key not in baselines:
-                    baselines[key] = runner.run(None, source)
-                outcome = done.get((plan.replacement, key)) or runner.run(plan, source)
-                if plan.replacement is not None:
-                    done[(plan.replacement, key)] = outcome
-                outcomes.append(dataclasses.replace(outcome, remedy=plan.remedy))
-    except Exception as error:  # the trials are extra evidence: never end the user's run
-        warnings.warn(
-            f"gradient-doctor could not try the fixes ({type(error).__name__}: {error}); "
-            "they are reported untried.",
-            stacklevel=2,
-        )
-        return finding
-    if not baselines:
-        baselines[None] = TrialOutcome(None, "", steps, 0, None, skipped=_TOO_LONG)
-    return judge(finding, baselines, outcomes, _loss_before(evidence.history, began))
+
+    def __init__(
+        self,
+        finding: Finding,
+        evidence: Evidence,
+        call: StepCall,
+        optimizer,
+        guard,
+        more_batches=None,
+        snapshots: SnapshotRing | None = None,
+        optimizer_variables=(),
+        fit_call=None,
+    ) -> None:
+        self.plans = trial_plans(finding, evidence, optimizer, fit_call)
+        self.untried = _UNDER_STRATEGY if self.plans and _distributed(optimizer) else None
+        self.saved_steps = [s.step for s in snapshots.saved()] if snapshots is not None else []
+        self._call = call
+        self._guard = guard
+        self._more_batches = more_batches
+        self._snapshots = snapshots
+        self._optimizer_variables = optimizer_variables
+        self._state: LastGoodState | None = None
+
+    @contextmanager
+    def open(self) -> Iterator[TensorFlowTrials]:
+        """Save every variable the step touches; put them back at the end."""
+        with LastGoodState(
+            self._call, self._guard, self._more_batches, self._optimizer_variables
+        ) as state:
+            self._state = state
+            try:
+                yield self
+            finally:
+                self._state = None
+
+    def run(
+        self, plan: TrialPlan | None, start: TrialStart, failing: int, beyond: int
+    ) -> TrialOutcome:
+        """One trial from `start` (the snapshot kept there, else the last good state)."""
+        ring = self._snapshots
+        snapshot = ring.at(start.step) if ring is not None else None
+        return self._state.run(plan, TrialSource(start, snapshot, ring, failing, beyond))
 
 
-_TOO_LONG = (
-    "this remedy acts from the start of training, and the run failed too far from it to "
-    "run it all again here; `gradient-doctor fix` reruns the patched script"
-)
-
-
-def _loss_before(history, began: int) -> float | None:
-    """The median loss of the recorded steps before the trouble began, or None."""
-    losses = sorted(
-        loss
-        for step, loss in zip(history.steps, history.losses)
-        if step < began and loss is not None and math.isfinite(loss)
-    )
-    return losses[len(losses) // 2] if losses else None
+_UNDER_STRATEGY = "the step runs under a tf.distribute strategy, where trials are not run yet"
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,7 @@ from gradient_doctor.core.evidence import (
     TrainingSetup,
 )
 from gradient_doctor.core.findings import Origin
-from gradient_doctor.core.op_trace import (
-    OpEvent,
-    feeding_op_types,
-    largest_output,
-    nearest_weight_layer,
-    weights_upstream,
-    where_values_grew,
-)
-from gradient_doctor.core.origin_search import find_origin
+from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.tf_adapter import input_scan
 from gradient_doctor.tf_adapter.broken_state import broken_state
 from gradient_doctor.tf_adapter.creation_sites import (
@@ -90,7 +82,10 @@ def evidence_from_replay(
     """Walk a replayed step's trace back to its origin: the evidence for the knowledge base.
 
     Shared by the run's own replay and the replay of a crash dump, so both name the
-    same op from the same trace.
+    same op from the same trace. The walk is the core's (`trace_evidence`); what only
+    TensorFlow's tensors tell is added here: a variable that held non-finite values
+    before the step, the reduction that sums the origin's output, an update whose
+    finite gradients' norm overflowed.
 
     Args:
         result: the replayed step's trace and its non-finite results.
@@ -100,39 +95,28 @@ def evidence_from_replay(
         setup: optimizer settings.
         data_ids: ids of the tensors the step was called with (its batch).
     """
-    search = find_origin(result.events, result.bad_ids)
-    overflowed = None if result.reproduced else _overflowed_update(result)
-    origin_event = search.origin
-    # No op made the non-finite value, and it is not in the batch: a constant (a
-    # literal the dtype cannot hold) or a tensor made before the step. Its first
-    # reader is where it entered the step.
-    foreign = (
-        origin_event is None
-        and search.first_reader is not None
-        and not set(search.unproduced_ids) & data_ids
+    traced = trace_evidence(
+        result.events,
+        result.bad_ids,
+        step,
+        data_ids,
+        WEIGHT_READS,
+        result.stats,
+        input_values=lambda event: tuple(sample_values(result.tensors[i]) for i in event.input_ids),
     )
-    if foreign:
-        origin_event = search.first_reader
-    origin = _origin(origin_event, result) if origin_event is not None else None
+    event, origin = traced.event, traced.evidence.origin
+    overflowed = None if result.reproduced else _overflowed_update(result)
     broken = None
-    if origin_event is not None:
-        broken = broken_state(origin_event, result.tensors, WEIGHT_READS, foreign)
+    if event is not None:
+        broken = broken_state(event, result.tensors, WEIGHT_READS, traced.foreign)
         if broken is not None:
             origin = _state_origin(origin, broken)
     elif overflowed is not None:
         origin = overflowed[1]
-    forward = search.forward_op
-    reduction = (
-        find_reduction(result.events, origin_event, result.tensors)
-        if origin_event is not None
-        else None
-    )
-    return Evidence(
-        step=step,
-        phase=origin_event.phase if origin_event is not None else None,
+    reduction = find_reduction(result.events, event, result.tensors) if event is not None else None
+    return replace(
+        traced.evidence,
         origin=origin,
-        forward_outputs=forward.outputs if forward is not None else (),
-        masked_by_select=search.masked_by_select,
         bad_inputs=bad_inputs,
         history=history,
         setup=setup,
@@ -140,24 +124,9 @@ def evidence_from_replay(
         reduction_axis=reduction.axis if reduction is not None else None,
         reduction=reduction,
         overflowed_norm=overflowed[0] if overflowed is not None else None,
-        nonfinite_constant=foreign and broken is None,
+        nonfinite_constant=traced.foreign and broken is None,
         broken_state=broken,
-        **_upstream_facts(result, origin_event, data_ids),
     )
-
-
-def _upstream_facts(result: ReplayResult, origin: OpEvent | None, data_ids) -> dict:
-    """What the trace says about what fed a forward origin: the `Evidence` fields
-    `feeding_ops`, `weights_layer`, `weights_upstream` and `growth`."""
-    if origin is None or origin.phase != "forward":
-        return {}
-    events = result.events
-    return {
-        "feeding_ops": feeding_op_types(events, origin),
-        "weights_layer": nearest_weight_layer(events, origin, WEIGHT_READS),
-        "weights_upstream": weights_upstream(events, origin, WEIGHT_READS, data_ids, result.stats),
-        "growth": _growth(result, origin),
-    }
 
 
 # The ops that read a variable's value into the step.
@@ -219,31 +188,4 @@ def _state_origin(origin: Origin, state: BrokenState) -> Origin:
         source, kind = origin.source, origin.source_kind
     return replace(
         origin, source=source, source_kind=kind, variable=state.variables[0], layer=state.layer
-    )
-
-
-# Activations past this magnitude have left any sane range: where they first crossed
-# it is where a forward overflow began, even when a later op wrote the inf.
-_HUGE = 1e6
-
-
-def _growth(result: ReplayResult, origin: OpEvent) -> tuple[str | None, str, float] | None:
-    """Where the values a forward origin overflowed on first grew past `_HUGE`."""
-    grew = where_values_grew(result.events, origin, _HUGE)
-    if grew is None or grew.index == origin.index:
-        return None
-    return (grew.layer, grew.op_type, largest_output(grew))
-
-
-def _origin(event: OpEvent, result: ReplayResult) -> Origin:
-    return Origin(
-        op=event.op_type,
-        op_name=event.op_name,
-        layer=event.layer,
-        source=event.source,
-        source_kind=event.source_kind,
-        gradient_of=event.gradient_of,
-        inputs=event.inputs,
-        outputs=event.outputs,
-        input_values=tuple(sample_values(result.tensors[i]) for i in event.input_ids),
     )

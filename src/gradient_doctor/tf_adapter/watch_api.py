@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
 from gradient_doctor.tf_adapter.custom_loop import WatchedStep
-from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS
 from gradient_doctor.tf_adapter.model_hooks import guard_optimizer
-from gradient_doctor.tf_adapter.watcher import Watcher, print_finding, print_warning
+from gradient_doctor.tf_adapter.watcher import make_watcher
 
 
 def watch(
@@ -57,13 +57,7 @@ def watch(
                 "`optimizer` must be a Keras optimizer (or a list of them), the one that "
                 f"applies this step's gradients. Received: optimizer={candidate!r}"
             )
-    watcher = Watcher(
-        stop_on_problem,
-        print_finding if verbose else None,
-        on_warning=print_warning if verbose else None,
-        trial_steps=trial_steps,
-        layer_stats=layer_stats,
-    )
+    watcher = make_watcher(stop_on_problem, verbose, trial_steps, layer_stats)
     for candidate in optimizers:
         guard_optimizer(candidate, watcher)
     watcher.optimizer = optimizers[0]

@@ -1,37 +1,39 @@
-"""One watching session: the guard, the per-step history, and what was found."""
+"""The TensorFlow adapter's session side: the guard, the hooks' entry points, the adapter protocol.
+
+The hooks (`callback`, `custom_loop`, `model_hooks`, `run_patches`) call a `Watcher`
+before and after each step; it reads the guard into a `StepReading` and hands it to
+the framework-neutral `Session` (`core/pipeline`), which decides, records, diagnoses
+and reports. The session asks back, through the `Adapter` methods, for what only
+TensorFlow can do: replay the failing step, read the optimizer, place and try fixes,
+keep snapshots, write the crash dump.
+"""
 
 from __future__ import annotations
 
 import sys
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from gradient_doctor.core.detectors.dead_units import DeadUnitsDetector
-from gradient_doctor.core.detectors.exploding_gradients import ExplodingGradientsDetector
-from gradient_doctor.core.detectors.headroom import HeadroomDetector
-from gradient_doctor.core.detectors.loss_spike import LossSpikeDetector
-from gradient_doctor.core.detectors.saturation import SaturationDetector
-from gradient_doctor.core.detectors.vanishing_gradients import VanishingGradientsDetector
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
-from gradient_doctor.core.fix_placement import place_fixes
-from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
-from gradient_doctor.core.knowledge import diagnose
-from gradient_doctor.core.knowledge.rules import default as default_rule
-from gradient_doctor.core.knowledge.wording import replica_note
-from gradient_doctor.core.records import StepRecord
+from gradient_doctor.core.fix_placement import FixSites
+from gradient_doctor.core.pipeline import (
+    DEFAULT_TRIAL_STEPS,
+    Adapter,
+    Localized,
+    ReplicaPlace,
+    Session,
+    StepReading,
+    announce_trials,
+)
+from gradient_doctor.core.records import LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
-from gradient_doctor.core.run_series import RunSeries
-from gradient_doctor.core.silent_failures import silent_failures
-from gradient_doctor.core.stuck_units import StuckUnits, find_stuck_units
-from gradient_doctor.errors import StepLimitReached
-from gradient_doctor.tf_adapter import loss_scale, replicas
+from gradient_doctor.tf_adapter import loss_scale, replicas, source_frames
 from gradient_doctor.tf_adapter.fix_sites import fix_sites
-from gradient_doctor.tf_adapter.fix_trials import DEFAULT_TRIAL_STEPS, try_fixes
-from gradient_doctor.tf_adapter.guard import Guard
+from gradient_doctor.tf_adapter.fix_trials import TensorFlowTrials
+from gradient_doctor.tf_adapter.guard import Guard, StepStats
 from gradient_doctor.tf_adapter.headroom_probe import samples
 from gradient_doctor.tf_adapter.input_scan import input_scale
 from gradient_doctor.tf_adapter.layer_stats import LayerStats
@@ -44,7 +46,6 @@ from gradient_doctor.tf_adapter.snapshots import SnapshotRing, live_variables, o
 from gradient_doctor.tf_adapter.step_context import StepCall
 from gradient_doctor.tf_adapter.tape_hook import install_tape_hook
 
-HISTORY_SIZE = 256
 # Risky ops' headroom is read back every this many steps (a trend needs no more).
 HEADROOM_EVERY = 10
 
@@ -76,8 +77,30 @@ def training_setup(optimizer, xla: bool = False) -> TrainingSetup:
     )
 
 
-class Watcher:
-    """Counts steps, keeps recent statistics and turns a tripped guard into a finding.
+@dataclass(frozen=True)
+class _Replay:
+    """How a hook can run the step again: both are called only when the step failed."""
+
+    call: Callable[[], StepCall | None]
+    named_inputs: Callable[[], list[tuple[str, object]]]
+
+
+@dataclass(frozen=True)
+class FailedStep:
+    """The failing step as it runs again (`Localized.rerun`).
+
+    Attributes:
+        call: the step with its batch, or None when it cannot run again.
+        named_inputs: the step's input tensors with readable names.
+    """
+
+    call: StepCall | None
+    named_inputs: list[tuple[str, object]]
+
+
+class Watcher(Adapter):
+    """The TensorFlow side of one watched run: the guard, the hooks' entry points, and
+    TensorFlow's answers to the pipeline (`Session`), which keeps what was found.
 
     Args:
         stop_on_problem: bool. Stop training at the first problem (the update
@@ -115,23 +138,17 @@ class Watcher:
         on_problem: Callable[[Finding, Evidence, StepCall | None, list], None] | None = None,
         max_steps: int | None = None,
     ) -> None:
-        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
-            raise ValueError(
-                f"`max_steps` must be an int >= 1 or None. Received: max_steps={max_steps!r}"
-            )
-        self.max_steps = max_steps
-        if not isinstance(zero_gradient_window, int) or zero_gradient_window < 2:
-            raise ValueError(
-                "`zero_gradient_window` must be an int of at least 2. "
-                f"Received: zero_gradient_window={zero_gradient_window!r}"
-            )
-        self.zero_gradient_window = zero_gradient_window
-        if not isinstance(trial_steps, int) or trial_steps < 0:
-            raise ValueError(
-                "`trial_steps` must be an int >= 0 (0 turns fix trials off). "
-                f"Received: trial_steps={trial_steps!r}"
-            )
-        self.trial_steps = trial_steps
+        self.session = Session(
+            self,
+            stop_on_problem=stop_on_problem,
+            on_finding=on_finding,
+            zero_gradient_window=zero_gradient_window,
+            on_warning=on_warning,
+            trial_steps=trial_steps,
+            on_record=on_record,
+            max_steps=max_steps,
+            on_trials=announce_trials if on_finding is not None else None,
+        )
         # Fresh iterators over the training data of the `fit` being watched, for the
         # fix trials (set by `gradient-doctor run` around each fit), or None.
         self.trial_batches = None
@@ -144,35 +161,19 @@ class Watcher:
             on_missing=self.on_missing_gradients,
             layer_stats=LayerStats(every=HEADROOM_EVERY) if layer_stats else None,
         )
-        self.stop_on_problem = stop_on_problem
-        self.on_finding = on_finding
-        self.steps_watched = 0
-        self.problems: list[Finding] = []
-        self._disconnected_seen: set[frozenset[str]] = set()
-        self._pending_stop: Finding | None = None
-        self._history: deque[tuple[int, float, float]] = deque(maxlen=HISTORY_SIZE)
         self._optimizer = None
         self._optimizers: list[weakref.ref] = []  # every optimizer seen, for the snapshots
         # Earlier good states, for fix trials that must start before the trouble.
         self.snapshots = SnapshotRing()
-        self.on_warning = on_warning
-        self._warned: set[tuple] = set()
-        # Every early-warning detector, fed the same records (headroom and per-layer
-        # statistics only every HEADROOM_EVERY steps, the rest every step).
-        self._detectors = (
-            HeadroomDetector(),
-            ExplodingGradientsDetector(),
-            VanishingGradientsDetector(),
-            LossSpikeDetector(),
-            DeadUnitsDetector(),
-            SaturationDetector(),
-        )
-        self.on_record = on_record
         self.on_problem = on_problem
-        self.series = RunSeries()
-        # True while the guard's latch is closed by a step this watcher diagnosed; a latch
-        # closed where no step wrapper read it skips every later update unseen (`finish`).
-        self._latch_diagnosed = False
+        self._patches = None  # the `gradient-doctor run` patches, while installed
+
+    # The hooks' entry points.
+
+    def before_step(self) -> None:
+        """Called by the hooks before each step runs: the first one copies the state
+        training starts from, for fix trials from the start."""
+        self.session.before_step()
 
     def after_step(
         self,
@@ -183,7 +184,7 @@ class Watcher:
         step_base: int | None = None,
         batch: tuple[tuple, dict] | None = None,
     ) -> Finding | None:
-        """Read the guard after one step; diagnose the step when it tripped.
+        """Read the guard after one step; the session diagnoses the step when it tripped.
 
         Args:
             replay_call: returns how to run the step again (None when it cannot
@@ -200,47 +201,8 @@ class Watcher:
         Returns:
             The new finding, or None when the step was finite.
         """
-        stats = self.guard.read(fetched_stats)
-        step = self.steps_watched + steps - 1
-        self.steps_watched += steps
-        pending, self._pending_stop = self._pending_stop, None
-        if stats.tripped and step_base is not None and 0 <= stats.trip_at - step_base < steps:
-            step = step - (steps - 1) + (stats.trip_at - step_base)
-            self.steps_watched = step + 1  # the steps after it in this call were not applied
-        if not stats.tripped:
-            self.snapshots.after_finite_step(step, self._state_variables, batch)
-            self._history.append((step, stats.loss, stats.grad_norm))
-            if stats.zero_streak >= self.zero_gradient_window:
-                self._zero_gradients(step)
-            self._look_ahead(step, stats)
-            if pending is None and self.max_steps is not None:
-                if self.steps_watched >= self.max_steps:
-                    raise StepLimitReached(self.steps_watched)
-            return pending
-        history, setup = self._step_history(), training_setup(self.optimizer, stats.xla)
-        call, named = None, []
-        try:
-            call = replay_call()
-            named = named_inputs()
-            evidence = localize(call, step, named, history, setup)
-        except Exception as error:  # never let the doctor's analysis break the user's run
-            warnings.warn(
-                f"gradient-doctor could not replay step {step} "
-                f"({type(error).__name__}: {error}); reporting it without the op.",
-                stacklevel=2,
-            )
-            evidence = localize(None, step, [], history, setup)
-        evidence = replace(evidence, skipped_updates=stats.skipped, input_scale=input_scale(named))
-        # Which replica failed first matters only where there are several.
-        several = (self.guard.replicas or 1) > 1
-        replica = stats.replica if stats.replica >= 0 and several else None
-        finding = self._record(evidence, call, replica)
-        if self.on_problem is not None:
-            self.on_problem(finding, evidence, call, named)
-        self._latch_diagnosed = self.stop_on_problem
-        if not self.stop_on_problem:
-            self.guard.reset()
-        return finding
+        reading = self._reading(self.guard.read(fetched_stats), steps, step_base)
+        return self.session.after_step(reading, _Replay(replay_call, named_inputs), batch)
 
     def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:
         """Diagnose an update asked for with `None` gradients (once per group of variables).
@@ -250,10 +212,8 @@ class Watcher:
             (Keras would raise "No gradients provided for any variable"); the
             step's check then stops training with this diagnosis instead.
         """
-        key = frozenset(variable_name(v) for v in variables)
-        if key in self._disconnected_seen:
+        if not self.session.disconnected_first_seen(variable_name(v) for v in variables):
             return all_missing
-        self._disconnected_seen.add(key)
         integers = [v for v in variables if not _is_floating(v)]
         if integers:
             warnings.warn(
@@ -268,21 +228,7 @@ class Watcher:
                 return False
 
         def record(breaks) -> bool:
-            findings = [
-                self._record(
-                    Evidence(
-                        step=self.steps_watched,
-                        phase=None,
-                        origin=None,
-                        path_break=path_break,
-                        all_disconnected=all_missing,
-                    )
-                )
-                for path_break in breaks
-            ]
-            if all_missing and findings and self.stop_on_problem:
-                self._pending_stop = findings[0]
-            return bool(findings)
+            return self.session.record_path_breaks(breaks, all_missing)
 
         try:
             breaks = find_missing_gradient_breaks(variables, loss, tape_window, record)
@@ -297,65 +243,62 @@ class Watcher:
             return all_missing
         return record(breaks) and all_missing
 
-    def _record(
-        self, evidence: Evidence, call: StepCall | None = None, replica: int | None = None
-    ) -> Finding:
-        """Diagnose `evidence`, try the fixes when the step can run again, publish it.
+    def finish(self) -> None:
+        """Diagnose a latch that closed where no step wrapper read it (a library's step),
+        and publish the silent failures. Every update from then on was skipped: the
+        finding says how many, at the step of the first one (counting one optimizer
+        update per step, as the guard did)."""
+        self.session.finish(self._reading(self.guard.read()))
 
-        `replica` is the first replica of a `tf.distribute` run whose values were not
-        finite (None without replicas).
-        """
-        try:
-            diagnosis = diagnose(evidence)
-        except Exception as error:  # a gap in the knowledge base must not end the user's run
-            warnings.warn(
-                f"gradient-doctor could not explain step {evidence.step} "
-                f"({type(error).__name__}: {error}); giving the generic diagnosis.",
-                stacklevel=2,
-            )
-            diagnosis = default_rule.diagnose(evidence)
-        finding = diagnosis.finding(evidence)
-        if replica is not None:
-            where = self.guard.layout or replicas.Layout(self.guard.replicas or 1)
-            notes = (
-                replica_note(replica, self.guard.replicas),
-                replicas.worker_note(replica, where),
-            )
-            note = " ".join(filter(None, notes))
-            finding = replace(
-                finding,
-                explanation=f"{finding.explanation} {note}",
-                replica=replica,
-                worker=where.task_of(replica),
-            )
-        finding = place_fixes(
-            finding,
-            sites=fix_sites(self.optimizer, evidence, self.fit_call),
-            history=evidence.history,
+    def _reading(self, stats: StepStats, steps: int = 1, step_base: int | None = None):
+        """The guard's statistics as the session reads them."""
+        failed_at = None
+        if stats.tripped and step_base is not None and 0 <= stats.trip_at - step_base < steps:
+            failed_at = stats.trip_at - step_base
+        # Which replica failed first matters only where there are several.
+        several = (self.guard.replicas or 1) > 1
+        return StepReading(
+            failed=stats.tripped,
+            loss=stats.loss,
+            grad_norm=stats.grad_norm,
+            steps=steps,
+            failed_at=failed_at,
+            zero_streak=stats.zero_streak,
+            skipped=stats.skipped,
+            updates=stats.updates,
+            replica=stats.replica if stats.replica >= 0 and several else None,
+            xla=stats.xla,
         )
-        if call is not None:
-            finding = try_fixes(
-                finding,
-                evidence,
-                call,
-                self.optimizer,
-                self.guard,
-                self.trial_steps,
-                self.trial_batches,
-                announce=_announce_trials if self.on_finding is not None else None,
-                snapshots=self.snapshots,
-                fit_call=self.fit_call,
-                optimizer_variables=[
-                    v for ref in self._optimizers if ref() is not None for v in ref().variables
-                ],
-                first_warning=min(
-                    (w.step for w in self.warnings if w.step is not None), default=None
-                ),
-            )
-        self.problems.append(finding)
-        if self.on_finding is not None:
-            self.on_finding(finding)
-        return finding
+
+    # What the session keeps, as the hooks and the API read it.
+
+    @property
+    def stop_on_problem(self) -> bool:
+        """Training stops at the first problem."""
+        return self.session.stop_on_problem
+
+    @property
+    def problems(self) -> list[Finding]:
+        """The findings so far."""
+        return self.session.problems
+
+    @property
+    def steps_watched(self) -> int:
+        """Optimizer steps watched so far."""
+        return self.session.steps_watched
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        """Early warnings raised while the run was finite, each updated to its latest."""
+        return self.session.warnings
+
+    def silent_failures(self) -> tuple[Finding, ...]:
+        """Warnings still standing whose loss never improved, as problems."""
+        return self.session.silent_failures()
+
+    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
+        """The session's report so far (silent failures among the problems)."""
+        return self.session.report(script, script_error)
 
     @property
     def optimizer(self):
@@ -368,149 +311,166 @@ class Watcher:
         if optimizer is not None and all(ref() is not optimizer for ref in self._optimizers):
             self._optimizers.append(weakref.ref(optimizer))
 
-    def before_step(self) -> None:
-        """Called by the hooks before each step runs: the first one copies the state
-        training starts from, for fix trials from the start."""
-        self.snapshots.before_first_step(live_variables)
+    # The adapter protocol (`core/pipeline/adapter.py`).
 
-    def _state_variables(self) -> list:
-        """What a snapshot copies: every optimizer's variables and the variables it trains."""
-        return optimizer_state(self._optimizers)
+    def localize(
+        self, replay: _Replay, step: int, history: StepHistory, setup: TrainingSetup
+    ) -> Localized:
+        """Replay the failing step op by op (see `localize.py`)."""
+        call = replay.call()
+        named = replay.named_inputs()
+        evidence = localize(call, step, named, history, setup)
+        return Localized(replace(evidence, input_scale=input_scale(named)), FailedStep(call, named))
 
-    def finish(self) -> None:
-        """Diagnose a latch that closed where no step wrapper read it (a library's step).
+    def training_setup(self) -> TrainingSetup:
+        """The latest optimizer's learning rate, clipping and loss scale."""
+        return training_setup(self.optimizer)
 
-        Every update from then on was skipped: the finding says how many, at the step
-        of the first one (counting one optimizer update per step, as the guard did).
-        """
-        stats = self.guard.read()
-        if stats.tripped and not self._latch_diagnosed:
-            self.steps_watched = max(stats.updates - stats.skipped, 0)
-            self.after_step(lambda: None, list)
-        if self.on_finding is not None:
-            for finding in self.silent_failures():
-                self.on_finding(finding)
+    def is_user_file(self, filename: str) -> bool:
+        """Not the standard library's, an installed package's (TensorFlow, Keras) or the
+        doctor's (`source_frames.py`)."""
+        return source_frames.is_user_file(filename)
 
-    def silent_failures(self) -> tuple[Finding, ...]:
-        """Warnings still standing whose loss never improved, as problems (none of a
-        category already among the problems); see `core/silent_failures.py`."""
-        standing = [s for d in self._detectors if hasattr(d, "standing") for s in d.standing()]
-        loss = next((s for s in self.series.snapshot() if s.name == "loss"), None)
-        if not standing or loss is None:
-            return ()
-        several = len(self.guard.optimizers) > 1
-        found = silent_failures(standing, loss.steps, loss.values, self.steps_watched, several)
-        known = {problem.category for problem in self.problems}
-        return tuple(finding for finding in found if finding.category not in known)
+    def install(self) -> None:
+        """Patch TensorFlow and Keras to watch an unchanged script (`gradient-doctor run`)."""
+        from gradient_doctor.tf_adapter.run_patches import RunPatches  # it imports this module
 
-    def _look_ahead(self, step: int, stats) -> None:
-        """Feed the early-warning detectors and the run's series: gradient norms every step,
-        headroom every few."""
-        record = StepRecord(step, loss=stats.loss, grad_norm=stats.grad_norm)
+        if self._patches is None:
+            self._patches = RunPatches(self)
+            self._patches.install()
+
+    def uninstall(self) -> None:
+        """Remove the patches `install` made."""
+        if self._patches is not None:
+            self._patches.uninstall()
+            self._patches = None
+
+    def step_records(self, step: int, reading: StepReading) -> tuple[StepRecord, ...]:
+        """The step's loss and gradient norm; every `HEADROOM_EVERY` steps also the risky
+        ops' headroom and the per-layer statistics, after the per-layer gradient norms of
+        each step since the last read (kept inside the step)."""
+        record = StepRecord(step, loss=reading.loss, grad_norm=reading.grad_norm)
+        earlier: list[StepRecord] = []
         if step % HEADROOM_EVERY == 0:
             if self.guard.headroom_sites:
                 record = replace(record, headroom=samples(self.guard.read_headroom()))
             if self.guard.layer_stats is not None:
                 record = replace(record, layers=self.guard.layer_stats.read())
-                self._observe_layer_gradients(step)
-        for detector in self._detectors:
-            detector.observe(record)
-        self.series.observe(record)
-        if self.on_record is not None:
-            self.on_record(record)
-        for warning in self.warnings:
-            key = (warning.category, warning.origin.op_name if warning.origin else None)
-            if key not in self._warned:
-                self._warned.add(key)
-                if self.on_warning is not None:
-                    self.on_warning(warning)
+                history = self.guard.layer_stats.read_grad_norms()
+                earlier = [
+                    StepRecord(step - len(history) + 1 + offset, layers=layers)
+                    for offset, layers in enumerate(history)
+                ]
+        return (*earlier, record)
 
-    def _observe_layer_gradients(self, step: int) -> None:
-        """Feed each step's per-layer gradient norms since the last read (kept in the step)."""
-        history = self.guard.layer_stats.read_grad_norms()
-        for offset, layers in enumerate(history):
-            record = StepRecord(step - len(history) + 1 + offset, layers=layers)
-            for detector in self._detectors:
-                detector.observe(record)
-            self.series.observe(record)
-
-    @property
-    def warnings(self) -> tuple[Finding, ...]:
-        """Early warnings raised while the run was finite, each updated to its latest."""
-        return tuple(w for detector in self._detectors for w in detector.findings())
-
-    def _zero_gradients(self, step: int) -> None:
-        """Report variables whose gradient was exactly zero for a whole window (once each)."""
+    def zero_gradients(self, window: int) -> tuple[str, ...]:
+        """The variables the guard counted exactly zero for `window` steps (counts restart)."""
         streaks = self.guard.zero_streaks
-        variables = streaks.variables_at_least(self.zero_gradient_window)
+        variables = streaks.variables_at_least(window)
         streaks.reset()
-        key = frozenset(variable_name(v) for v in variables)
-        if not variables or key in self._disconnected_seen:
-            return
-        self._disconnected_seen.add(key)
-        names = tuple(variable_name(v) for v in variables)
-        since = step - self.zero_gradient_window + 1
-        stuck = self._stuck_units(names, since)
-        self._record(
-            Evidence(
-                step=since,
-                phase=None,
-                origin=None,
-                path_break=None if stuck else PathBreak(ZERO_GRADIENT, None, names),
-                history=self._step_history(),
-                setup=training_setup(self.optimizer),
-                stuck_units=stuck,
-            )
+        return tuple(variable_name(v) for v in variables)
+
+    def layer_records(self) -> tuple[LayerRecord, ...] | None:
+        """The latest per-layer statistics, None in the cheap mode."""
+        layers = self.guard.layer_stats
+        return layers.read() if layers is not None else None
+
+    def objectives(self) -> int:
+        """How many optimizers asked for updates."""
+        return len(self.guard.optimizers)
+
+    def replica_place(self, replica: int) -> ReplicaPlace:
+        """The strategy's replica count and the worker task that ran `replica`."""
+        where = self.guard.layout or replicas.Layout(self.guard.replicas or 1)
+        return ReplicaPlace(
+            self.guard.replicas, where.task_of(replica), replicas.worker_note(replica, where)
         )
 
-    def _stuck_units(self, names: tuple[str, ...], since: int) -> StuckUnits | None:
-        """The layers whose units all died or saturated behind these zero gradients (known
-        only with the per-layer statistics), with the largest update sampled before."""
-        if self.guard.layer_stats is None:
+    def fix_sites(self, evidence: Evidence) -> FixSites:
+        """The lines that built the optimizer and the layers, and the `fit` line."""
+        return fix_sites(self.optimizer, evidence, self.fit_call)
+
+    def fix_trials(
+        self, finding: Finding, evidence: Evidence, rerun: FailedStep
+    ) -> TensorFlowTrials | None:
+        """The fixes traced into the step afresh; None for a plain eager step."""
+        call = rerun.call
+        if call is None or call.traceable is None:
             return None
-        ratios = {
-            series.about: (series.steps, series.values)
-            for series in self.series.snapshot()
-            if series.name.startswith("update_ratio/")
-        }
-        return find_stuck_units(names, self.guard.layer_stats.read(), since, ratios)
-
-    def _step_history(self) -> StepHistory:
-        rows = list(self._history)
-        return StepHistory(
-            steps=tuple(r[0] for r in rows),
-            losses=tuple(r[1] for r in rows),
-            grad_norms=tuple(r[2] for r in rows),
+        return TensorFlowTrials(
+            finding,
+            evidence,
+            call,
+            self.optimizer,
+            self.guard,
+            more_batches=self.trial_batches,
+            snapshots=self.snapshots,
+            optimizer_variables=[
+                v for ref in self._optimizers if ref() is not None for v in ref().variables
+            ],
+            fit_call=self.fit_call,
         )
 
-    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
-        """The session's report so far (silent failures among the problems)."""
-        silent = self.silent_failures()
-        promoted = {finding.category for finding in silent}
-        return Report(
-            script=script,
-            steps_watched=self.steps_watched,
-            problems=(*self.problems, *silent),
-            warnings=tuple(w for w in self.warnings if w.category not in promoted),
-            script_error=script_error,
-            series=self.series.snapshot(),
-        )
+    def keep_start_state(self) -> None:
+        """Copy every variable before the first step (`SnapshotRing.before_first_step`)."""
+        self.snapshots.before_first_step(live_variables)
+
+    def keep_state(self, step: int, batch: tuple[tuple, dict] | None) -> None:
+        """Copy the optimizers' state every few steps, and keep a custom loop's batch."""
+        self.snapshots.after_finite_step(step, self._state_variables, batch)
+
+    def _state_variables(self) -> list:
+        """What a snapshot copies: every optimizer's variables and the variables it trains."""
+        return optimizer_state(self._optimizers)
+
+    def resume(self) -> None:
+        """Open the guard's latch again."""
+        self.guard.reset()
+
+    def write_dump(self, finding: Finding, evidence: Evidence, rerun: FailedStep | None) -> None:
+        """Hand the failing step to `on_problem` (the crash dump of `--dump`)."""
+        if self.on_problem is not None:
+            call, named = (rerun.call, rerun.named_inputs) if rerun is not None else (None, [])
+            self.on_problem(finding, evidence, call, named)
+
+
+def make_watcher(
+    stop_on_problem: bool = True,
+    verbose: bool = True,
+    trial_steps: int = DEFAULT_TRIAL_STEPS,
+    layer_stats: bool = True,
+    on_record: Callable[[StepRecord], None] | None = None,
+    on_problem: Callable[[Finding, Evidence, StepCall | None, list], None] | None = None,
+    max_steps: int | None = None,
+) -> Watcher:
+    """A `Watcher` that prints each finding and early warning on stderr as it is made.
+
+    The one way the callback, `watch()` and `gradient-doctor run` make theirs.
+
+    Args:
+        stop_on_problem: bool. Stop training at the first problem. Defaults to True.
+        verbose: bool. Print findings and warnings as they come. Defaults to True.
+        trial_steps: int, see `Watcher`. Defaults to `DEFAULT_TRIAL_STEPS`.
+        layer_stats: bool, see `Watcher`. Defaults to True.
+        on_record: see `Watcher`. Defaults to None.
+        on_problem: see `Watcher`. Defaults to None.
+        max_steps: see `Watcher`. Defaults to None.
+    """
+    return Watcher(
+        stop_on_problem,
+        print_finding if verbose else None,
+        on_warning=print_warning if verbose else None,
+        trial_steps=trial_steps,
+        layer_stats=layer_stats,
+        on_record=on_record,
+        on_problem=on_problem,
+        max_steps=max_steps,
+    )
 
 
 def _is_floating(variable) -> bool:
     dtype = getattr(variable, "dtype", None)
     return getattr(dtype, "is_floating", None) or str(dtype).startswith(("float", "bfloat"))
-
-
-def _announce_trials(count: int, steps: int, step: int | None) -> None:
-    """Say on stderr that trials are starting (each runs to `steps` steps past `step`)."""
-    print(
-        f"gradient-doctor: step {step} is not finite; trying {count} remedies, each from a "
-        f"saved good state through step {step} and {steps} steps beyond (--trial-steps N "
-        "to change, 0 to skip)",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def print_finding(finding: Finding) -> None:

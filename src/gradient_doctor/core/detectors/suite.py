@@ -8,7 +8,7 @@ from gradient_doctor.core.detectors.dead_units import DeadUnitsDetector
 from gradient_doctor.core.detectors.exploding_gradients import ExplodingGradientsDetector
 from gradient_doctor.core.detectors.headroom import HeadroomDetector
 from gradient_doctor.core.detectors.loss_spike import LossSpikeDetector
-from gradient_doctor.core.detectors.protocol import Detector
+from gradient_doctor.core.detectors.protocol import Detector, Standing
 from gradient_doctor.core.detectors.saturation import SaturationDetector
 from gradient_doctor.core.detectors.vanishing_gradients import VanishingGradientsDetector
 from gradient_doctor.core.evidence import TrainingSetup
@@ -63,3 +63,12 @@ class DetectorSuite:
         """Every detector's findings, ordered by the step at which they were first raised."""
         found = [finding for detector in self._detectors for finding in detector.findings()]
         return sorted(found, key=lambda finding: -1 if finding.step is None else finding.step)
+
+    def standing(self) -> list[Standing]:
+        """The standing warnings of the detectors of lasting conditions (`Standing`)."""
+        return [
+            standing
+            for detector in self._detectors
+            if hasattr(detector, "standing")
+            for standing in detector.standing()
+        ]

@@ -1,0 +1,353 @@
+"""One watched run, framework-neutral: step records -> detectors -> finding -> report.
+
+The session counts steps, keeps the recent history and the run's series, feeds the
+early-warning detectors, and turns a failing step into a finding: the adapter
+localizes it, the knowledge base diagnoses it, its fixes are placed as patches and
+tried through the adapter, and the finding is published. At the end, warnings that
+still stand while the loss never improved become problems (silent failures), and
+the report is built. The framework's side is the `Adapter` it is given.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from gradient_doctor.core.detectors.suite import DetectorSuite, default_detectors
+from gradient_doctor.core.evidence import Evidence, StepHistory
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_placement import place_fixes
+from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
+from gradient_doctor.core.pipeline.adapter import Adapter, StepReading
+from gradient_doctor.core.pipeline.explain import at_replica, diagnosed
+from gradient_doctor.core.pipeline.trials import DEFAULT_TRIAL_STEPS, try_fixes
+from gradient_doctor.core.records import StepRecord
+from gradient_doctor.core.report import Report
+from gradient_doctor.core.run_series import RunSeries
+from gradient_doctor.core.silent_failures import silent_failures
+from gradient_doctor.core.stuck_units import StuckUnits, find_stuck_units
+from gradient_doctor.errors import StepLimitReached
+
+# Steps of loss and gradient norm kept for the diagnosis (where the trouble began).
+HISTORY_SIZE = 256
+
+
+class Session:
+    """Counts steps, keeps recent statistics and turns a failing step into a finding.
+
+    Args:
+        adapter: the framework's side (`Adapter`).
+        stop_on_problem: bool. Stop training at the first problem (the update is
+            skipped either way). Defaults to True.
+        on_finding: called with each new finding (the terminal prints it).
+        zero_gradient_window: int. Report a variable whose gradient is exactly zero on
+            this many steps in a row. Defaults to 50.
+        on_warning: called with each new early warning (the terminal prints it).
+        trial_steps: int. After a non-finite step, try each proposed fix from a saved
+            good state for this many steps past it (0 turns fix trials off). Defaults
+            to `DEFAULT_TRIAL_STEPS`.
+        on_record: called with each finite step's own record (the progress line).
+        max_steps: int or None. Stop training (healthy) once this many steps were
+            watched, by raising `StepLimitReached`; None never stops. Defaults to None.
+        on_trials: told `(count, steps, failing step)` before fix trials run.
+
+    Raises:
+        ValueError: for a `max_steps`, `zero_gradient_window` or `trial_steps` out of range.
+    """
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        stop_on_problem: bool = True,
+        on_finding: Callable[[Finding], None] | None = None,
+        zero_gradient_window: int = 50,
+        on_warning: Callable[[Finding], None] | None = None,
+        trial_steps: int = DEFAULT_TRIAL_STEPS,
+        on_record: Callable[[StepRecord], None] | None = None,
+        max_steps: int | None = None,
+        on_trials: Callable[[int, int, int | None], None] | None = None,
+    ) -> None:
+        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(
+                f"`max_steps` must be an int >= 1 or None. Received: max_steps={max_steps!r}"
+            )
+        if not isinstance(zero_gradient_window, int) or zero_gradient_window < 2:
+            raise ValueError(
+                "`zero_gradient_window` must be an int of at least 2. "
+                f"Received: zero_gradient_window={zero_gradient_window!r}"
+            )
+        if not isinstance(trial_steps, int) or trial_steps < 0:
+            raise ValueError(
+                "`trial_steps` must be an int >= 0 (0 turns fix trials off). "
+                f"Received: trial_steps={trial_steps!r}"
+            )
+        self.adapter = adapter
+        self.stop_on_problem = stop_on_problem
+        self.on_finding = on_finding
+        self.zero_gradient_window = zero_gradient_window
+        self.on_warning = on_warning
+        self.trial_steps = trial_steps
+        self.on_record = on_record
+        self.max_steps = max_steps
+        self.on_trials = on_trials
+        self.steps_watched = 0
+        self.problems: list[Finding] = []
+        self.series = RunSeries()
+        self._history: deque[tuple[int, float | None, float | None]] = deque(maxlen=HISTORY_SIZE)
+        # Built at the first record, with the training setup then known (their fixes
+        # name the learning rate and clipping).
+        self._detectors: DetectorSuite | None = None
+        self._warned: set[tuple] = set()
+        # Groups of variables already reported without gradients (missing or zero).
+        self._disconnected_seen: set[frozenset[str]] = set()
+        self._pending_stop: Finding | None = None
+        # True while the failure that stopped updates was diagnosed here; one that no
+        # hook read skips every later update unseen (`finish`).
+        self._failure_diagnosed = False
+
+    def before_step(self) -> None:
+        """Called by the hooks before each step runs."""
+        self.adapter.keep_start_state()
+
+    def after_step(
+        self, reading: StepReading, replay: object | None, batch: object | None = None
+    ) -> Finding | None:
+        """Take in one call of the step; diagnose it when it failed.
+
+        Args:
+            reading: what the adapter measured.
+            replay: what the adapter needs to run the step again (handed back to
+                `Adapter.localize`), or None when it cannot be.
+            batch: the step's inputs when the hook has them (a custom loop), kept by
+                the adapter for fix trials from an earlier state.
+
+        Returns:
+            The new finding, or None when the call was finite (a finding of missing
+            gradients made while it ran, when training is to stop for it).
+
+        Raises:
+            StepLimitReached: `max_steps` steps were watched.
+        """
+        step = self.steps_watched + reading.steps - 1
+        self.steps_watched += reading.steps
+        pending, self._pending_stop = self._pending_stop, None
+        if reading.failed and reading.failed_at is not None:
+            step = step - (reading.steps - 1) + reading.failed_at
+            self.steps_watched = step + 1  # the steps after it in this call were not applied
+        if not reading.failed:
+            self.adapter.keep_state(step, batch)
+            self._history.append((step, reading.loss, reading.grad_norm))
+            if reading.zero_streak >= self.zero_gradient_window:
+                self._zero_gradients(step)
+            self._look_ahead(step, reading)
+            if pending is None and self.max_steps is not None:
+                if self.steps_watched >= self.max_steps:
+                    raise StepLimitReached(self.steps_watched)
+            return pending
+        finding = self._failed(step, reading, replay)
+        self._failure_diagnosed = self.stop_on_problem
+        if not self.stop_on_problem:
+            self.adapter.resume()
+        return finding
+
+    def _failed(self, step: int, reading: StepReading, replay: object | None) -> Finding:
+        """Localize, diagnose, fix and publish the failing `step`."""
+        history = self.step_history()
+        setup = replace(self.adapter.training_setup(), xla=reading.xla)
+        evidence, rerun = None, None
+        if replay is not None:
+            try:
+                localized = self.adapter.localize(replay, step, history, setup)
+                evidence, rerun = localized.evidence, localized.rerun
+            except Exception as error:  # never let the doctor's analysis break the user's run
+                warnings.warn(
+                    f"gradient-doctor could not replay step {step} "
+                    f"({type(error).__name__}: {error}); reporting it without the op.",
+                    stacklevel=3,
+                )
+        if evidence is None:
+            evidence = Evidence(
+                step, None, None, history=history, setup=setup, reproduced=False, replayed=False
+            )
+        evidence = replace(evidence, skipped_updates=reading.skipped)
+        finding = self.record(evidence, rerun, reading.replica)
+        self.adapter.write_dump(finding, evidence, rerun)
+        return finding
+
+    def record(
+        self, evidence: Evidence, rerun: object | None = None, replica: int | None = None
+    ) -> Finding:
+        """Diagnose `evidence`, place its fixes, try them when the step can run again,
+        and publish the finding.
+
+        Args:
+            evidence: the problem's evidence.
+            rerun: the failing step as the adapter can run it again (`Localized.rerun`).
+            replica: the first replica of a data-parallel step whose values were not
+                finite (None without replicas).
+        """
+        finding = diagnosed(evidence)
+        if replica is not None:
+            finding = at_replica(finding, replica, self.adapter.replica_place(replica))
+        finding = place_fixes(
+            finding,
+            sites=self.adapter.fix_sites(evidence),
+            history=evidence.history,
+            user_file=self.adapter.is_user_file,
+        )
+        if rerun is not None and self.trial_steps > 0 and finding.origin is not None:
+            trials = self.adapter.fix_trials(finding, evidence, rerun)
+            if trials is not None:
+                first_warning = min(
+                    (w.step for w in self.warnings if w.step is not None), default=None
+                )
+                finding = try_fixes(
+                    finding, evidence, trials, self.trial_steps, first_warning, self.on_trials
+                )
+        self.problems.append(finding)
+        if self.on_finding is not None:
+            self.on_finding(finding)
+        return finding
+
+    def disconnected_first_seen(self, names: Iterable[str]) -> bool:
+        """True the first time this group of variables is reported without gradients
+        (missing or exactly zero); later reports of the same group are dropped."""
+        key = frozenset(names)
+        if key in self._disconnected_seen:
+            return False
+        self._disconnected_seen.add(key)
+        return True
+
+    def record_path_breaks(self, breaks: Iterable[PathBreak], all_missing: bool) -> bool:
+        """Record where the gradient paths to some variables break (missing gradients).
+
+        Args:
+            breaks: one break per group of variables cut off at the same place.
+            all_missing: no variable handed to the optimizer has a gradient; training
+                then stops at the next step's end (when `stop_on_problem`).
+
+        Returns:
+            True when anything was recorded.
+        """
+        findings = [
+            self.record(
+                Evidence(
+                    step=self.steps_watched,
+                    phase=None,
+                    origin=None,
+                    path_break=path_break,
+                    all_disconnected=all_missing,
+                )
+            )
+            for path_break in breaks
+        ]
+        if all_missing and findings and self.stop_on_problem:
+            self._pending_stop = findings[0]
+        return bool(findings)
+
+    def finish(self, reading: StepReading | None = None) -> None:
+        """End the run: diagnose a failure no hook read, publish silent failures.
+
+        A failure that closed the adapter's skip where no hook read it (a library's
+        compiled step) left every update from then on skipped: the finding says how
+        many, at the step of the first one (one update per step).
+
+        Args:
+            reading: what the adapter measures now, or None when it measures nothing.
+        """
+        if reading is not None and reading.failed and not self._failure_diagnosed:
+            self.steps_watched = max(reading.updates - reading.skipped, 0)
+            self.after_step(replace(reading, steps=1, failed_at=None), None)
+        if self.on_finding is not None:
+            for finding in self.silent_failures():
+                self.on_finding(finding)
+
+    def silent_failures(self) -> tuple[Finding, ...]:
+        """Warnings still standing whose loss never improved, as problems (none of a
+        category already among the problems); see `core/silent_failures.py`."""
+        standing = self._detectors.standing() if self._detectors is not None else []
+        loss = next((s for s in self.series.snapshot() if s.name == "loss"), None)
+        if not standing or loss is None:
+            return ()
+        several = self.adapter.objectives() > 1
+        found = silent_failures(standing, loss.steps, loss.values, self.steps_watched, several)
+        known = {problem.category for problem in self.problems}
+        return tuple(finding for finding in found if finding.category not in known)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        """Early warnings raised while the run was finite, each updated to its latest."""
+        return tuple(self._detectors.findings()) if self._detectors is not None else ()
+
+    def _look_ahead(self, step: int, reading: StepReading) -> None:
+        """Feed the detectors and the run's series the step's records; publish new warnings."""
+        records = self.adapter.step_records(step, reading)
+        if self._detectors is None:
+            self._detectors = DetectorSuite(default_detectors(self.adapter.training_setup()))
+        for record in records:
+            self._detectors.observe(record)
+            self.series.observe(record)
+        if self.on_record is not None and records:
+            self.on_record(records[-1])
+        for warning in self.warnings:
+            key = (warning.category, warning.origin.op_name if warning.origin else None)
+            if key not in self._warned:
+                self._warned.add(key)
+                if self.on_warning is not None:
+                    self.on_warning(warning)
+
+    def _zero_gradients(self, step: int) -> None:
+        """Report variables whose gradient was exactly zero for a whole window (once each)."""
+        names = self.adapter.zero_gradients(self.zero_gradient_window)
+        if not names or not self.disconnected_first_seen(names):
+            return
+        since = step - self.zero_gradient_window + 1
+        stuck = self._stuck_units(names, since)
+        self.record(
+            Evidence(
+                step=since,
+                phase=None,
+                origin=None,
+                path_break=None if stuck else PathBreak(ZERO_GRADIENT, None, names),
+                history=self.step_history(),
+                setup=self.adapter.training_setup(),
+                stuck_units=stuck,
+            )
+        )
+
+    def _stuck_units(self, names: tuple[str, ...], since: int) -> StuckUnits | None:
+        """The layers whose units all died or saturated behind these zero gradients (known
+        only with per-layer statistics), with the largest update sampled before."""
+        layers = self.adapter.layer_records()
+        if layers is None:
+            return None
+        ratios = {
+            series.about: (series.steps, series.values)
+            for series in self.series.snapshot()
+            if series.name.startswith("update_ratio/")
+        }
+        return find_stuck_units(names, layers, since, ratios)
+
+    def step_history(self) -> StepHistory:
+        """The recent steps' loss and gradient norm, oldest first."""
+        rows = list(self._history)
+        return StepHistory(
+            steps=tuple(r[0] for r in rows),
+            losses=tuple(r[1] for r in rows),
+            grad_norms=tuple(r[2] for r in rows),
+        )
+
+    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
+        """The session's report so far (silent failures among the problems)."""
+        silent = self.silent_failures()
+        promoted = {finding.category for finding in silent}
+        return Report(
+            script=script,
+            steps_watched=self.steps_watched,
+            problems=(*self.problems, *silent),
+            warnings=tuple(w for w in self.warnings if w.category not in promoted),
+            script_error=script_error,
+            series=self.series.snapshot(),
+        )

@@ -1,0 +1,119 @@
+"""Try a finding's fixes through the adapter's trial runner: where each starts, its baseline.
+
+A fix that rewrites the op's line is tried from the last good state; a remedy that
+acts on the updates from a saved state from before the trouble began, and one that
+acts from the start from the first saved state (`core/trial_start.py`). The unchanged
+step is run from each start too (the baseline), and a fix counts only where its
+baseline failed (`core/fix_trials.py` judges). How a remedy is put in place and how
+the step runs again is the adapter's (`FixTrials`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import warnings
+from collections.abc import Callable
+
+from gradient_doctor.core.evidence import Evidence, StepHistory
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_trials import TrialOutcome, judge
+from gradient_doctor.core.pipeline.adapter import FixTrials
+from gradient_doctor.core.trial_start import trial_start, trouble_began
+
+# Steps each trial runs past the failing step unless told otherwise.
+DEFAULT_TRIAL_STEPS = 200
+
+_TOO_LONG = (
+    "this remedy acts from the start of training, and the run failed too far from it to "
+    "run it all again here; `gradient-doctor fix` reruns the patched script"
+)
+
+
+def try_fixes(
+    finding: Finding,
+    evidence: Evidence,
+    trials: FixTrials,
+    steps: int = DEFAULT_TRIAL_STEPS,
+    first_warning: int | None = None,
+    announce: Callable[[int, int, int | None], None] | None = None,
+) -> Finding:
+    """The finding with its fixes (and not-fixes) tried, each from the state it needs.
+
+    A trial from step S runs through the failing step and `steps` steps beyond.
+    Returns `finding` unchanged when the adapter has nothing to try, or when the
+    trials themselves fail (they are extra evidence: never the end of the user's run).
+
+    Args:
+        finding: the diagnosed problem, its fixes placed.
+        evidence: its evidence (the history says where the trouble began).
+        trials: what the adapter can try of it.
+        steps: int, steps past the failing step each trial runs.
+        first_warning: the step of the run's first early warning, if any.
+        announce: told `(count, steps, failing step)` before the trials run.
+    """
+    plans = list(trials.plans)
+    if not plans:
+        return finding
+    if trials.untried is not None:
+        reason = trials.untried
+        untried = [TrialOutcome(p.remedy, p.setting, steps, 0, None, skipped=reason) for p in plans]
+        return judge(finding, TrialOutcome(None, "", steps, 0, None, skipped=reason), untried)
+    failing = finding.step or 0
+    saved = sorted({failing, *trials.saved_steps})
+    began = trouble_began(evidence.history, failing, first_warning)
+    starts = {plan.remedy: trial_start(plan.remedy, finding, began, saved) for plan in plans}
+    if announce is not None:
+        announce(len(plans), steps, finding.step)
+    try:
+        with trials.open() as runner:
+            baselines: dict[int | None, TrialOutcome] = {}
+            outcomes, done = [], {}
+            for plan in plans:
+                start = starts[plan.remedy]
+                if start is None:
+                    outcomes.append(
+                        TrialOutcome(plan.remedy, plan.setting, steps, 0, None, skipped=_TOO_LONG)
+                    )
+                    continue
+                key = None if start.step == failing else start.step
+                if key not in baselines:
+                    baselines[key] = runner.run(None, start, failing, steps)
+                outcome = done.get((plan.replacement, key)) or runner.run(
+                    plan, start, failing, steps
+                )
+                if plan.replacement is not None:
+                    done[(plan.replacement, key)] = outcome
+                outcomes.append(dataclasses.replace(outcome, remedy=plan.remedy))
+    except Exception as error:
+        warnings.warn(
+            f"gradient-doctor could not try the fixes ({type(error).__name__}: {error}); "
+            "they are reported untried.",
+            stacklevel=2,
+        )
+        return finding
+    if not baselines:
+        baselines[None] = TrialOutcome(None, "", steps, 0, None, skipped=_TOO_LONG)
+    return judge(finding, baselines, outcomes, _loss_before(evidence.history, began))
+
+
+def _loss_before(history: StepHistory, began: int) -> float | None:
+    """The median loss of the recorded steps before the trouble began, or None."""
+    losses = sorted(
+        loss
+        for step, loss in zip(history.steps, history.losses)
+        if step < began and loss is not None and math.isfinite(loss)
+    )
+    return losses[len(losses) // 2] if losses else None
+
+
+def announce_trials(count: int, steps: int, step: int | None) -> None:
+    """Say on stderr that trials are starting (each runs to `steps` steps past `step`)."""
+    print(
+        f"gradient-doctor: step {step} is not finite; trying {count} remedies, each from a "
+        f"saved good state through step {step} and {steps} steps beyond (--trial-steps N "
+        "to change, 0 to skip)",
+        file=sys.stderr,
+        flush=True,
+    )
