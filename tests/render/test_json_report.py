@@ -47,6 +47,7 @@ def test_top_level_keys_and_values(problem_report):
 
     assert list(result) == [
         "schema",
+        "framework",
         "status",
         "script",
         "steps_watched",
@@ -54,6 +55,7 @@ def test_top_level_keys_and_values(problem_report):
         "warnings",
     ]
     assert result["schema"] == "gradient-doctor/report/v1"
+    assert result["framework"] == "tensorflow"
     assert result["status"] == "problem"
     assert result["script"] == "train.py"
     assert result["steps_watched"] == 1831
@@ -169,6 +171,7 @@ def test_warning_without_headroom_has_nulls(make_finding):
 def test_healthy_report(healthy_report):
     assert report_to_dict(healthy_report) == {
         "schema": "gradient-doctor/report/v1",
+        "framework": "tensorflow",
         "status": "healthy",
         "script": "train.py",
         "steps_watched": 500,

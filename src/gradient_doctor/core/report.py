@@ -24,6 +24,8 @@ class Report:
             risky ops), bounded; empty when nothing was recorded.
         interrupted: the signal that stopped the run before it ended on its own
             ("SIGTERM", "SIGINT"), or None.
+        framework: the framework the run trained with ("tensorflow", "torch"): the
+            adapter that watched it.
     """
 
     script: str | None
@@ -33,6 +35,7 @@ class Report:
     script_error: str | None = None
     series: tuple[Series, ...] = ()
     interrupted: str | None = None
+    framework: str = "tensorflow"
 
     @property
     def status(self) -> str:

@@ -35,7 +35,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         report: Report, the outcome of a watched run.
 
     Returns:
-        A dict with the keys `schema`, `status`, `script`, `steps_watched`,
+        A dict with the keys `schema`, `framework`, `status`, `script`, `steps_watched`,
         `problems` and `warnings`, plus `script_error` only when the script raised
         a non-numeric exception, `interrupted` (the signal's name) only when a signal
         stopped the run, and `series` only when the report carries series.
@@ -46,6 +46,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     """
     result: dict[str, Any] = {
         "schema": SCHEMA,
+        "framework": report.framework,
         "status": report.status,
         "script": report.script,
         "steps_watched": int(report.steps_watched),
