@@ -1,0 +1,88 @@
+"""gradient-doctor for PyTorch: `watch` a training step; its non-finite updates are skipped
+and diagnosed (the op, its module, your line, the cause and the fix)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
+from gradient_doctor.render.terminal import render_finding, render_warning
+from gradient_doctor.torch_adapter.adapter import TorchAdapter
+from gradient_doctor.torch_adapter.watched_step import WatchedStep
+
+__all__ = ["WatchedStep", "watch"]
+
+
+def watch(
+    step: Callable | None = None,
+    *,
+    optimizer,
+    model=None,
+    stop_on_problem: bool = True,
+    verbose: bool = True,
+    trial_steps: int = DEFAULT_TRIAL_STEPS,
+):
+    """Watch a PyTorch training step: the call that runs forward, `loss.backward()` and
+    `optimizer.step()`.
+
+    Each update is checked first (the loss and the gradients, one fused check) and
+    skipped when anything is not finite, so the weights and the optimizer's state stay
+    those of the last good step. The failing call is then replayed from there, with
+    the same random draws, op by op, and diagnosed.
+
+    Args:
+        step: the step function. Omit it to use `watch` as a decorator.
+        optimizer: a `torch.optim.Optimizer`, or a list of them (a GAN's two).
+        model: the `torch.nn.Module` trained, or a list of them: ops are named by
+            their module's path in it. Defaults to None (modules named by class).
+        stop_on_problem: bool. Raise `TrainingStopped` at the first problem; False
+            records it and goes on. Defaults to True.
+        verbose: bool. Print each diagnosis and early warning on stderr when it is
+            made. Defaults to True.
+        trial_steps: int. Steps each fix trial runs past the failing step (fix trials
+            are not yet run for PyTorch). Defaults to 200.
+
+    Returns:
+        The watched step (call it like the original; `.report()` gives the run's
+        report), or a decorator.
+
+    Raises:
+        TypeError: `optimizer` is not a torch optimizer, or `model` not a module.
+
+    Example:
+        >>> train_step = gradient_doctor.torch.watch(train_step, model=model, optimizer=opt)
+        >>> for x, y in loader:
+        ...     train_step(x, y)
+    """
+    optimizers = _listed(
+        optimizer, torch.optim.Optimizer, "optimizer", "applies the step's updates"
+    )
+    models = _listed(model, torch.nn.Module, "model", "is trained") if model is not None else []
+    adapter = TorchAdapter(
+        optimizers,
+        models,
+        stop_on_problem=stop_on_problem,
+        on_finding=render_finding if verbose else None,
+        on_warning=render_warning if verbose else None,
+        trial_steps=trial_steps,
+    )
+    adapter.install()
+
+    def wrap(function: Callable) -> WatchedStep:
+        return WatchedStep(function, adapter)
+
+    return wrap if step is None else wrap(step)
+
+
+def _listed(value, kind: type, argument: str, role: str) -> list:
+    """`value` as a list of `kind`, or a `TypeError` naming the argument."""
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    for candidate in values:
+        if not isinstance(candidate, kind):
+            raise TypeError(
+                f"`{argument}` must be a {kind.__module__}.{kind.__qualname__} (or a list of "
+                f"them), the one that {role}. Received: {argument}={candidate!r}"
+            )
+    return values

@@ -1,0 +1,11 @@
+"""The PyTorch adapter: the core's `Adapter` protocol for `torch` training steps.
+
+Its public face is `gradient_doctor.torch.watch`. Modules, one concern each:
+`step_check` (the fused finite check of a step's loss and gradients), `guarded_step`
+(an optimizer's step, skipped when that check fails), `backward_roots` (the losses
+`backward()` was called on), `rng_state` (the random draws of a call, kept for its
+replay), `op_names` (aten ops in the core's op vocabulary), `tensor_stats`,
+`module_scope` and `source_lines` (what each recorded op is, where it ran), `op_recorder`
+(the replay's dispatch mode, writing `OpEvent`s), `adapter` (`TorchAdapter`) and
+`watched_step` (the step wrapper that drives the session).
+"""

@@ -1,0 +1,142 @@
+"""`TorchAdapter`: PyTorch's answers to the neutral pipeline (replay, setup, source filter)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from gradient_doctor.core.evidence import StepHistory, TrainingSetup
+from gradient_doctor.core.origin_search import trace_evidence
+from gradient_doctor.core.pipeline import Adapter, Localized, Session
+from gradient_doctor.core.report import Report
+from gradient_doctor.torch_adapter import rng_state, source_lines
+from gradient_doctor.torch_adapter.backward_roots import backward_roots
+from gradient_doctor.torch_adapter.guarded_step import StepGuard
+from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names
+from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder
+
+# The name reports give this framework (`Report.framework`).
+FRAMEWORK = "torch"
+
+
+@dataclass(frozen=True)
+class FailedCall:
+    """A call of the user's step whose update was skipped, as it can run again.
+
+    Attributes:
+        function: the user's step function.
+        args, kwargs: what it was called with (by reference).
+        rng: the random generators' state before the call.
+    """
+
+    function: Callable
+    args: tuple
+    kwargs: dict
+    rng: rng_state.RngState
+
+
+class TorchAdapter(Adapter):
+    """The PyTorch side of one watched run; it owns the run's `Session`.
+
+    Args:
+        optimizers: the optimizers whose updates are guarded.
+        models: the modules trained (their paths name each op's module; their
+            buffers are put back after a replay). May be empty.
+        **session: passed to `Session` (stop_on_problem, on_finding, trial_steps, ...).
+    """
+
+    def __init__(
+        self,
+        optimizers: Sequence[torch.optim.Optimizer],
+        models: Sequence[torch.nn.Module] = (),
+        **session,
+    ) -> None:
+        self.optimizers = tuple(optimizers)
+        self.models = tuple(models)
+        self.guard = StepGuard(self.optimizers)
+        self.session = Session(self, **session)
+
+    def install(self) -> None:
+        self.guard.install()
+
+    def uninstall(self) -> None:
+        self.guard.uninstall()
+
+    def localize(
+        self, replay: FailedCall, step: int, history: StepHistory, setup: TrainingSetup
+    ) -> Localized:
+        """Run the failing call again from the last good weights, with its random draws,
+        under the op recorder, its update suppressed; walk the ops to the origin."""
+        scope = ModuleScope(module_names(self.models))
+        recorder = OpRecorder(scope, self._parameter_names())
+        after, buffers = rng_state.save(), self._buffers()
+        rng_state.restore(replay.rng)
+        data_ids = recorder.keys((replay.args, replay.kwargs))
+        try:
+            with backward_roots(), scope.hooked(), self.guard.replaying(recorder), recorder:
+                replay.function(*replay.args, **replay.kwargs)
+        finally:
+            rng_state.restore(after)
+            self._put_back(buffers)
+        traced = trace_evidence(
+            recorder.events,
+            recorder.bad_ids,
+            step,
+            data_ids=data_ids,
+            weight_reads=frozenset({READ_VARIABLE}),
+            stats=recorder.stats,
+        )
+        evidence = replace(
+            traced.evidence, history=history, setup=setup, reproduced=bool(recorder.bad_ids)
+        )
+        return Localized(evidence, rerun=None)
+
+    def training_setup(self) -> TrainingSetup:
+        """The first optimizer's learning rate (clipping is the user's own call in PyTorch)."""
+        if not self.optimizers:
+            return TrainingSetup()
+        rate = self.optimizers[0].param_groups[0].get("lr")
+        try:
+            return TrainingSetup(learning_rate=float(rate))
+        except (TypeError, ValueError):
+            return TrainingSetup()
+
+    def is_user_file(self, filename: str) -> bool:
+        return source_lines.is_user_file(filename)
+
+    def objectives(self) -> int:
+        return max(len(self.optimizers), 1)
+
+    def resume(self) -> None:
+        self.guard.resume()
+
+    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
+        """The session's report, saying it came from PyTorch."""
+        return replace(self.session.report(script, script_error), framework=FRAMEWORK)
+
+    def _parameter_names(self) -> dict[int, str]:
+        """Parameter id -> qualified name, over the models, then the optimizers' others."""
+        names = module_names(self.models)
+        found: dict[int, str] = {}
+        for model in self.models:
+            root = names[id(model)] if len(self.models) > 1 else ""
+            for name, parameter in model.named_parameters():
+                found.setdefault(id(parameter), f"{root}.{name}" if root else name)
+        for index, optimizer in enumerate(self.optimizers):
+            for group in optimizer.param_groups:
+                for number, parameter in enumerate(group["params"]):
+                    found.setdefault(id(parameter), f"optimizer{index}.param{number}")
+        return found
+
+    def _buffers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of the models' buffers (a batch norm's running statistics)."""
+        with torch.no_grad():
+            return [(b, b.clone()) for model in self.models for b in model.buffers()]
+
+    @staticmethod
+    def _put_back(buffers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)

@@ -1,0 +1,128 @@
+"""An optimizer's `step`, guarded: the update runs only when its losses and gradients are finite."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import types
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from gradient_doctor.torch_adapter import backward_roots
+from gradient_doctor.torch_adapter.op_recorder import OpRecorder
+from gradient_doctor.torch_adapter.step_check import Check, check
+
+# The instance attribute a guarded optimizer's own `step` is kept under.
+_UNGUARDED = "_gradient_doctor_unguarded_step"
+
+
+class StepGuard:
+    """The update decision of the watched optimizers, and what it read in the current call.
+
+    Each guarded `optimizer.step()` checks the gradients it is about to apply and the
+    losses `backward()` was called on since the last update (`step_check.check`). A
+    non-finite check closes the guard: that update and every later one are skipped
+    (weights and optimizer state stay at the last good step) until `resume()`. While
+    a step is replayed, updates are never applied: the check's non-finite tensors are
+    handed to the recorder instead.
+
+    Args:
+        optimizers: the `torch.optim.Optimizer`s whose `step` is guarded.
+    """
+
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        self.optimizers = tuple(optimizers)
+        self.closed = False
+        self.skipped = 0  # updates skipped since training last went on
+        self.updates = 0  # updates asked for over that time
+        self.checks: list[Check] = []  # those of the current call
+        self.recorder: OpRecorder | None = None
+
+    def install(self) -> None:
+        """Guard each optimizer's `step` (an instance attribute over the class's method)."""
+        for optimizer in self.optimizers:
+            if _UNGUARDED in vars(optimizer):
+                raise ValueError(
+                    "This optimizer is already watched by gradient-doctor. Received: "
+                    f"optimizer={type(optimizer).__name__}; watch each optimizer once."
+                )
+            unguarded = optimizer.step
+            setattr(optimizer, _UNGUARDED, unguarded)
+            optimizer.step = types.MethodType(self._guarded(unguarded), optimizer)
+
+    def uninstall(self) -> None:
+        """Give each optimizer its own `step` back."""
+        for optimizer in self.optimizers:
+            unguarded = vars(optimizer).pop(_UNGUARDED, None)
+            if unguarded is not None:
+                optimizer.step = unguarded
+
+    def begin_call(self) -> None:
+        """Forget the checks of the previous call."""
+        self.checks.clear()
+
+    def resume(self) -> None:
+        """Let updates through again (training goes on after a problem)."""
+        self.closed, self.skipped, self.updates = False, 0, 0
+
+    @contextlib.contextmanager
+    def replaying(self, recorder: OpRecorder) -> Iterator[None]:
+        """While the block runs, updates are suppressed and their bad tensors recorded."""
+        self.recorder = recorder
+        try:
+            yield
+        finally:
+            self.recorder = None
+
+    def _guarded(self, unguarded):
+        """The guarded `step`, a function of the optimizer like the method it replaces (an
+        LR scheduler made later wraps it as it wraps `Optimizer.step`)."""
+
+        @functools.wraps(unguarded)
+        def step(optimizer, *args, **kwargs):
+            return self._step(optimizer, unguarded, *args, **kwargs)
+
+        return step
+
+    def _step(self, optimizer, unguarded, *args, **kwargs):
+        """The guarded `optimizer.step(...)`."""
+        if args or kwargs:  # a closure recomputes the loss inside the step: not checked
+            return unguarded(*args, **kwargs)
+        grads = _dense_grads(optimizer)
+        losses = backward_roots.take()
+        if self.recorder is not None:
+            self.recorder.mark_bad([*losses, *grads])
+            return None
+        self.updates += 1
+        result = check(losses, grads)
+        self.checks.append(result)
+        self.closed = self.closed or not result.finite
+        if self.closed:
+            self.skipped += 1
+            return None
+        return unguarded()
+
+    @property
+    def call_loss(self) -> float | None:
+        """The current call's last checked loss."""
+        losses = [c.loss for c in self.checks if c.loss is not None]
+        return losses[-1] if losses else None
+
+    @property
+    def call_grad_norm(self) -> float | None:
+        """The global gradient norm over the current call's updates."""
+        if not self.checks:
+            return None
+        return math.sqrt(sum(c.grad_norm**2 for c in self.checks))
+
+
+def _dense_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The gradients the optimizer is about to apply (sparse ones are not checked)."""
+    return [
+        p.grad
+        for group in optimizer.param_groups
+        for p in group["params"]
+        if p.grad is not None and p.grad.layout == torch.strided
+    ]

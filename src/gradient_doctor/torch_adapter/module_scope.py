@@ -1,0 +1,72 @@
+"""Which module's `forward` is running, by its path in the model, while a step is replayed."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+
+
+def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
+    """Module id -> its path ("encoder.layers.3.attn"); a root is named by its class.
+
+    With several models (a GAN's two), each path starts with its root's class name so
+    the two cannot be confused.
+    """
+    models = list(models)
+    names: dict[int, str] = {}
+    for model in models:
+        root = type(model).__name__
+        for path, module in model.named_modules():
+            if id(module) in names:
+                continue
+            if not path:
+                names[id(module)] = root
+            else:
+                names[id(module)] = f"{root}.{path}" if len(models) > 1 else path
+    return names
+
+
+class ModuleScope:
+    """The stack of modules whose `forward` is running (innermost last).
+
+    Args:
+        names: module id -> path (`module_names`); a module outside the watched
+            models is named by its class.
+    """
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self._names = names
+        self._stack: list[str] = []
+
+    @property
+    def current(self) -> str | None:
+        """The innermost running module's path, or None outside every module."""
+        return self._stack[-1] if self._stack else None
+
+    @contextlib.contextmanager
+    def hooked(self) -> Iterator[ModuleScope]:
+        """Follow every module's forward while the block runs (global hooks, removed after)."""
+
+        def enter(module, args):
+            self._stack.append(self._names.get(id(module), type(module).__name__))
+
+        def leave(module, args, output):
+            if self._stack:
+                self._stack.pop()
+
+        handles = [
+            register_module_forward_pre_hook(enter),
+            register_module_forward_hook(leave, always_call=True),
+        ]
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+            self._stack.clear()

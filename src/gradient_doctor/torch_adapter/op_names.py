@@ -1,0 +1,85 @@
+"""Aten op names in the core's op vocabulary, so the same rules diagnose PyTorch's ops."""
+
+from __future__ import annotations
+
+# Aten overload packets (`aten.exp`, `aten.div`, ...) by the op type the knowledge base's
+# rules key on. An aten op missing here keeps a CamelCase form of its own name
+# (`aten.native_layer_norm` -> "NativeLayerNorm"): no rule claims it, the default one
+# explains it.
+_VOCABULARY: dict[str, tuple[str, ...]] = {
+    "Exp": ("exp", "exp_", "exp2", "exp2_"),
+    "Expm1": ("expm1", "expm1_"),
+    "Cosh": ("cosh", "cosh_"),
+    "Sinh": ("sinh", "sinh_"),
+    "Log": ("log", "log_", "log2", "log2_", "log10", "log10_"),
+    "Log1p": ("log1p", "log1p_"),
+    "Xlogy": ("xlogy", "xlogy_", "special_xlogy"),
+    "Sqrt": ("sqrt", "sqrt_"),
+    "Rsqrt": ("rsqrt", "rsqrt_"),
+    "Pow": ("pow", "pow_", "float_power", "float_power_"),
+    "RealDiv": ("div", "div_", "true_divide", "true_divide_"),
+    "FloorDiv": ("floor_divide", "floor_divide_"),
+    "Reciprocal": ("reciprocal", "reciprocal_"),
+    "Acos": ("acos", "acos_", "arccos"),
+    "Asin": ("asin", "asin_", "arcsin"),
+    "Atanh": ("atanh", "atanh_", "arctanh"),
+    "Acosh": ("acosh", "acosh_", "arccosh"),
+    "Softmax": ("_softmax", "softmax"),
+    "LogSoftmax": ("_log_softmax", "log_softmax"),
+    "Sigmoid": ("sigmoid", "sigmoid_"),
+    "Tanh": ("tanh", "tanh_"),
+    "Relu": ("relu", "relu_"),
+    "Softplus": ("softplus",),
+    "MatMul": ("mm", "addmm", "matmul", "linear", "_addmm_activation"),
+    "BatchMatMulV2": ("bmm", "baddbmm"),
+    "Einsum": ("einsum",),
+    "Mul": ("mul", "mul_"),
+    "AddV2": ("add", "add_"),
+    "Sub": ("sub", "sub_", "rsub"),
+    "Square": ("square",),
+    "Sum": ("sum",),
+    "Mean": ("mean",),
+    "Prod": ("prod",),
+    "Cumsum": ("cumsum", "cumsum_"),
+    "Conv2D": ("convolution", "_convolution", "conv2d"),
+    "EuclideanNorm": ("linalg_vector_norm", "norm"),
+    "Logsumexp": ("logsumexp",),
+    "Select": ("where",),
+    "ArgMax": ("argmax",),
+    "ArgMin": ("argmin",),
+    "TopKV2": ("topk",),
+    "Cast": ("_to_copy",),
+    "Maximum": ("maximum", "clamp_min", "clamp_min_"),
+    "Minimum": ("minimum", "clamp_max", "clamp_max_"),
+    "ClipByValue": ("clamp", "clamp_", "clip", "clip_"),
+    "Neg": ("neg", "neg_"),
+    "Abs": ("abs", "abs_"),
+    "ScatterAdd": ("scatter_add", "scatter_add_", "index_add", "index_add_"),
+    "GatherV2": ("index_select", "gather", "embedding"),
+    "Multinomial": ("multinomial",),
+    "BinaryCrossEntropy": ("binary_cross_entropy",),
+    "BinaryCrossEntropyWithLogits": ("binary_cross_entropy_with_logits",),
+}
+OP_TYPES: dict[str, str] = {
+    aten: op_type for op_type, names in _VOCABULARY.items() for aten in names
+}
+
+
+def op_type(aten_name: str) -> str:
+    """The core's op type for an aten op, by its overload packet's name.
+
+    Args:
+        aten_name: str, e.g. "log", "div", "addmm" (`func.overloadpacket.__name__`).
+
+    Returns:
+        The op type the knowledge base keys on ("Log", "RealDiv", "MatMul"), or the
+        aten name in CamelCase when the vocabulary has none.
+
+    Example:
+        >>> op_type("div"), op_type("native_layer_norm")
+        ('RealDiv', 'NativeLayerNorm')
+    """
+    known = OP_TYPES.get(aten_name)
+    if known is not None:
+        return known
+    return "".join(part[:1].upper() + part[1:] for part in aten_name.split("_") if part)

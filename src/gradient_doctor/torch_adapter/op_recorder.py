@@ -1,0 +1,192 @@
+"""The replay's dispatch mode: every aten op of a step, forward and backward, as `OpEvent`s."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from gradient_doctor.core.findings import TensorStats
+from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.torch_adapter.module_scope import ModuleScope
+from gradient_doctor.torch_adapter.op_names import op_type
+from gradient_doctor.torch_adapter.source_lines import user_line
+from gradient_doctor.torch_adapter.tensor_stats import first_values, summarize
+
+# The op type of a parameter's read into the step (the core's weight-read vocabulary):
+# torch ops read a parameter directly, so the recorder writes one such event before
+# the first op that reads each parameter.
+READ_VARIABLE = "ReadVariableOp"
+# Ops whose output memory is uninitialized: its values are no result of the step.
+_UNINITIALIZED = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+)
+# In-place ops that overwrite their first argument whole: its old values feed nothing.
+_OVERWRITES_FIRST = frozenset({"copy_", "fill_", "zero_", "uniform_", "normal_", "bernoulli_"})
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the ops run while it is active, each with its inputs, outputs and place.
+
+    A tensor's id in the events names one value of it: each op that writes a tensor,
+    in place or new, gives it a new id, so the walk to the origin follows values, not
+    storage. (A write through a view of it is not seen: the view gets the new id.)
+    Every tensor seen is kept alive until the recorder is dropped.
+
+    Args:
+        scope: the module scope followed during the replay (the op's module path).
+        parameters: parameter id -> its qualified name ("head.linear.weight").
+    """
+
+    def __init__(self, scope: ModuleScope, parameters: Mapping[int, str]) -> None:
+        super().__init__()
+        self.events: list[OpEvent] = []
+        self.bad_ids: list[int] = []
+        self.stats: dict[int, TensorStats] = {}
+        self._scope = scope
+        self._parameters = parameters
+        self._current: dict[int, int] = {}  # tensor id -> the id of its value now
+        self._count = 0
+        self._alive: list[torch.Tensor] = []
+        self._read: set[int] = set()
+        # Forward events' outputs, until their autograd nodes are looked up; then each
+        # node's forward event (the op whose gradient a backward op computes).
+        self._pending: list[tuple[torch.Tensor, int]] = []
+        self._forward_of: dict[object, OpEvent] = {}
+        self._paused = False
+
+    def key(self, tensor: torch.Tensor) -> int:
+        """The id of `tensor`'s current value in the events: the one the last recorded op
+        that wrote it gave it, or a new one for a tensor first seen (made before the replay)."""
+        known = self._current.get(id(tensor))
+        return known if known is not None else self._written(tensor)
+
+    def _written(self, tensor: torch.Tensor) -> int:
+        """A new id for `tensor`'s value (an op just wrote it, in place or new)."""
+        if id(tensor) not in self._current:
+            self._alive.append(tensor)
+        self._current[id(tensor)] = self._count
+        self._count += 1
+        return self._count - 1
+
+    def keys(self, values: Iterable[object]) -> frozenset[int]:
+        """The ids of the tensors among `values` (nested in lists, tuples and dicts)."""
+        return frozenset(self.key(t) for t in tree_leaves(list(values)) if _is_tensor(t))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Run the doctor's own ops unrecorded (the replay's check of the update)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+
+    def mark_bad(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Note which of `tensors` (the update's losses and gradients) are not finite."""
+        with self.paused(), torch.no_grad():
+            for tensor in tensors:
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    self.bad_ids.append(self.key(tensor))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self._paused:
+            return func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        node = torch._C._current_autograd_node()
+        inputs = [t for t in tree_leaves((args, kwargs)) if _is_tensor(t)]
+        if name in _OVERWRITES_FIRST and inputs:
+            inputs = inputs[1:]
+        for tensor in inputs:
+            self._note_parameter(tensor)
+        input_ids = tuple(self.key(t) for t in inputs)
+        input_stats = tuple(self._summary(t, key) for t, key in zip(inputs, input_ids))
+        values = tuple(first_values(t) for t in inputs)
+        out = func(*args, **kwargs)
+        outputs = [t for t in tree_leaves(out) if _is_tensor(t)]
+        output_ids = tuple(self._written(t) for t in outputs)
+        output_stats = tuple(
+            _unwritten(t) if name in _UNINITIALIZED else self._summary(t, key, fresh=True)
+            for t, key in zip(outputs, output_ids)
+        )
+        forward = self._forward_event(node) if node is not None else None
+        layer = forward.layer if forward is not None else self._scope.current
+        if node is not None:
+            where = f"{layer}/{node.name()}" if layer else node.name()
+        else:
+            where = layer
+        event = OpEvent(
+            index=len(self.events),
+            op_type=op_type(name),
+            op_name=f"{where}/aten.{name}" if where else f"aten.{name}",
+            layer=layer,
+            phase="backward" if node is not None else "forward",
+            gradient_of=forward.op_type if forward is not None else None,
+            forward_index=forward.index if forward is not None else None,
+            input_ids=input_ids,
+            output_ids=output_ids,
+            inputs=input_stats,
+            outputs=output_stats,
+            source=forward.source if forward is not None else user_line(),
+            input_values=values,
+        )
+        self.events.append(event)
+        self._pending.extend((t, event.index) for t in outputs)
+        return out
+
+    def _summary(self, tensor: torch.Tensor, key: int, fresh: bool = False) -> TensorStats:
+        """The summary of one tensor value, computed once per id."""
+        known = None if fresh else self.stats.get(key)
+        if known is None:
+            known = self.stats[key] = summarize(tensor)
+        return known
+
+    def _note_parameter(self, tensor: torch.Tensor) -> None:
+        """Write the read event of a parameter the first time an op reads it."""
+        name = self._parameters.get(id(tensor))
+        if name is None or id(tensor) in self._read:
+            return
+        self._read.add(id(tensor))
+        key = self.key(tensor)
+        layer = name.rpartition(".")[0] or None
+        self.events.append(
+            OpEvent(
+                index=len(self.events),
+                op_type=READ_VARIABLE,
+                op_name=name,
+                layer=layer,
+                phase="forward",
+                gradient_of=None,
+                forward_index=None,
+                input_ids=(),
+                output_ids=(key,),
+                inputs=(),
+                outputs=(self._summary(tensor, key),),
+                source=None,
+            )
+        )
+
+    def _forward_event(self, node) -> OpEvent | None:
+        """The forward event whose output's autograd node is `node`, or None (a leaf's
+        gradient accumulation, or an op recorded before the replay began)."""
+        if node not in self._forward_of:
+            for tensor, index in self._pending:
+                grad_fn = tensor.grad_fn
+                if grad_fn is not None and grad_fn not in self._forward_of:
+                    self._forward_of[grad_fn] = self.events[index]
+            self._pending.clear()
+        return self._forward_of.get(node)
+
+
+def _is_tensor(value: object) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def _unwritten(tensor: torch.Tensor) -> TensorStats:
+    """The summary of memory no op has written yet: its shape and dtype alone."""
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    return TensorStats(dtype, tuple(tensor.shape), None, None, 0, 0, 0, tensor.numel())

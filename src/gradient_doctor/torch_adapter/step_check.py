@@ -1,0 +1,73 @@
+"""The per-update decision: one fused finite check of the losses and gradients, one host read."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Check:
+    """What one update's check read.
+
+    Attributes:
+        finite: every loss and every gradient value was finite.
+        loss: the last loss `backward()` was called on before the update (summed
+            when it was not a scalar), or None when none was seen.
+        grad_norm: the global L2 norm of the gradients (0.0 with none).
+    """
+
+    finite: bool
+    loss: float | None
+    grad_norm: float
+
+
+def check(losses: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> Check:
+    """Check the update's losses and gradients with one device-to-host read.
+
+    The gradients' norms come from one `torch._foreach_norm`; their global norm, and
+    each loss summed, are stacked and read with one `tolist()`. The values are read,
+    never written: training computes exactly what it computes unwatched.
+
+    A global norm that is not finite is confirmed value by value before the update
+    is called non-finite: finite gradients whose norm's square overflows the dtype
+    are finite (their norm is then measured in float64).
+
+    Args:
+        losses: the tensors `backward()` was called on since the last update.
+        grads: the dense gradients the optimizer is about to apply.
+    """
+    with torch.no_grad():
+        parts = []
+        if grads:
+            norms = torch._foreach_norm(list(grads))
+            parts.append(torch.linalg.vector_norm(_stacked(norms)))
+        parts += [loss.detach().sum() for loss in losses]
+        if not parts:
+            return Check(True, None, 0.0)
+        read = _stacked(parts).tolist()
+    grad_norm = read[0] if grads else 0.0
+    loss = read[-1] if losses else None
+    if all(math.isfinite(value) for value in read):
+        return Check(True, loss, grad_norm)
+    return _confirmed(losses, grads, loss, grad_norm)
+
+
+def _stacked(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """0-d tensors stacked on the first one's device, in float64 when dtypes differ."""
+    first = values[0]
+    if all(v.dtype == first.dtype and v.device == first.device for v in values):
+        return torch.stack(list(values))
+    return torch.stack([v.to(first.device, torch.float64) for v in values])
+
+
+def _confirmed(losses, grads, loss: float | None, grad_norm: float) -> Check:
+    """The slow check, on a failure only: each value, and the norm in float64."""
+    with torch.no_grad():
+        finite = all(bool(torch.isfinite(t).all()) for t in (*losses, *grads))
+        if finite and grads:
+            grad_norm = math.sqrt(sum(float(g.double().square().sum()) for g in grads))
+    return Check(finite, loss, grad_norm)
