@@ -14,6 +14,9 @@ from gradient_doctor.torch_adapter.watched_step import WatchedStep
 
 __all__ = ["WatchedStep", "watch"]
 
+# The names users know the accepted types by.
+_PUBLIC_NAMES = {torch.optim.Optimizer: "torch.optim.Optimizer", torch.nn.Module: "torch.nn.Module"}
+
 
 def watch(
     step: Callable | None = None,
@@ -57,9 +60,11 @@ def watch(
         ...     train_step(x, y)
     """
     optimizers = _listed(
-        optimizer, torch.optim.Optimizer, "optimizer", "applies the step's updates"
+        optimizer, torch.optim.Optimizer, "optimizer", "that applies the step's updates"
     )
-    models = _listed(model, torch.nn.Module, "model", "is trained") if model is not None else []
+    models = (
+        _listed(model, torch.nn.Module, "model", "the step trains") if model is not None else []
+    )
     adapter = TorchAdapter(
         optimizers,
         models,
@@ -82,7 +87,7 @@ def _listed(value, kind: type, argument: str, role: str) -> list:
     for candidate in values:
         if not isinstance(candidate, kind):
             raise TypeError(
-                f"`{argument}` must be a {kind.__module__}.{kind.__qualname__} (or a list of "
-                f"them), the one that {role}. Received: {argument}={candidate!r}"
+                f"`{argument}` must be a `{_PUBLIC_NAMES[kind]}` (or a list of them), the one "
+                f"{role}. Received: {argument}={candidate!r}"
             )
     return values

@@ -1,0 +1,36 @@
+"""The per-update check: finite or not from one read, and finite gradients whose norm's square
+overflows float32 are not called non-finite."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradient_doctor.torch_adapter.step_check import check  # noqa: E402
+
+
+def test_finite_losses_and_gradients():
+    grads = [torch.tensor([3.0, 0.0]), torch.tensor([[4.0]])]
+    result = check([torch.tensor(0.5)], grads)
+    assert (result.finite, result.loss, result.grad_norm) == (True, 0.5, 5.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_nonfinite_gradient_or_loss_fails(bad):
+    assert not check([torch.tensor(1.0)], [torch.tensor([1.0, bad])]).finite
+    assert not check([torch.tensor(bad)], [torch.tensor([1.0])]).finite
+
+
+def test_huge_finite_gradients_are_finite_with_their_norm_in_float64():
+    grads = [torch.full((4,), 3e38), torch.tensor([1e38])]
+    assert not math.isfinite(torch.linalg.vector_norm(grads[0]))  # float32's own norm
+    result = check([], grads)
+    assert result.finite and result.loss is None
+    assert result.grad_norm == pytest.approx(math.sqrt(4 * 9 + 1) * 1e38)
+
+
+def test_no_gradients_and_no_loss():
+    assert check([], []).finite
