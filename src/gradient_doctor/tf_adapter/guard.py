@@ -317,8 +317,11 @@ class Guard:
         skip = self._skip_branch(update, latch_open)
         if not replicas.must_cross_replicas():
             ok = tf.logical_and(finite, latch_open)
-            ok = self._update_if(ok, update.optimizer, update.float_pairs, update.apply, skip)
-            return ok, tf.constant(-1.0)
+            taken = self._update_if(ok, update.optimizer, update.float_pairs, update.apply, skip)
+            # The statistics read the verdict, not the branch's output, so that they are
+            # written beside the update rather than after it (off the step's critical
+            # path); only where XLA must see the branch's output used (`keep_branch`).
+            return (taken if branches_kept() else ok), tf.constant(-1.0)
         self.replicas = replicas.replica_count()
         self.layout = replicas.layout()
         tf.cond(finite, lambda: tf.constant(False), skip)
