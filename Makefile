@@ -3,15 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TORCH_STAMP := $(VENV)/.torch-installed
 
-# This project's machines have no GPU: install TensorFlow's CPU wheel here. Users with
-# their own TensorFlow build are not pinned to it (see pyproject.toml).
+# This project's machines have no GPU: install TensorFlow's CPU wheel here, and for the
+# tests PyTorch 2.13.0 (its CPU build lies on these machines' disk; a plain `torch` pulls
+# several GB of CUDA libraries). Users' own builds are not pinned to them (pyproject.toml).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "tensorflow-cpu==2.21.*" "keras>=3.15"
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
+
+# PyTorch, for the PyTorch adapter's tests only (`make demo` does not need it).
+$(TORCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	touch $(TORCH_STAMP)
 
 .PHONY: install demo test lint browser
 install: $(STAMP)
@@ -33,5 +40,5 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "chromium is missing and could not be installed (needs root): the browser test will skip"
 
-test: $(STAMP) lint browser
+test: $(STAMP) $(TORCH_STAMP) lint browser
 	$(PY) -m pytest -q
