@@ -72,3 +72,25 @@ def test_log_of_a_sigmoid_output_named_anything_gets_binary_from_logits(
     fix = {f.family: f for f in diagnosis.fixes}["from_logits"]
     assert "BinaryCrossentropy(from_logits=True)" in fix.code
     assert "activation_change" not in families(diagnosis)
+
+
+def test_a_prediction_above_one_is_not_clipped_as_a_probability(
+    make_evidence, make_stats, families
+):
+    # A Keras loss names its argument y_pred whatever it is: a regression's predictions
+    # reach 7.5 here, so a clip into [1e-7, 1] would cap them; only the floor is proposed.
+    inputs = (make_stats(min=-0.5, max=7.5),)
+    code = "return tf.reduce_mean(tf.math.log(y_pred) - tf.math.log(y_true))"
+    diagnosis = diagnose(log_evidence(make_evidence, make_stats, code, inputs=inputs))
+    assert families(diagnosis) == ["safe_log", "activation_change"]
+
+
+def test_log1p_of_a_prediction_gets_its_own_floor_and_no_unit_clip(
+    make_evidence, make_stats, families
+):
+    inputs = (make_stats(min=-1.5, max=0.5),)
+    code = "return tf.sqrt(tf.reduce_mean(tf.square(tf.math.log1p(y_pred) - tf.math.log1p(y)))"
+    evidence = log_evidence(make_evidence, make_stats, code, "Log1p", inputs)
+    diagnosis = diagnose(evidence)
+    assert "clip_input_domain" not in families(diagnosis)
+    assert "tf.math.log1p(tf.maximum(y_pred, -1.0 + 1e-7))" in diagnosis.fixes[0].code

@@ -33,6 +33,9 @@ OPS = frozenset(_DOMAINS)
 _PROBABILITY_WORDS = ("prob", "pred", "softmax", "sigmoid", "likelihood")
 # Ops whose output is a probability, seen upstream of the log in the replay.
 _PROBABILITY_OPS = frozenset({"Sigmoid", "Softmax"})
+# The logarithms whose argument can be a probability (log1p's domain edge is -1: clipping
+# its argument into [1e-7, 1] would cap a regression's predictions at 1).
+_OF_PROBABILITY = frozenset({"Log", "Xlogy"})
 
 
 def diagnose(evidence: Evidence) -> Diagnosis | None:
@@ -42,7 +45,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     op = evidence.origin.op
     code = source_code(evidence)
     probability = evidence.feeding_ops & _PROBABILITY_OPS
-    if probability or any(word in code.lower() for word in _PROBABILITY_WORDS):
+    named = any(word in code.lower() for word in _PROBABILITY_WORDS)
+    if (probability or named) and _may_be_probability(evidence):
         clip = guard_fix(
             "clip_input_domain",
             "Clip the probability into [1e-7, 1]",
@@ -56,6 +60,21 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     else:
         extra = (_positive_activation(),)
     return diagnose_domain(evidence, _DOMAINS[op], extra)
+
+
+def _may_be_probability(evidence: Evidence) -> bool:
+    """Whether the log's argument can be a probability: a log of one, whose finite
+    values the replay saw (when it did) inside [0, 1]. A `y_pred` above 1 is a
+    regression's prediction, which a clip into [1e-7, 1] would cap."""
+    op = evidence.origin.op
+    if op not in _OF_PROBABILITY:
+        return False
+    index = _DOMAINS[op].argument
+    inputs = evidence.origin.inputs
+    if index >= len(inputs):
+        return True
+    low, high = inputs[index].min, inputs[index].max
+    return (low is None or low >= 0.0) and (high is None or high <= 1.0)
 
 
 def _from_logits(binary: bool) -> Fix:
