@@ -1,4 +1,4 @@
-"""How each array namespace (TensorFlow, keras.ops, numpy) spells the helpers fixes use."""
+"""How each array namespace (TensorFlow, keras.ops, numpy, torch) spells the helpers fixes use."""
 
 from __future__ import annotations
 
@@ -52,7 +52,26 @@ _SPELLINGS = {
         "log": "np.log",
         "sigmoid": "scipy.special.expit",
     },
+    # PyTorch: `torch.maximum` takes two tensors, a bound is `clamp_min`; no helper of
+    # PyTorch's is spelled TensorFlow's way, so none falls back to it (`spell`).
+    "torch": {
+        "max": "torch.amax",
+        "min": "torch.amin",
+        "mean": "torch.mean",
+        "sum": "torch.sum",
+        "softmax": "torch.softmax",
+        "logsumexp": "torch.logsumexp",
+        "clip": "torch.clamp",
+        "maximum": "torch.clamp_min",
+        "minimum": "torch.clamp_max",
+        "log": "torch.log",
+        "sigmoid": "torch.sigmoid",
+        "softplus": "torch.nn.functional.softplus",
+        "l2_normalize": "torch.nn.functional.normalize",
+    },
 }
+# The prefixes of PyTorch's own namespaces (`import torch.nn.functional as F`).
+_TORCH_PREFIXES = ("torch.", "F.", "nn.functional.")
 # NumPy functions that TensorFlow spells the same way under `tf.`.
 _SAME_IN_TF = frozenset(
     {"exp", "sqrt", "square", "abs", "tanh", "maximum", "minimum", "where", "matmul", "stack"}
@@ -62,10 +81,10 @@ _SAME_IN_TF = frozenset(
 def spell(call: Call | None, helper: str) -> str:
     """Spell a helper ("max", "sum", "clip", "sqrt", ...) the way the user's code does.
 
-    Code that calls `keras.ops.*` gets `keras.ops.*` helpers and numpy code numpy's;
-    anything else (`tf.*`, `tf.math.*`, `K.*`, unparsed lines) gets TensorFlow's.
-    Helpers named alike everywhere ("sqrt", "maximum", "where", "ones_like") take the
-    namespace's prefix.
+    Code that calls `keras.ops.*` gets `keras.ops.*` helpers, numpy code numpy's and
+    `torch.*` code torch's; anything else (`tf.*`, `tf.math.*`, `K.*`, unparsed lines)
+    gets TensorFlow's. Helpers named alike everywhere ("sqrt", "where", "ones_like")
+    take the namespace's prefix (`torch.` for any of PyTorch's).
 
     Args:
         call: the user's call the fix rewrites, or None when the line did not parse.
@@ -75,22 +94,27 @@ def spell(call: Call | None, helper: str) -> str:
         The helper's full name, e.g. "tf.reduce_max" or "keras.ops.max".
     """
     family = namespace(call)
-    prefix = call.prefix if family != "tf" else "tf."
-    spelled = _SPELLINGS[family].get(helper) or _SPELLINGS["tf"].get(helper)
+    prefix = {"tf": "tf.", "torch": "torch."}.get(family) or call.prefix
+    spelled = _SPELLINGS[family].get(helper)
+    if spelled is None and family != "torch":
+        spelled = _SPELLINGS["tf"].get(helper)
     if spelled is None:
         return prefix + helper
     return spelled.replace("{p}", prefix)
 
 
 def namespace(call: Call | None) -> str:
-    """The array namespace the user's call is written in: "keras", "np" or "tf".
+    """The array namespace the user's call is written in: "keras", "np", "torch" or "tf".
 
-    `keras.ops.*` (and any `ops.*`) is "keras", `np.*` and `numpy.*` are "np";
-    anything else (`tf.*`, `tf.math.*`, `K.*`, an unparsed line) is "tf".
+    `keras.ops.*` (and any `ops.*`) is "keras", `np.*` and `numpy.*` are "np",
+    `torch.*` and `F.*` (`torch.nn.functional`) are "torch"; anything else (`tf.*`,
+    `tf.math.*`, `K.*`, an unparsed line) is "tf".
     """
     prefix = call.prefix if call is not None else "tf."
     if "ops." in prefix:
         return "keras"
+    if prefix.startswith(_TORCH_PREFIXES):
+        return "torch"
     return "np" if prefix in ("np.", "numpy.") else "tf"
 
 

@@ -1,0 +1,61 @@
+"""The fixes for torch code are spelled in torch: each patch applies to the user's file, the
+patched script runs, and trained from the start it stays finite past the failing step."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gradient_doctor.torch as doctor_torch  # noqa: E402
+from gradient_doctor.core.patches import apply_unified_diff  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
+from tests.scripts.torch import mlp_log_of_sigmoid, wgan_gp_padded_rows  # noqa: E402
+from tests.torch_adapter.conftest import first_nonfinite_step, run_until_stopped  # noqa: E402
+
+
+def _patched(module, patch: str, tmp_path):
+    """The script as the patch leaves it, imported as a module of its own."""
+    (text,) = apply_unified_diff(patch, str(ROOT)).values()
+    path = tmp_path / f"patched_{module.__name__.rpartition('.')[2]}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    patched = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(patched)
+    return patched
+
+
+def test_the_log_guards_are_torch_calls_that_hold_at_their_line(tmp_path):
+    model, optimizer, step = mlp_log_of_sigmoid.build()
+    watched = doctor_torch.watch(step, model=model, optimizer=optimizer, verbose=False)
+    finding, _ = run_until_stopped(watched, mlp_log_of_sigmoid.batches(60))
+    fixes = {fix.family: fix for fix in finding.fixes if fix.patch}
+    assert {"safe_log", "clip_input_domain"} <= set(fixes)
+    for fix in fixes.values():
+        assert "tf." not in fix.patch and "torch.clamp" in fix.patch
+        patched = _patched(mlp_log_of_sigmoid, fix.patch, tmp_path)
+        patched_model, patched_optimizer, patched_step = patched.build()
+        watched = doctor_torch.watch(
+            patched_step, model=patched_model, optimizer=patched_optimizer, verbose=False
+        )
+        later, calls = run_until_stopped(watched, patched.batches(60))
+        # The guarded log holds past the step it failed at; the other hand-written log of
+        # the head, `torch.log(p)`, is what reaches 0 next, for the other class.
+        assert calls > finding.step + 1, fix.family
+        assert later is not None and later.origin.source.code == "log_p = torch.log(p)"
+
+
+def test_the_hand_written_norm_gets_an_epsilon_that_holds(tmp_path):
+    trainer = wgan_gp_padded_rows.CriticTrainer()
+    watched = doctor_torch.watch(
+        trainer.step, model=trainer.critic, optimizer=trainer.optimizer, verbose=False
+    )
+    finding, _ = run_until_stopped(watched, wgan_gp_padded_rows.batches(epochs=2))
+    (fix,) = [fix for fix in finding.fixes if fix.family == "safe_norm"]
+    assert "tf." not in fix.patch
+    patched = _patched(wgan_gp_padded_rows, fix.patch, tmp_path)
+    fixed = patched.CriticTrainer()
+    parameters = list(fixed.critic.parameters())
+    assert first_nonfinite_step(fixed.step, patched.batches(epochs=3), parameters) is None
