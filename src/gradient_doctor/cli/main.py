@@ -217,7 +217,18 @@ def run_command(options: argparse.Namespace) -> int:
         check_new_dump_directory(options.dump)
     # TensorFlow's start-up INFO lines would bury the diagnosis; warnings still show.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from gradient_doctor.cli.patched_rerun import relative_script
     from gradient_doctor.cli.watched_run import watched_run
+
+    if relative_script(options.script) is None:
+        print(
+            f"gradient-doctor: {options.script} lies outside the folder you run from, so "
+            "its fixes come without patches (a patch's paths are relative to that folder) "
+            "and none is confirmed by a rerun; run from a folder that holds the script, "
+            f"for example `cd {os.path.dirname(os.path.abspath(options.script))}`.",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return watched_run(
         options.script,

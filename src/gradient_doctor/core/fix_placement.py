@@ -70,13 +70,17 @@ def place_fixes(
             None when unknown.
         history: the recent steps (the clipping threshold is their median norm).
         user_file: says whether a file is the user's (the adapter's source-frame
-            filter); a fix that would patch any other file keeps no patch. None
-            takes every file as the user's.
+            filter); a fix that would patch any other file keeps no patch, as one
+            of a file outside `root` does. None takes every file as the user's.
     """
     sites = sites or FixSites()
 
     def users(fix: Fix | None) -> Fix | None:
-        if fix is None or user_file is None:
+        if fix is None:
+            return None
+        if not all(_inside_root(edit.file) for edit in fix.edits):
+            return None
+        if user_file is None:
             return fix
         mine = all(user_file(os.path.join(root, edit.file)) for edit in fix.edits)
         return fix if mine else None
@@ -116,6 +120,12 @@ _LAYER_FIXES = {
     "constrain_weights": ("kernel_constraint", layer_rewrite.MAX_NORM),
     "better_init": ("kernel_initializer", "he_normal"),
 }
+
+
+def _inside_root(file: str) -> bool:
+    """Whether a patched file lies inside the folder run from: a patch's paths are
+    relative to it (`patch -p1` and `git apply` refuse absolute paths and `..`)."""
+    return not os.path.isabs(file) and file.split(os.sep)[0] != os.pardir
 
 
 def _data_fix(fix: Fix, fit: SourceLine, root: str) -> Fix | None:
