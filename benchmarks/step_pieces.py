@@ -28,7 +28,8 @@ that the slow spells of a machine shared with other jobs fall on all setups alik
 A round is a block of such steps; a setup's ratio is the median of its per-round
 ratios of median step times to plain's, with their interquartile range; a piece's
 cost is the median (and IQR) of the per-round differences between its setup's
-ratio and the setup before, in percent of plain's step time.
+ratio and the setup before, in percent of plain's step time. The same is done with
+the process's CPU time per step.
 
 Usage:
     .venv/bin/python benchmarks/step_pieces.py [--rounds N] [--output docs/performance.md]
@@ -192,21 +193,21 @@ class Stepper:
         self.iterator = iter(dataset)
         self.steps = 0
 
-    def step(self) -> float:
-        """Run one step; its wall time in seconds."""
-        started = time.perf_counter()
+    def step(self) -> tuple[float, float]:
+        """Run one step; its wall time and the process's CPU time, in seconds."""
+        started, started_cpu = time.perf_counter(), time.process_time()
         for callback in self.callbacks:
             callback.on_train_batch_begin(self.steps)
         logs = self.model.train_function(self.iterator)
         for callback in self.callbacks:
             callback.on_train_batch_end(self.steps, logs)
         self.steps += 1
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - started_cpu
 
 
 def measure(
     rounds: int, steps: int, models: tuple[ModelSpec, ...] = MODELS
-) -> list[dict[str, Samples]]:
+) -> list[tuple[dict[str, Samples], dict[str, Samples]]]:
     """Every rung of every model: `rounds` rounds of `steps` steps, interleaved step by step.
 
     Within a round each step runs one step of every setup, in an order that
@@ -218,17 +219,19 @@ def measure(
     results = []
     for spec in models:
         steppers = {rung.name: Stepper(spec, rung) for rung in RUNGS}
-        samples = {name: Samples() for name in names}
+        wall = {name: Samples() for name in names}
+        cpu = {name: Samples() for name in names}
         for round_index in range(rounds):
-            times: dict[str, list[float]] = {name: [] for name in names}
+            times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
             for step in range(steps):
                 turn = round_index * steps + step
                 order = names[turn % len(names) :] + names[: turn % len(names)]
                 for name in order[::-1] if turn % 2 else order:
                     times[name].append(steppers[name].step())
             for name in names:
-                samples[name].rounds.append(times[name])
-        results.append(samples)
+                wall[name].rounds.append([w for w, _ in times[name]])
+                cpu[name].rounds.append([c for _, c in times[name]])
+        results.append((wall, cpu))
         print(f"{spec.name}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     return results
 
@@ -248,28 +251,34 @@ def _median_iqr(values: list[float]) -> tuple[float, float, float]:
 
 
 TABLE_HEADER = (
-    "| setup (adds) | ms/step | ratio to plain (IQR) | the piece's cost, % of plain (IQR) |\n"
-    "|---|---:|---:|---:|"
+    "| setup (adds) | ms/step | ratio to plain (IQR) | the piece's cost, % of plain (IQR) "
+    "| CPU ratio (IQR) | the piece's CPU cost, % (IQR) |\n"
+    "|---|---:|---:|---:|---:|---:|"
 )
 
 
-def table_lines(spec: ModelSpec, samples: dict[str, Samples]) -> list[str]:
-    """One model's ladder as a Markdown table."""
+def _ratio_cells(samples: dict[str, Samples], name: str, previous) -> tuple[list, str, str]:
+    """This rung's per-round ratios, its ratio cell and its piece's cost cell."""
+    ratios = _per_round_ratios(samples, name)
+    if previous is None:
+        return ratios, "1 (reference)", ""
+    ratio = "{:.3f}x ({:.3f}-{:.3f})".format(*_median_iqr(ratios))
+    steps = [100.0 * (a - b) for a, b in zip(ratios, previous, strict=True)]
+    return ratios, ratio, "{:+.1f} ({:+.1f} to {:+.1f})".format(*_median_iqr(steps))
+
+
+def table_lines(spec: ModelSpec, samples: tuple[dict[str, Samples], dict[str, Samples]]):
+    """One model's ladder as a Markdown table (wall time, then the process's CPU time)."""
+    wall, cpu = samples
     lines = [f"**{spec.name}**", "", TABLE_HEADER]
-    previous = None
+    previous = previous_cpu = None
     for rung in RUNGS:
-        ratios = _per_round_ratios(samples, rung.name)
-        ratio = (
-            "1 (reference)"
-            if previous is None
-            else "{:.3f}x ({:.3f}-{:.3f})".format(*_median_iqr(ratios))
+        previous, ratio, cost = _ratio_cells(wall, rung.name, previous)
+        previous_cpu, cpu_ratio, cpu_cost = _ratio_cells(cpu, rung.name, previous_cpu)
+        lines.append(
+            f"| {rung.name} | {wall[rung.name].median_ms():.2f} | {ratio} | {cost} "
+            f"| {cpu_ratio} | {cpu_cost} |"
         )
-        cost = ""
-        if previous is not None:
-            steps = [100.0 * (a - b) for a, b in zip(ratios, previous, strict=True)]
-            cost = "{:+.1f} ({:+.1f} to {:+.1f})".format(*_median_iqr(steps))
-        lines.append(f"| {rung.name} | {samples[rung.name].median_ms():.2f} | {ratio} | {cost} |")
-        previous = ratios
     return lines
 
 
@@ -309,7 +318,9 @@ def section(models, results, rounds: int, steps: int, seconds: float) -> str:
             "of the per-round differences from the setup before, in percent of plain's "
             "step time (so the pieces' medians need not add up exactly "
             "to the last ratio). A difference inside about +-2% is within this machine's "
-            "noise.",
+            "noise. The CPU columns are the same in the process's CPU time (all its threads), "
+            "which other processes disturb less, but which does not see work moved off the "
+            "step's critical path.",
             "",
             *tables,
         ]

@@ -425,16 +425,18 @@ class Guard:
         """Run the update (`apply`) when `ok`, else `skip`; returns whether it ran.
 
         The result is `ok` again, as the branch taken: the statistics read it, which
-        keeps the update a real conditional under XLA (see `keep_branch`). Where XLA
-        keeps branches (a CPU) and per-layer statistics are on, the update is traced
-        twice, with and without measuring the update norms, as the branches of one
-        three-way `switch_case` (skip / update / update and measure): the norms are
-        read from the changes the optimizer writes, which XLA would otherwise write
-        out on every step instead of fusing them into the weights' update, and a
-        `cond` nested in the update would copy every weight and slot per step.
+        keeps the update a real conditional under XLA (see `keep_branch`). With
+        per-layer statistics on, except under XLA on a GPU (which runs both branches
+        of a conditional as selects anyway), the update is traced twice, with and
+        without measuring the update norms, as the branches of one three-way
+        `switch_case` (skip / update / update and measure): the norms are read from
+        the changes the optimizer writes, which XLA would otherwise write out on every
+        step instead of fusing them into the weights' update; under XLA a `cond`
+        nested in the update would copy every weight and slot per step, and without
+        XLA it would end every update with a second branch on the critical path.
         """
         sampling = None
-        if self.layer_stats is not None and branches_kept():
+        if self.layer_stats is not None and (branches_kept() or not compiled_with_xla()):
             sampling = self.layer_stats.sampling_now()
         if sampling is None:
             return tf.cond(ok, lambda: self._update(optimizer, float_pairs, apply), skip)
