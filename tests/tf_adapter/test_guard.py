@@ -137,3 +137,51 @@ def test_steps_per_execution_reports_the_true_batch_index():
     (finding,) = doctor.report().problems
     assert (finding.category, finding.step) == ("bad_input", 6)
     assert doctor.report().steps_watched == 7
+
+
+def _eager_pair():
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    return model, keras.optimizers.Adam(0.05)
+
+
+def _eager_gradients(model, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x) ** 2)
+    return tape.gradient(loss, model.trainable_variables)
+
+
+def test_an_eager_update_is_checked_by_one_compiled_call_and_a_nan_is_skipped():
+    from gradient_doctor.tf_adapter.guard import Guard
+
+    plain, plain_optimizer = _eager_pair()
+    watched, optimizer = _eager_pair()
+    guard = Guard()
+    x = tf.constant(np.random.default_rng(0).standard_normal((8, 3)), tf.float32)
+    for _ in range(3):  # healthy eager updates: bit-identical to the optimizer's own
+        plain_optimizer.apply(_eager_gradients(plain, x), plain.trainable_variables)
+        grads = _eager_gradients(watched, x)
+        guard.apply(optimizer.apply, optimizer, grads, watched.trainable_variables)
+    for a, b in zip(plain.weights, watched.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    (compiled,) = guard._compiled.values()  # one per optimizer and variable list
+    traces = compiled.experimental_get_tracing_count()  # the first call's only
+    assert guard.read().updates == 3 and not guard.read().tripped
+    assert guard.read().grad_norm == pytest.approx(
+        float(np.sqrt(sum(np.sum(g.numpy() ** 2) for g in grads))), rel=1e-5
+    )
+
+    good = [w.numpy() for w in watched.weights]
+    bad = [g * np.float32("nan") for g in grads]
+    guard.apply(optimizer.apply, optimizer, bad, watched.trainable_variables)
+    stats = guard.read()
+    assert stats.tripped and stats.skipped == 1
+    guard.apply(optimizer.apply, optimizer, grads, watched.trainable_variables)
+    assert guard.read().skipped == 2  # the latch stays closed until reset
+    for before, after in zip(good, watched.weights, strict=True):
+        np.testing.assert_array_equal(before, after.numpy())
+    guard.reset()
+    guard.apply(optimizer.apply, optimizer, grads, watched.trainable_variables)
+    assert not guard.read().tripped
+    assert any(not np.array_equal(a, b.numpy()) for a, b in zip(good, watched.weights))
+    assert compiled.experimental_get_tracing_count() == traces
