@@ -30,11 +30,14 @@ def test_the_replay_sees_the_failing_calls_own_noise():
     origin = finding.origin
     assert (finding.category, origin.op, origin.layer) == ("forward_domain", "Sqrt", None)
     assert origin.source.line == line_of(SCRIPT, "spread = torch.sqrt(scale + noise)")
-    # The replay's input to the root holds the failing call's draw (seen[-1] is the
-    # replay's own; seen[-2] the call's): the same value, so the same noise.
-    assert len(seen) == calls + 1 and torch.equal(seen[-1], seen[-2])
-    assert origin.inputs[0].min == pytest.approx(float(scale.detach() + seen[-2]))
-    # The generator after the replay is where the unwatched run's is after that call.
+    # The replay's input to the root holds the failing call's draw (seen[calls] is the
+    # replay's own; seen[calls - 1] the call's): the same value, so the same noise. The
+    # fix trials after it (from seen[calls + 1] on) start with that draw too.
+    failing_draw = seen[calls - 1]
+    assert len(seen) > calls + 1 and torch.equal(seen[calls], failing_draw)
+    assert torch.equal(seen[calls + 1], failing_draw)
+    assert origin.inputs[0].min == pytest.approx(float(scale.detach() + failing_draw))
+    # The generator after the replay and the trials is where the unwatched run's is after that call.
     _, _, plain_step, _ = script.make()
     for _ in range(calls):
         plain_step(TARGET)

@@ -44,8 +44,9 @@ def watch(
             records it and goes on. Defaults to True.
         verbose: bool. Print each diagnosis and early warning on stderr when it is
             made. Defaults to True.
-        trial_steps: int. Steps each fix trial runs past the failing step (fix trials
-            are not yet run for PyTorch). Defaults to 200.
+        trial_steps: int. Steps each fix trial runs from the last good state, the
+            failing call first, on the failing batch; 0 turns fix trials off.
+            Defaults to 200.
 
     Returns:
         The watched step (call it like the original; `.report()` gives the run's

@@ -7,12 +7,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from gradient_doctor.core.evidence import StepHistory, TrainingSetup
+from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.core.pipeline import Adapter, Localized, Session
 from gradient_doctor.core.report import Report
 from gradient_doctor.torch_adapter import rng_state, source_lines
 from gradient_doctor.torch_adapter.backward_roots import backward_roots
+from gradient_doctor.torch_adapter.fix_trials import TorchTrials
 from gradient_doctor.torch_adapter.guarded_step import StepGuard
 from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names
 from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder
@@ -91,7 +93,11 @@ class TorchAdapter(Adapter):
         evidence = replace(
             traced.evidence, history=history, setup=setup, reproduced=bool(recorder.bad_ids)
         )
-        return Localized(evidence, rerun=None)
+        return Localized(evidence, rerun=replay)
+
+    def fix_trials(self, finding: Finding, evidence: Evidence, rerun: FailedCall) -> TorchTrials:
+        """The finding's fixes as trials of the failing call, from the last good state."""
+        return TorchTrials(finding, evidence, rerun, self.guard, self.models)
 
     def training_setup(self) -> TrainingSetup:
         """The first optimizer's learning rate (clipping is the user's own call in PyTorch)."""
