@@ -171,12 +171,13 @@ def reached_in_python(placed: PatchedSource) -> Iterator[None]:
     """
     codes = frozenset(placed.codes)
     previous = sys.getprofile()
+    chained = previous if callable(previous) else None  # cProfile's hook is no function
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code in codes:
             placed.met = True
-        if previous is not None:
-            previous(frame, event, arg)
+        if chained is not None:
+            chained(frame, event, arg)
 
     sys.setprofile(profile)
     try:
