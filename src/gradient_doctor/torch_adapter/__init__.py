@@ -8,6 +8,5 @@ replay), `op_names` (aten ops in the core's op vocabulary), `tensor_stats`,
 `module_scope` and `source_lines` (what each recorded op is, where it ran), `op_recorder`
 (the replay's dispatch mode, writing `OpEvent`s), `trial_plans` (what each fix trial puts
 in place) and `fix_trials` (the trial runner from the last good state), `adapter`
-(`TorchAdapter`) and
-`watched_step` (the step wrapper that drives the session).
+(`TorchAdapter`) and `watched_step` (the step wrapper that drives the session).
 """
