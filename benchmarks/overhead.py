@@ -63,6 +63,8 @@ from page_sections import sections_from  # noqa: E402
 KEPT_SECTIONS = (
     "## What each piece costs (`benchmarks/step_pieces.py`)",
     "## Inline eager loops (`benchmarks/eager_loop.py`)",
+    "## Snapshot ring (`benchmarks/snapshot_ring.py`)",
+    "## PyTorch (`benchmarks/torch_overhead.py`)",
 )
 
 SEED = 1234
