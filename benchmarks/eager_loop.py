@@ -46,9 +46,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead import environment_lines  # noqa: E402
 from page_sections import write_section  # noqa: E402
 
-from gradient_doctor.tf_adapter import eager_trace  # noqa: E402
-from gradient_doctor.tf_adapter.run_patches import RunPatches  # noqa: E402
-from gradient_doctor.tf_adapter.tape_hook import install_tape_hook  # noqa: E402
+from gradient_doctor.tf_adapter.hooks import eager_trace  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.run_patches import RunPatches  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook  # noqa: E402
 from gradient_doctor.tf_adapter.watcher import Watcher  # noqa: E402
 
 SEED = 1234

@@ -590,7 +590,7 @@ def render_markdown(results: Results, config: RunConfig, mode: str, seconds: flo
 
 # How the watched step is kept cheap: what the per-piece table below measures.
 HOT_PATH_LINES = [
-    "What runs every step is `Guard.apply` in `tf_adapter/guard.py`, a few named steps "
+    "What runs every step is `Guard.apply` in `tf_adapter/step/guard.py`, a few named steps "
     "(`_check`, `_update_or_skip`, `_measure`, `_record`), plus the model hook's step "
     "counter. They stay cheap by: one `l2_loss` per gradient stacked into one vector "
     "(one sum gives the global norm and the finite test, one `equal` the zero streaks, "

@@ -1,4 +1,4 @@
-"""What the ring of earlier good states (`tf_adapter/snapshots.py`) costs per step.
+"""What the ring of earlier good states (`tf_adapter/trials/snapshots.py`) costs per step.
 
 Fix trials of slow-building failures start from a state saved before the trouble:
 every `every` steps (default 50) the doctor copies the optimizers' variables and the
@@ -38,7 +38,7 @@ from overhead import environment_lines  # noqa: E402
 from page_sections import write_section  # noqa: E402
 
 import gradient_doctor  # noqa: E402
-from gradient_doctor.tf_adapter.snapshots import (  # noqa: E402
+from gradient_doctor.tf_adapter.trials.snapshots import (  # noqa: E402
     DEFAULT_EVERY,
     SnapshotRing,
     optimizer_state,

@@ -64,7 +64,7 @@ from overhead import (  # noqa: E402
 from page_sections import write_section  # noqa: E402
 
 import gradient_doctor  # noqa: E402
-from gradient_doctor.tf_adapter.model_hooks import attach  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.model_hooks import attach  # noqa: E402
 from gradient_doctor.tf_adapter.watcher import Watcher  # noqa: E402
 
 SECTION = "## What each piece costs (`benchmarks/step_pieces.py`)"

@@ -1,6 +1,6 @@
 """What a fix trial costs: N trial steps against N ordinary `model.fit` steps.
 
-A fix trial (see `gradient_doctor.tf_adapter.fix_trials`) traces the user's step
+A fix trial (see `gradient_doctor.tf_adapter.trials.fix_trials`) traces the user's step
 again with one remedy in place and runs it N times from a saved state. Its cost
 should be N ordinary steps plus a constant (the new trace and restoring the saved
 state). This benchmark measures it on an MLP (784-3x512-10, batch 128):
@@ -35,10 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead import environment_lines  # noqa: E402
 
 from gradient_doctor.core.trial_start import TrialStart  # noqa: E402
-from gradient_doctor.tf_adapter.callback import Doctor  # noqa: E402
-from gradient_doctor.tf_adapter.fix_trials import LastGoodState, TrialSource  # noqa: E402
-from gradient_doctor.tf_adapter.step_context import StepCall  # noqa: E402
-from gradient_doctor.tf_adapter.trial_plans import setting_plan  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.callback import Doctor  # noqa: E402
+from gradient_doctor.tf_adapter.localize.step_context import StepCall  # noqa: E402
+from gradient_doctor.tf_adapter.trials.fix_trials import LastGoodState, TrialSource  # noqa: E402
+from gradient_doctor.tf_adapter.trials.trial_plans import setting_plan  # noqa: E402
 from gradient_doctor.tf_adapter.watcher import Watcher  # noqa: E402
 
 SEED = 1234

@@ -92,7 +92,7 @@ _MISSING = object()
 def creation_recording():
     """The constructors that record creation lines installed for the block, as
     `gradient-doctor run` installs them (a test then needs no search of the source)."""
-    from gradient_doctor.tf_adapter import creation_sites
+    from gradient_doctor.tf_adapter.hooks import creation_sites
 
     patches = creation_sites.recording_patches()
     saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in patches]

@@ -21,8 +21,8 @@ from gradient_doctor.errors import DoctorError, TrainingStopped, UsageError
 
 if TYPE_CHECKING:  # imported lazily at run time: they load TensorFlow
     from gradient_doctor import ops
-    from gradient_doctor.tf_adapter.callback import Doctor
-    from gradient_doctor.tf_adapter.watch_api import watch
+    from gradient_doctor.tf_adapter.hooks.callback import Doctor
+    from gradient_doctor.tf_adapter.hooks.watch_api import watch
 
 __all__ = [
     "Doctor",
@@ -47,8 +47,8 @@ except importlib.metadata.PackageNotFoundError:  # run from a source tree, not i
 # Public names that load TensorFlow: imported on first use, so that reading a report
 # (or `gradient-doctor --help`) does not.
 _LAZY = {
-    "Doctor": "gradient_doctor.tf_adapter.callback",
-    "watch": "gradient_doctor.tf_adapter.watch_api",
+    "Doctor": "gradient_doctor.tf_adapter.hooks.callback",
+    "watch": "gradient_doctor.tf_adapter.hooks.watch_api",
 }
 
 

@@ -17,19 +17,19 @@ from tensorflow.core.framework import graph_pb2  # noqa: E402
 from gradient_doctor.cli.main import main  # noqa: E402
 from gradient_doctor.cli.replay_command import comparison_line  # noqa: E402
 from gradient_doctor.core.findings import Finding, Origin, SourceLine  # noqa: E402
-from gradient_doctor.tf_adapter import dump_format  # noqa: E402
-from gradient_doctor.tf_adapter.callback import Doctor  # noqa: E402
-from gradient_doctor.tf_adapter.crash_dump import CrashDump  # noqa: E402
-from gradient_doctor.tf_adapter.dump_format import (  # noqa: E402
+from gradient_doctor.tf_adapter.dump import dump_format  # noqa: E402
+from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump  # noqa: E402
+from gradient_doctor.tf_adapter.dump.dump_format import (  # noqa: E402
     DumpError,
     check_new_dump_directory,
     decode_array,
     encode_array,
 )
-from gradient_doctor.tf_adapter.dump_replay import replay_dump  # noqa: E402
-from gradient_doctor.tf_adapter.step_context import StepCall  # noqa: E402
-from gradient_doctor.tf_adapter.step_graph import StepNotTraceable, trace_step  # noqa: E402
-from gradient_doctor.tf_adapter.tape_hook import install_tape_hook  # noqa: E402
+from gradient_doctor.tf_adapter.dump.dump_replay import replay_dump  # noqa: E402
+from gradient_doctor.tf_adapter.dump.step_graph import StepNotTraceable, trace_step  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.callback import Doctor  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook  # noqa: E402
+from gradient_doctor.tf_adapter.localize.step_context import StepCall  # noqa: E402
 from gradient_doctor.tf_adapter.watcher import Watcher  # noqa: E402
 
 EXP_LINE = "return tf.exp(scores)  # overflows on the growing rows"

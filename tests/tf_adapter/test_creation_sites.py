@@ -9,8 +9,8 @@ keras = pytest.importorskip("keras")
 
 from keras import layers  # noqa: E402
 
-from gradient_doctor.tf_adapter.creation_sites import creation_line  # noqa: E402
-from gradient_doctor.tf_adapter.source_frames import display_path  # noqa: E402
+from gradient_doctor.core.source_frames import display_path  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.creation_sites import creation_line  # noqa: E402
 from tests.conftest import creation_recording  # noqa: E402
 
 recording = creation_recording
@@ -89,3 +89,20 @@ def test_calls_that_agree_are_told_apart_by_the_name_that_keeps_the_layer():
 def test_two_anonymous_calls_that_agree_name_nothing():
     pair = [layers.Dense(13), layers.Dense(13)]
     assert [creation_line(layer) for layer in pair] == [None, None]
+
+
+def test_a_call_of_another_librarys_class_of_the_same_name_is_not_a_candidate(
+    tmp_path, monkeypatch
+):
+    # A loaded user module builds its own `SGD` (as a PyTorch script's torch.optim.SGD
+    # would): only the call that builds Keras's SGD can be where this optimizer was made.
+    (tmp_path / "other_optimizers.py").write_text(
+        "class SGD:\n    def __init__(self, params, lr=0.1):\n        self.lr = lr\n\n\n"
+        "optimizer = SGD([0.0])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "other_optimizers", raising=False)
+    __import__("other_optimizers")
+    optimizer = keras.optimizers.SGD(0.375)  # keras-sgd-built
+    line = creation_line(optimizer)
+    assert line is not None and line.line == _line("keras-sgd-built")

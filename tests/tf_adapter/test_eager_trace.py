@@ -9,11 +9,11 @@ import pytest
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-from gradient_doctor.tf_adapter import eager_trace  # noqa: E402
-from gradient_doctor.tf_adapter.replay import replay_step  # noqa: E402
-from gradient_doctor.tf_adapter.step_context import StepScope, step_scope  # noqa: E402
-from gradient_doctor.tf_adapter.tape_hook import install_tape_hook  # noqa: E402
-from gradient_doctor.tf_adapter.trace_replay import traced_step  # noqa: E402
+from gradient_doctor.tf_adapter.hooks import eager_trace  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook  # noqa: E402
+from gradient_doctor.tf_adapter.localize.replay import replay_step  # noqa: E402
+from gradient_doctor.tf_adapter.localize.step_context import StepScope, step_scope  # noqa: E402
+from gradient_doctor.tf_adapter.localize.trace_replay import traced_step  # noqa: E402
 from tests.conftest import creation_recording  # noqa: E402
 
 
@@ -201,7 +201,7 @@ def test_a_note_that_fails_drops_the_trace_and_leaves_the_step_alone(tracing, mo
 
 def test_a_batch_taken_from_an_iterator_inside_the_tape_is_the_steps_data(tracing):
     from gradient_doctor.core.evidence import StepHistory, TrainingSetup
-    from gradient_doctor.tf_adapter.localize import localize
+    from gradient_doctor.tf_adapter.localize.step_origin import localize
 
     model = _model()
     x = np.random.default_rng(5).normal(size=(8, 5)).astype("float32")

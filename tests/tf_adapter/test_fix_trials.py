@@ -7,8 +7,8 @@ import tensorflow as tf
 
 from gradient_doctor import Doctor
 from gradient_doctor.core.findings import Edit
-from gradient_doctor.tf_adapter.patched_source import NotPatchable, patched_functions
-from gradient_doctor.tf_adapter.source_frames import display_path
+from gradient_doctor.core.source_frames import display_path
+from gradient_doctor.tf_adapter.trials.patched_source import NotPatchable, patched_functions
 
 THIS_FILE = display_path(__file__)
 

@@ -96,7 +96,7 @@ def test_doctor_leaves_nothing_behind_after_fit():
 
 
 def test_a_failing_replay_still_reports_the_step_with_a_warning(monkeypatch):
-    import gradient_doctor.tf_adapter.localize as localize_module
+    import gradient_doctor.tf_adapter.localize.step_origin as localize_module
 
     def broken_replay(call):
         raise RuntimeError("replay exploded")
@@ -152,7 +152,7 @@ def _eager_gradients(model, x):
 
 
 def test_an_eager_update_is_checked_by_one_compiled_call_and_a_nan_is_skipped():
-    from gradient_doctor.tf_adapter.guard import Guard
+    from gradient_doctor.tf_adapter.step.guard import Guard
 
     plain, plain_optimizer = _eager_pair()
     watched, optimizer = _eager_pair()

@@ -8,7 +8,7 @@ tf = pytest.importorskip("tensorflow")
 
 import gradient_doctor  # noqa: E402
 from gradient_doctor.errors import TrainingStopped  # noqa: E402
-from gradient_doctor.tf_adapter.random_draws import replaying  # noqa: E402
+from gradient_doctor.tf_adapter.step.random_draws import replaying  # noqa: E402
 
 
 def test_replaying_hands_out_the_kept_draws_in_order_then_draws_afresh():

@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from gradient_doctor.core.dtype_limits import dtype_limits
 from gradient_doctor.core.knowledge.rewrites.exp import stable_softmax
-from gradient_doctor.tf_adapter.reductions import find_reduction
-from gradient_doctor.tf_adapter.replay import replay_step
-from gradient_doctor.tf_adapter.step_context import StepCall
+from gradient_doctor.tf_adapter.localize.reductions import find_reduction
+from gradient_doctor.tf_adapter.localize.replay import replay_step
+from gradient_doctor.tf_adapter.localize.step_context import StepCall
 
 RECEIVERS = tf.constant([0, 2, 0, 2, 2])  # node 1 receives nothing
 NODES = 3

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gradient_doctor.tf_adapter import replicas
+from gradient_doctor.tf_adapter.step import replicas
 
 CLUSTER = replicas.Layout(6, (("chief", 0), ("worker", 0), ("worker", 1)), ("worker", 1))
 

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from gradient_doctor.tf_adapter.snapshots import SnapshotRing
+from gradient_doctor.tf_adapter.trials.snapshots import SnapshotRing
 
 
 def test_a_copy_holds_the_value_from_when_it_was_taken_after_later_updates():
@@ -22,7 +22,7 @@ def test_a_copy_holds_the_value_from_when_it_was_taken_after_later_updates():
 
 
 def test_kept_batches_run_from_a_start_and_stay_within_the_budget(monkeypatch):
-    from gradient_doctor.tf_adapter import snapshots
+    from gradient_doctor.tf_adapter.trials import snapshots
 
     monkeypatch.setattr(snapshots, "BATCH_BUDGET_BYTES", 3 * 4 * 10)
     ring = SnapshotRing(every=100)

@@ -10,8 +10,8 @@ import pytest
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-from gradient_doctor.tf_adapter import state_writes  # noqa: E402
-from gradient_doctor.tf_adapter.state_writes import write_of  # noqa: E402
+from gradient_doctor.tf_adapter.hooks import state_writes  # noqa: E402
+from gradient_doctor.tf_adapter.hooks.state_writes import write_of  # noqa: E402
 
 _MISSING = object()
 

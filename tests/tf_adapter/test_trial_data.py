@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from gradient_doctor.tf_adapter.trial_data import fit_batches
+from gradient_doctor.tf_adapter.trials.trial_data import fit_batches
 
 
 def test_arrays_are_batched_as_fit_would_batch_them():

@@ -14,7 +14,7 @@ keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
 import gradient_doctor  # noqa: E402
-from gradient_doctor.tf_adapter import xla_branches  # noqa: E402
+from gradient_doctor.tf_adapter.step import xla_branches  # noqa: E402
 
 X = np.random.default_rng(0).normal(size=(8, 3)).astype("float32")
 Y = np.ones((8, 1), "float32")

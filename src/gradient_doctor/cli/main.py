@@ -212,7 +212,7 @@ def run_command(options: argparse.Namespace) -> int:
     check_outputs(options.script, options.report, options.html, options.tensorboard)
     check_tensorflow()
     if options.dump:
-        from gradient_doctor.tf_adapter.dump_format import check_new_dump_directory
+        from gradient_doctor.tf_adapter.dump.dump_format import check_new_dump_directory
 
         check_new_dump_directory(options.dump)
     # TensorFlow's start-up INFO lines would bury the diagnosis; warnings still show.

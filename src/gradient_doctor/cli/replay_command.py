@@ -24,7 +24,7 @@ def replay_command(directory: str, report_path: str | None) -> int:
     from gradient_doctor.core.report import Report
     from gradient_doctor.render.json_report import write_json_report
     from gradient_doctor.render.terminal import render_finding, render_report
-    from gradient_doctor.tf_adapter.dump_replay import replay_dump
+    from gradient_doctor.tf_adapter.dump.dump_replay import replay_dump
 
     outcome = replay_dump(directory)
     manifest = outcome.manifest

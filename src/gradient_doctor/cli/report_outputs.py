@@ -38,7 +38,7 @@ def write_outputs(
 
         writers.append(("the HTML report", html_path, write_html_report))
     if tensorboard_dir:
-        from gradient_doctor.tf_adapter.tensorboard_export import write_tensorboard
+        from gradient_doctor.tf_adapter.export.tensorboard_export import write_tensorboard
 
         writers.append(("TensorBoard summaries", tensorboard_dir, write_tensorboard))
     written = True

@@ -10,8 +10,8 @@ import traceback
 from dataclasses import dataclass
 
 from gradient_doctor.cli.interrupts import Terminated, signal_name
+from gradient_doctor.core.source_frames import display_path, is_doctor_file, is_user_file
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.tf_adapter.source_frames import display_path, is_doctor_file, is_user_file
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ def watched_run(
         from gradient_doctor.core.pipeline import Session
         from gradient_doctor.render.progress import ProgressLine
         from gradient_doctor.render.terminal import render_report
-        from gradient_doctor.tf_adapter.crash_dump import CrashDump
+        from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump
         from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher
 
         crash_dump = CrashDump(dump_dir, script) if dump_dir else None

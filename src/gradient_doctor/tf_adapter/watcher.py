@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from gradient_doctor.core import source_frames
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import FixSites
@@ -30,21 +31,25 @@ from gradient_doctor.core.pipeline import (
 )
 from gradient_doctor.core.records import LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
-from gradient_doctor.tf_adapter import loss_scale, replicas, source_frames
-from gradient_doctor.tf_adapter.fix_sites import fix_sites
-from gradient_doctor.tf_adapter.fix_trials import TensorFlowTrials
-from gradient_doctor.tf_adapter.guard import Guard, StepStats
-from gradient_doctor.tf_adapter.headroom_probe import samples
-from gradient_doctor.tf_adapter.input_scan import input_scale
-from gradient_doctor.tf_adapter.layer_stats import LayerStats
-from gradient_doctor.tf_adapter.localize import localize
-from gradient_doctor.tf_adapter.missing_gradients import (
+from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook
+from gradient_doctor.tf_adapter.localize.input_scan import input_scale
+from gradient_doctor.tf_adapter.localize.missing_gradients import (
     find_missing_gradient_breaks,
     variable_name,
 )
-from gradient_doctor.tf_adapter.snapshots import SnapshotRing, live_variables, optimizer_state
-from gradient_doctor.tf_adapter.step_context import StepCall
-from gradient_doctor.tf_adapter.tape_hook import install_tape_hook
+from gradient_doctor.tf_adapter.localize.step_context import StepCall
+from gradient_doctor.tf_adapter.localize.step_origin import localize
+from gradient_doctor.tf_adapter.step import loss_scale, replicas
+from gradient_doctor.tf_adapter.step.guard import Guard, StepStats
+from gradient_doctor.tf_adapter.step.headroom_probe import samples
+from gradient_doctor.tf_adapter.step.layer_stats import LayerStats
+from gradient_doctor.tf_adapter.trials.fix_sites import fix_sites
+from gradient_doctor.tf_adapter.trials.fix_trials import TensorFlowTrials
+from gradient_doctor.tf_adapter.trials.snapshots import (
+    SnapshotRing,
+    live_variables,
+    optimizer_state,
+)
 
 # Risky ops' headroom is read back every this many steps (a trend needs no more).
 HEADROOM_EVERY = 10
@@ -333,7 +338,9 @@ class Watcher(Adapter):
 
     def install(self) -> None:
         """Patch TensorFlow and Keras to watch an unchanged script (`gradient-doctor run`)."""
-        from gradient_doctor.tf_adapter.run_patches import RunPatches  # it imports this module
+        from gradient_doctor.tf_adapter.hooks.run_patches import (
+            RunPatches,  # it imports this module
+        )
 
         if self._patches is None:
             self._patches = RunPatches(self)

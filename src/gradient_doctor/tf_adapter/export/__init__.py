@@ -1,0 +1,1 @@
+"""Exports of a run's series (TensorBoard)."""

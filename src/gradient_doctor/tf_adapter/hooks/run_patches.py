@@ -1,0 +1,201 @@
+"""What `gradient-doctor run` changes in TensorFlow and Keras to watch an unchanged script."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+import keras
+import tensorflow as tf
+from keras.src.optimizers.base_optimizer import BaseOptimizer
+from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+from gradient_doctor.core.source_frames import is_user_file, user_frame, user_line
+from gradient_doctor.errors import TrainingStopped
+from gradient_doctor.tf_adapter.hooks import creation_sites, eager_trace, state_writes
+from gradient_doctor.tf_adapter.hooks.callback import Doctor
+from gradient_doctor.tf_adapter.hooks.custom_loop import call_watched_step
+from gradient_doctor.tf_adapter.hooks.model_hooks import attach
+from gradient_doctor.tf_adapter.localize import step_context
+from gradient_doctor.tf_adapter.localize.eager_replay import enclosing_step
+from gradient_doctor.tf_adapter.localize.trace_replay import traced_step
+from gradient_doctor.tf_adapter.step.guard import in_guarded_update
+from gradient_doctor.tf_adapter.trials.trial_data import FitCall
+from gradient_doctor.tf_adapter.watcher import Watcher
+
+GUARDED = "_gradient_doctor_guarded"
+_INHERITED = object()  # marks a patched attribute that the class did not define itself
+
+
+def _is_user_function(function) -> bool:
+    python_function = getattr(function, "_python_function", None)
+    target = inspect.unwrap(getattr(python_function, "__func__", python_function))
+    code = getattr(target, "__code__", None)
+    return code is not None and is_user_file(code.co_filename)
+
+
+class RunPatches:
+    """Installs and removes the patches; everything they find goes to one `Watcher`."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+        self._saved: list[tuple[object, str, object]] = []
+
+    def _replace(self, owner, name: str, value) -> None:
+        self._saved.append((owner, name, owner.__dict__.get(name, _INHERITED)))
+        setattr(owner, name, value)
+
+    def install(self) -> None:
+        watcher = self.watcher
+        # Where each layer, model and optimizer is built, and which of the user's calls
+        # left NaN or Inf in a layer's state: recorded as they happen, for the diagnosis.
+        for owner, name, value in [
+            *creation_sites.recording_patches(),
+            *state_writes.recording_patches(),
+        ]:
+            self._replace(owner, name, value)
+        # A LossScaleOptimizer overrides `apply`: it is guarded as a whole (it decides
+        # which overflowing steps to skip), and its inner optimizer's update runs inside.
+        for owner in (BaseOptimizer, LossScaleOptimizer):
+            self._replace(owner, "apply", _guarded_apply(watcher, owner.apply))
+
+        original_call = polymorphic_function.Function.__call__
+
+        @functools.wraps(original_call)
+        def call(function, *args, **kwargs):
+            if not _is_user_function(function):
+                return original_call(function, *args, **kwargs)
+            return call_watched_step(
+                watcher,
+                lambda *a, **k: original_call(function, *a, **k),
+                args,
+                kwargs,
+                marker=function,
+                signature_of=function.python_function,
+                traceable=function.python_function,
+            )
+
+        self._replace(polymorphic_function.Function, "__call__", call)
+
+        original_fit = keras.Model.fit
+
+        fit_signature = inspect.signature(original_fit)
+
+        @functools.wraps(original_fit)
+        def fit(model, *args, **kwargs):
+            bound = fit_signature.bind(model, *args, **kwargs)
+            callbacks = list(bound.arguments.get("callbacks") or [])
+            doctors = [c for c in callbacks if isinstance(c, Doctor)]
+            for doctor in doctors:  # the script's own Doctor reports to this run
+                doctor.adopt(watcher)
+            if not doctors:
+                callbacks.append(Doctor(watcher=watcher))
+            bound.arguments["callbacks"] = callbacks
+            data = bound.arguments
+            watcher.fit_call = FitCall(
+                user_line(),
+                data.get("x"),
+                data.get("y"),
+                data.get("sample_weight"),
+                data.get("batch_size"),
+            )
+            watcher.trial_batches = watcher.fit_call.batches()
+            try:
+                return original_fit(*bound.args, **bound.kwargs)
+            finally:
+                watcher.trial_batches = None
+
+        self._replace(keras.Model, "fit", fit)
+        self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
+        eager_trace.enable()
+
+    def uninstall(self) -> None:
+        eager_trace.disable()
+        for owner, name, value in reversed(self._saved):
+            if value is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        self._saved.clear()
+
+
+def _watched_train_on_batch(watcher: Watcher):
+    """`keras.Model.train_on_batch`, each call read by the guard like one step of `fit`.
+
+    A hand-written loop of `train_on_batch` calls (common in GAN scripts) passes no
+    callbacks: the model is hooked on its first call and the hook stays, so the
+    step is traced once and every call is checked right after it ran.
+    """
+    original = keras.Model.train_on_batch
+
+    @functools.wraps(original)
+    def train_on_batch(model, *args, **kwargs):
+        if not getattr(model, "compiled", False):  # Keras's own error says what to do
+            return original(model, *args, **kwargs)
+        hook = attach(model, watcher)
+        logs = original(model, *args, **kwargs)
+        finding = hook.after_steps()
+        if finding is not None and watcher.stop_on_problem:
+            raise TrainingStopped(finding)
+        return logs
+
+    return train_on_batch
+
+
+def _guarded_apply(watcher: Watcher, original_apply):
+    """An optimizer `apply` routed through the guard; a plain eager update is then checked."""
+
+    @functools.wraps(original_apply)
+    def apply(optimizer, grads, trainable_variables=None):
+        bound = original_apply.__get__(optimizer)
+        if in_guarded_update():  # the inner optimizer of a guarded LossScaleOptimizer
+            return bound(grads, trainable_variables)
+        watcher.optimizer = optimizer
+        # An inline eager step's trace ends here: the guard's and the optimizer's ops
+        # are not the step's.
+        traced = tf.executing_eagerly() and step_context.current_scope() is None
+        trace = eager_trace.take() if traced else None
+        grads = list(grads)
+        result = watcher.guard.apply(bound, optimizer, grads, trainable_variables)
+        if (
+            tf.executing_eagerly()
+            and step_context.current_scope() is None
+            and step_context.current_recorder() is None
+        ):
+            variables = _updated_variables(optimizer, trainable_variables)
+            _check_eager_update(watcher, trace, grads, variables)
+        return result
+
+    setattr(apply, GUARDED, True)
+    return apply
+
+
+def _updated_variables(optimizer, trainable_variables) -> list:
+    if trainable_variables is not None:
+        return list(trainable_variables)
+    return list(getattr(optimizer, "_trainable_variables", None) or [])
+
+
+def _check_eager_update(watcher: Watcher, trace, grads: list, variables: list) -> None:
+    """After an update made in plain eager code: the step is this update.
+
+    It is run again from its trace when the update's gradients were computed in it
+    (an inline loop, `eager_trace`); else from the user's function that makes the
+    update, found on the stack; else it cannot be run again.
+    """
+    frame = user_frame(sys._getframe(2))
+    named: list = []
+
+    def replay_call():
+        call, found = traced_step(trace, grads, variables, frame) if trace else (None, [])
+        if call is None:
+            call, found = enclosing_step(frame)
+        named.extend(found)
+        return call
+
+    finding = watcher.after_step(replay_call, lambda: named)
+    eager_trace.release(trace)
+    if finding is not None and watcher.stop_on_problem:
+        raise TrainingStopped(finding)

@@ -1,0 +1,3 @@
+"""Fix trials: the remedies put in place, the saved states they start from, the patched
+source.
+"""

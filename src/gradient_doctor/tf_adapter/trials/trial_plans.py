@@ -1,0 +1,223 @@
+"""What each fix trial puts in place: the patch as written, or the setting it writes.
+
+A patch of the user's functions runs from the patched copy of their file
+(`patched_functions`); a patch of the line that built the optimizer or a layer runs
+as the setting it writes (the same learning rate, clipping norm, initializer or
+constraint, on the layers built on that line); a patch of the `fit` line runs on
+`fit`'s data standardised by the same expression. Each plan is a context manager
+factory the trial runner holds open while it traces and runs the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_placement import CLIP_VALUE, clipping_threshold
+from gradient_doctor.core.patches import PatchError
+from gradient_doctor.tf_adapter.step import loss_scale
+from gradient_doctor.tf_adapter.trials.fix_sites import layers_built_at
+from gradient_doctor.tf_adapter.trials.patched_source import (
+    NotPatchable,
+    PatchedSource,
+    patched_functions,
+)
+
+# A trial's learning rate is the user's divided by this (when no patch says otherwise).
+LEARNING_RATE_DIVISOR = 10.0
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One remedy to try: its family, what it changes, and how to put it in place.
+
+    `apply` is a context manager factory that holds the remedy in place while the
+    step is traced and run; for a patch it yields the `PatchedSource`, so a patch
+    whose line the new trace never reached is reported as not tried.
+    `replacement` is the patch's text (None for other remedies); two families with
+    the same patch are run once. `batches`, when set, makes fresh iterators over the
+    data as the remedy changes it; the trial runs on those alone.
+    """
+
+    remedy: str
+    setting: str
+    apply: Callable[[], object]
+    replacement: object = None
+    batches: Callable[[], Iterator] | None = None
+
+
+def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) -> list[TrialPlan]:
+    """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order.
+
+    A fix with a patch is tried as the patch is written: a patch of the optimizer's
+    line by the setting it writes (`Fix.trial_setting`: the same learning rate, the
+    same clipping norm); any other by running the user's functions from the patched
+    copy of their file (`patched_functions`). A remedy with no patch is still tried,
+    for the evidence (it cannot be marked verified). Two fixes with the same patch
+    are run once.
+    """
+    # A loss-scaling optimizer's own learning rate and clipping are not the ones used.
+    optimizer = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
+    plans: list[TrialPlan] = []
+    fixes = {fix.family: fix for fix in finding.fixes}
+    fixes.update({n.remedy: n.fix for n in finding.not_fixes if n.fix is not None})
+    remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
+    for remedy in dict.fromkeys(remedies):
+        fix = fixes.get(remedy)
+        setting = fix.trial_setting if fix is not None else None
+        if setting is None and remedy in _SETTINGS:
+            setting = _SETTINGS[remedy](evidence)
+        if setting is not None and setting[0] == "standardise_x":
+            plans.append(_standardised(remedy, fit_call, setting[1]))
+        elif setting is not None:
+            edits = fix.edits if fix is not None else ()
+            plans.append(setting_plan(remedy, optimizer, *setting, edits=edits))
+        elif fix is not None and fix.patch:
+            files = ", ".join(sorted({e.file for e in fix.edits}))
+            plans.append(
+                TrialPlan(
+                    remedy,
+                    f"the patch of {files}",
+                    lambda edits=fix.edits: _patched(edits),
+                    replacement=fix.patch,
+                )
+            )
+    return plans
+
+
+# The settings a remedy without a patch is tried with (what its patch would write).
+_SETTINGS: dict[str, Callable[[Evidence], tuple[str, float]]] = {
+    "lower_learning_rate": lambda evidence: ("learning_rate_scale", 1 / LEARNING_RATE_DIVISOR),
+    "gradient_clipping": lambda evidence: ("global_clipnorm", clipping_threshold(evidence.history)),
+    "clip_by_value": lambda evidence: ("clipvalue", CLIP_VALUE),
+}
+
+
+@contextmanager
+def _patched(edits) -> Iterator[PatchedSource]:
+    """The patch in place, or `NotTried` saying why it cannot be run again in-process."""
+    try:
+        with patched_functions(edits) as placed:
+            yield placed
+    except (NotPatchable, PatchError) as reason:
+        raise NotTried(str(reason)) from None
+
+
+def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPlan:
+    """A trial plan that sets the optimizer, or the layers, as a patch of the lines that
+    built them would build them."""
+    if optimizer is None:
+        return TrialPlan(remedy, "", _not_possible("no optimizer was seen"))
+    if name in ("learning_rate", "learning_rate_scale"):
+        return _learning_rate_plan(remedy, optimizer, name, value)
+    if name in ("kernel_constraint", "kernel_initializer"):
+        return _layer_plan(remedy, layers_built_at(optimizer, edits), name, value)
+    already = [
+        f"{clip}={current}"
+        for clip in ("clipnorm", "clipvalue", "global_clipnorm")
+        if (current := getattr(optimizer, clip, None)) and clip != name
+    ]
+    if already:
+        reason = "clipping is already on: " + ", ".join(already)
+        return TrialPlan(remedy, reason, _not_possible(reason))
+    before = getattr(optimizer, name, None)
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        setattr(optimizer, name, value)
+        try:
+            yield
+        finally:
+            setattr(optimizer, name, before)
+
+    return TrialPlan(remedy, f"{name}={value:.4g}", apply)
+
+
+def _standardised(remedy: str, fit_call, epsilon: float) -> TrialPlan:
+    """Run on `fit`'s data with the features standardised as the patched fit line does."""
+    batches = fit_call.standardised_batches(epsilon) if fit_call is not None else None
+    if batches is None:
+        return TrialPlan(remedy, "", _not_possible("fit's features are not one NumPy array"))
+    return TrialPlan(remedy, "the features standardised", nullcontext, batches=batches)
+
+
+def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
+    """Bound the kernels of `layers` (`kernel_constraint`), or draw them afresh with He's
+    initialisation at the trial's start (`kernel_initializer`), as the patch builds them."""
+    kernels = [layer.kernel for layer in layers if getattr(layer, "kernel", None) is not None]
+    if not kernels:
+        return TrialPlan(remedy, "", _not_possible("the layers the patch changes were not found"))
+    names = ", ".join(f"`{layer.name}`" for layer in layers)
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        before = [kernel.constraint for kernel in kernels]
+        for index, kernel in enumerate(kernels):
+            if name == "kernel_constraint":
+                kernel.constraint = keras.constraints.MaxNorm(max_value=float(value))
+            else:  # the patch draws these kernels at construction; the trial at its start
+                draw = keras.initializers.get({"class_name": str(value), "config": {"seed": index}})
+                kernel.assign(draw(tuple(kernel.shape), dtype=kernel.dtype))
+        try:
+            yield
+        finally:
+            for kernel, constraint in zip(kernels, before):
+                kernel.constraint = constraint
+
+    what = f"MaxNorm({value:g})" if name == "kernel_constraint" else f'"{value}"'
+    return TrialPlan(remedy, f"{name}={what} on {names}", apply)
+
+
+def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
+    """Set the learning rate to `value`, or scale a schedule's output by it."""
+    current = getattr(optimizer, "_learning_rate", None)
+    if current is None:
+        return TrialPlan(remedy, "", _not_possible("the optimizer has no learning rate"))
+    fixed = hasattr(current, "assign") and hasattr(current, "numpy")
+    if fixed:
+        # A fixed learning rate lives in a variable (a Keras variable wraps a tf.Variable):
+        # it is set in place and restored with the rest of the saved state.
+        was = float(current.numpy())
+        lower = value if name == "learning_rate" else was * value
+
+        @contextmanager
+        def lower_value() -> Iterator[None]:
+            current.assign(lower)
+            yield
+
+        return TrialPlan(remedy, f"learning rate {lower:.4g} (was {was:.4g})", lower_value)
+
+    def scaled():
+        if name == "learning_rate":  # a schedule the patch replaced by a number
+            return tf.constant(value, tf.float32)
+        if isinstance(current, keras.optimizers.schedules.LearningRateSchedule):
+            return current(optimizer.iterations) * value
+        return current() * value
+
+    @contextmanager
+    def lower_schedule() -> Iterator[None]:
+        optimizer._learning_rate = scaled  # read while the step is traced
+        try:
+            yield
+        finally:
+            optimizer._learning_rate = current
+
+    what = f"{value:.4g}" if name == "learning_rate" else f"multiplied by {value:g}"
+    return TrialPlan(remedy, f"the learning-rate schedule {what}", lower_schedule)
+
+
+def _not_possible(reason: str) -> Callable[[], object]:
+    def apply():
+        raise NotTried(reason)
+
+    return apply
+
+
+class NotTried(Exception):
+    """A remedy that cannot be put in place here (the reason is its message)."""
