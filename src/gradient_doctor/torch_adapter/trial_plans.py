@@ -11,41 +11,22 @@ Each plan is a context manager factory the trial runner holds open while it runs
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Finding, Fix
+from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import clipping_threshold
-from gradient_doctor.core.patched_source import NotPatchable, patched_functions
-from gradient_doctor.core.patches import PatchError
-
-# A trial's learning rate is the user's divided by this (what a patch would write).
-LEARNING_RATE_DIVISOR = 10.0
-
-
-class NotTried(Exception):
-    """A remedy that cannot be put in place here (the reason is its message)."""
-
-
-@dataclass(frozen=True)
-class TrialPlan:
-    """One remedy to try: its family, what it changes, and how to put it in place.
-
-    `apply` is a context manager factory holding the remedy in place while the trial
-    runs; for a patch it yields the `PatchedSource`, whose `met` says whether the
-    patched code ran. `replacement` is the patch's text (None for other remedies);
-    two families with the same patch are run once.
-    """
-
-    remedy: str
-    setting: str
-    apply: Callable[[], contextlib.AbstractContextManager]
-    replacement: object = None
+from gradient_doctor.core.patched_source import patched_functions
+from gradient_doctor.core.trial_plans import (
+    LEARNING_RATE_DIVISOR,
+    TrialPlan,
+    not_possible,
+    patch_plan,
+    remedies_of,
+)
 
 
 def trial_plans(
@@ -57,37 +38,15 @@ def trial_plans(
     lower learning rate and gradient clipping as the setting they name, with or
     without a patch. Other remedies are left out (the judge reports them untried).
     """
-    fixes: dict[str, Fix] = {fix.family: fix for fix in finding.fixes}
-    fixes.update({n.remedy: n.fix for n in finding.not_fixes if n.fix is not None})
-    remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
     plans = []
-    for remedy in dict.fromkeys(remedies):
-        fix = fixes.get(remedy)
+    for remedy, fix in remedies_of(finding):
         if remedy == "lower_learning_rate":
             plans.append(_lower_learning_rate(optimizers))
         elif remedy == "gradient_clipping":
             plans.append(_clipped(optimizers, clipping_threshold(evidence.history)))
         elif fix is not None and fix.patch and fix.trial_setting is None:
-            files = ", ".join(sorted({edit.file for edit in fix.edits}))
-            plans.append(
-                TrialPlan(
-                    remedy,
-                    f"the patch of {files}",
-                    lambda edits=fix.edits: _patched(edits),
-                    replacement=fix.patch,
-                )
-            )
+            plans.append(patch_plan(remedy, fix, patched_functions))
     return plans
-
-
-@contextmanager
-def _patched(edits) -> Iterator[object]:
-    """The patch in place, or `NotTried` saying why it cannot be run again in-process."""
-    try:
-        with patched_functions(edits) as placed:
-            yield placed
-    except (NotPatchable, PatchError) as reason:
-        raise NotTried(str(reason)) from None
 
 
 def _lower_learning_rate(optimizers: Sequence[torch.optim.Optimizer]) -> TrialPlan:
@@ -95,7 +54,7 @@ def _lower_learning_rate(optimizers: Sequence[torch.optim.Optimizer]) -> TrialPl
     groups = [group for optimizer in optimizers for group in optimizer.param_groups]
     rates = [group.get("lr") for group in groups]
     if not groups or not all(isinstance(rate, float | int) for rate in rates):
-        return TrialPlan("lower_learning_rate", "", _not_possible("no float learning rate"))
+        return TrialPlan("lower_learning_rate", "", not_possible("no float learning rate"))
     shown = ", ".join(f"{rate / LEARNING_RATE_DIVISOR:.4g} (was {rate:.4g})" for rate in rates)
 
     @contextmanager
@@ -138,12 +97,3 @@ def _clipped(optimizers: Sequence[torch.optim.Optimizer], max_norm: float) -> Tr
                     del optimizer.step
 
     return TrialPlan("gradient_clipping", f"clip_grad_norm_(..., max_norm={max_norm:.4g})", apply)
-
-
-def _not_possible(reason: str) -> Callable[[], contextlib.AbstractContextManager]:
-    @contextmanager
-    def apply() -> Iterator[None]:
-        raise NotTried(reason)
-        yield  # pragma: no cover
-
-    return apply

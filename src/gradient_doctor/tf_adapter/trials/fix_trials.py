@@ -27,11 +27,12 @@ import tensorflow as tf
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_trials import TrialOutcome
+from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.trials.patched_source import PatchedSource
 from gradient_doctor.tf_adapter.trials.snapshots import Snapshot, SnapshotRing
-from gradient_doctor.tf_adapter.trials.trial_plans import NotTried, TrialPlan, trial_plans
+from gradient_doctor.tf_adapter.trials.trial_plans import trial_plans
 
 
 class TensorFlowTrials:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 
 import keras
 import tensorflow as tf
@@ -20,36 +19,16 @@ import tensorflow as tf
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import CLIP_VALUE, clipping_threshold
-from gradient_doctor.core.patches import PatchError
+from gradient_doctor.core.trial_plans import (
+    LEARNING_RATE_DIVISOR,
+    TrialPlan,
+    not_possible,
+    patch_plan,
+    remedies_of,
+)
 from gradient_doctor.tf_adapter.step import loss_scale
 from gradient_doctor.tf_adapter.trials.fix_sites import layers_built_at
-from gradient_doctor.tf_adapter.trials.patched_source import (
-    NotPatchable,
-    PatchedSource,
-    patched_functions,
-)
-
-# A trial's learning rate is the user's divided by this (when no patch says otherwise).
-LEARNING_RATE_DIVISOR = 10.0
-
-
-@dataclass(frozen=True)
-class TrialPlan:
-    """One remedy to try: its family, what it changes, and how to put it in place.
-
-    `apply` is a context manager factory that holds the remedy in place while the
-    step is traced and run; for a patch it yields the `PatchedSource`, so a patch
-    whose line the new trace never reached is reported as not tried.
-    `replacement` is the patch's text (None for other remedies); two families with
-    the same patch are run once. `batches`, when set, makes fresh iterators over the
-    data as the remedy changes it; the trial runs on those alone.
-    """
-
-    remedy: str
-    setting: str
-    apply: Callable[[], object]
-    replacement: object = None
-    batches: Callable[[], Iterator] | None = None
+from gradient_doctor.tf_adapter.trials.patched_source import patched_functions
 
 
 def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) -> list[TrialPlan]:
@@ -65,11 +44,7 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) 
     # A loss-scaling optimizer's own learning rate and clipping are not the ones used.
     optimizer = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
     plans: list[TrialPlan] = []
-    fixes = {fix.family: fix for fix in finding.fixes}
-    fixes.update({n.remedy: n.fix for n in finding.not_fixes if n.fix is not None})
-    remedies = [fix.family for fix in finding.fixes] + [n.remedy for n in finding.not_fixes]
-    for remedy in dict.fromkeys(remedies):
-        fix = fixes.get(remedy)
+    for remedy, fix in remedies_of(finding):
         setting = fix.trial_setting if fix is not None else None
         if setting is None and remedy in _SETTINGS:
             setting = _SETTINGS[remedy](evidence)
@@ -79,15 +54,7 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) 
             edits = fix.edits if fix is not None else ()
             plans.append(setting_plan(remedy, optimizer, *setting, edits=edits))
         elif fix is not None and fix.patch:
-            files = ", ".join(sorted({e.file for e in fix.edits}))
-            plans.append(
-                TrialPlan(
-                    remedy,
-                    f"the patch of {files}",
-                    lambda edits=fix.edits: _patched(edits),
-                    replacement=fix.patch,
-                )
-            )
+            plans.append(patch_plan(remedy, fix, patched_functions))
     return plans
 
 
@@ -99,21 +66,11 @@ _SETTINGS: dict[str, Callable[[Evidence], tuple[str, float]]] = {
 }
 
 
-@contextmanager
-def _patched(edits) -> Iterator[PatchedSource]:
-    """The patch in place, or `NotTried` saying why it cannot be run again in-process."""
-    try:
-        with patched_functions(edits) as placed:
-            yield placed
-    except (NotPatchable, PatchError) as reason:
-        raise NotTried(str(reason)) from None
-
-
 def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPlan:
     """A trial plan that sets the optimizer, or the layers, as a patch of the lines that
     built them would build them."""
     if optimizer is None:
-        return TrialPlan(remedy, "", _not_possible("no optimizer was seen"))
+        return TrialPlan(remedy, "", not_possible("no optimizer was seen"))
     if name in ("learning_rate", "learning_rate_scale"):
         return _learning_rate_plan(remedy, optimizer, name, value)
     if name in ("kernel_constraint", "kernel_initializer"):
@@ -125,7 +82,7 @@ def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPla
     ]
     if already:
         reason = "clipping is already on: " + ", ".join(already)
-        return TrialPlan(remedy, reason, _not_possible(reason))
+        return TrialPlan(remedy, reason, not_possible(reason))
     before = getattr(optimizer, name, None)
 
     @contextmanager
@@ -143,7 +100,7 @@ def _standardised(remedy: str, fit_call, epsilon: float) -> TrialPlan:
     """Run on `fit`'s data with the features standardised as the patched fit line does."""
     batches = fit_call.standardised_batches(epsilon) if fit_call is not None else None
     if batches is None:
-        return TrialPlan(remedy, "", _not_possible("fit's features are not one NumPy array"))
+        return TrialPlan(remedy, "", not_possible("fit's features are not one NumPy array"))
     return TrialPlan(remedy, "the features standardised", nullcontext, batches=batches)
 
 
@@ -152,7 +109,7 @@ def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
     initialisation at the trial's start (`kernel_initializer`), as the patch builds them."""
     kernels = [layer.kernel for layer in layers if getattr(layer, "kernel", None) is not None]
     if not kernels:
-        return TrialPlan(remedy, "", _not_possible("the layers the patch changes were not found"))
+        return TrialPlan(remedy, "", not_possible("the layers the patch changes were not found"))
     names = ", ".join(f"`{layer.name}`" for layer in layers)
 
     @contextmanager
@@ -178,7 +135,7 @@ def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> Tria
     """Set the learning rate to `value`, or scale a schedule's output by it."""
     current = getattr(optimizer, "_learning_rate", None)
     if current is None:
-        return TrialPlan(remedy, "", _not_possible("the optimizer has no learning rate"))
+        return TrialPlan(remedy, "", not_possible("the optimizer has no learning rate"))
     fixed = hasattr(current, "assign") and hasattr(current, "numpy")
     if fixed:
         # A fixed learning rate lives in a variable (a Keras variable wraps a tf.Variable):
@@ -210,14 +167,3 @@ def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> Tria
 
     what = f"{value:.4g}" if name == "learning_rate" else f"multiplied by {value:g}"
     return TrialPlan(remedy, f"the learning-rate schedule {what}", lower_schedule)
-
-
-def _not_possible(reason: str) -> Callable[[], object]:
-    def apply():
-        raise NotTried(reason)
-
-    return apply
-
-
-class NotTried(Exception):
-    """A remedy that cannot be put in place here (the reason is its message)."""
