@@ -45,8 +45,11 @@ def doctor_command() -> list[str]:
     return [sys.executable, "-m", "gradient_doctor.cli.main"]
 
 
-def run_doctor(script: Path | str, *args: str, tmp: Path, options: tuple = ()) -> DoctorRun:
-    """Run the doctor on `script` from the repository root, returning its report.
+def run_doctor(
+    script: Path | str, *args: str, tmp: Path, options: tuple = (), cwd: Path = ROOT
+) -> DoctorRun:
+    """Run the doctor on `script` from `cwd` (the repository root unless told), returning
+    its report. A script outside the folder run from gets fixes without patches.
 
     Verified fixes are not rerun from the start (`--confirm never`) unless `options`
     say otherwise: each rerun costs a run of the script, and only the tests of the
@@ -57,7 +60,7 @@ def run_doctor(script: Path | str, *args: str, tmp: Path, options: tuple = ()) -
     report_path = tmp / "report.json"
     completed = subprocess.run(
         [*doctor_command(), "run", "--report", str(report_path), *options, str(script), *args],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,

@@ -129,7 +129,7 @@ def test_the_users_folder_is_unchanged_and_the_replay_needs_it_not_and_leaves_th
     before = _tree(project)
     dump = tmp_path / "dumps" / "first"
     # With the fix trials on: they run from the last good state first, and put it back.
-    run = run_doctor(project / "train.py", tmp=tmp_path, options=("--dump", str(dump)))
+    run = run_doctor(project / "train.py", tmp=tmp_path, options=("--dump", str(dump)), cwd=project)
     assert run.exit_code == 1, run.stderr[-3000:]
     assert [fix["verified"] for fix in run.problem["fixes"]] == [True]
     assert _tree(project) == before

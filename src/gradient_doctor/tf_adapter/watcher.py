@@ -50,6 +50,7 @@ from gradient_doctor.tf_adapter.trials.snapshots import (
     live_variables,
     optimizer_state,
 )
+from gradient_doctor.tf_adapter.trials.trial_plans import clipping_of
 
 # Risky ops' headroom is read back every this many steps (a trend needs no more).
 HEADROOM_EVERY = 10
@@ -69,11 +70,7 @@ def training_setup(optimizer, xla: bool = False) -> TrainingSetup:
     except (TypeError, ValueError, AttributeError):
         learning_rate = None
     clipped = loss_scale.inner_optimizer(optimizer)  # a LossScaleOptimizer's wrapped one clips
-    clipping = ", ".join(
-        f"{name}={value}"
-        for name in ("clipnorm", "clipvalue", "global_clipnorm")
-        if (value := getattr(clipped, name, None)) is not None
-    )
+    clipping = ", ".join(f"{name}={value}" for name, value in clipping_of(clipped).items())
     return TrainingSetup(
         learning_rate=learning_rate,
         clipping=clipping or None,

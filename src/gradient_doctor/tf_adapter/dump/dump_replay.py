@@ -21,12 +21,15 @@ from tensorflow.core.framework import graph_pb2
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding, SourceLine, TensorStats
-from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.core.pipeline import diagnosed
 from gradient_doctor.tf_adapter.dump.dump_format import STEP, DumpError, decode_array, read_dump
 from gradient_doctor.tf_adapter.dump.step_session import SessionRun, run_step_graph
 from gradient_doctor.tf_adapter.localize import input_scan
-from gradient_doctor.tf_adapter.localize.replay import ReplayResult, first_nonfinite
+from gradient_doctor.tf_adapter.localize.replay import (
+    ReplayResult,
+    first_nonfinite,
+    replayed_event,
+)
 from gradient_doctor.tf_adapter.localize.step_origin import evidence_from_replay
 from gradient_doctor.tf_adapter.step.tensor_summary import summarize
 
@@ -145,23 +148,18 @@ def _replay_result(
         inputs, outputs = run.ops[op["name"]]
         input_ids = tuple(tracked(name)[0] for name in inputs)
         output_ids = tuple(tracked(name)[0] for name in outputs)
-        layer, backward = op["layer"], op["phase"] == "backward"
-        # Named as the run's replay names ops, so both reports read alike.
-        prefix = "gradient_tape/" if backward else ""
         events.append(
-            OpEvent(
-                index=index,
-                op_type=op["type"],
-                op_name=f"{prefix}{layer + '/' if layer else ''}{op['type']}",
-                layer=layer,
-                phase=op["phase"],
-                gradient_of=op["gradient_of"],
-                forward_index=index_of.get(op["forward"]),
-                input_ids=input_ids,
-                output_ids=output_ids,
-                inputs=tuple(s for i in input_ids if (s := stats[i]) is not None),
-                outputs=tuple(s for i in output_ids if (s := stats[i]) is not None),
-                source=None if op["source"] is None else sources[op["source"]],
+            replayed_event(
+                index,
+                op["type"],
+                op["layer"],
+                op["phase"] == "backward",
+                op["gradient_of"],
+                index_of.get(op["forward"]),
+                input_ids,
+                output_ids,
+                stats,
+                None if op["source"] is None else sources[op["source"]],
             )
         )
     applies = [(gradients, [], []) for gradients in updates]

@@ -14,7 +14,7 @@ from gradient_doctor.core.knowledge.source.calls import Call, find_call, matchin
 from gradient_doctor.core.op_trace import OpEvent
 
 # Reductions along axes (their second input), whose axis a max-shift must respect.
-_AXIS_REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Prod"})
+AXIS_REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Prod"})
 # op type -> (kind, index of the input summed): reductions over segments of the entries.
 _SEGMENT_REDUCTIONS = {
     "UnsortedSegmentSum": ("segment", 0),
@@ -85,7 +85,7 @@ def find_reduction(events: list[OpEvent], origin: OpEvent, tensors: dict) -> Red
 
 def _reduction_of(event: OpEvent, followed: dict, tensors: dict, shape) -> Reduction | None:
     """`event` as the reduction of a followed tensor, or None when it is not one."""
-    if event.op_type in _AXIS_REDUCTIONS:
+    if event.op_type in AXIS_REDUCTIONS:
         summed = event.input_ids[0] if event.input_ids else None
         if summed not in followed or _shape(event, 0) != shape or len(event.input_ids) < 2:
             return None

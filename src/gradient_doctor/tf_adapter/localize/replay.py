@@ -61,6 +61,42 @@ class ReplayResult:
         return bool(self.bad_ids)
 
 
+def replayed_event(
+    index: int,
+    op_type: str,
+    layer: str | None,
+    backward: bool,
+    gradient_of: str | None,
+    forward_index: int | None,
+    input_ids: tuple[int, ...],
+    output_ids: tuple[int, ...],
+    stats,
+    source,
+    source_kind: str = "op",
+) -> OpEvent:
+    """One replayed op as the core reads it, named alike by every replay (the run's and
+    a crash dump's): `gradient_tape/` for a backward op, then its layer path and type.
+
+    `stats` maps each tensor id to its summary (None when it was not summarised).
+    """
+    prefix = "gradient_tape/" if backward else ""
+    return OpEvent(
+        index=index,
+        op_type=op_type,
+        op_name=f"{prefix}{layer + '/' if layer else ''}{op_type}",
+        layer=layer,
+        phase="backward" if backward else "forward",
+        gradient_of=gradient_of,
+        forward_index=forward_index,
+        input_ids=input_ids,
+        output_ids=output_ids,
+        inputs=tuple(s for i in input_ids if (s := stats[i]) is not None),
+        outputs=tuple(s for i in output_ids if (s := stats[i]) is not None),
+        source=source,
+        source_kind=source_kind,
+    )
+
+
 class _Recorder(BackwardMarks):
     """Op callback, gradient-function wrapper and optimizer stand-in during a replay."""
 
@@ -104,22 +140,19 @@ class _Recorder(BackwardMarks):
         else:
             layer = keras_layer_path()
             source, source_kind = op_site(layer)
-        prefix = "gradient_tape/" if backward else ""
         self.events.append(
-            OpEvent(
-                index=index,
-                op_type=op_type,
-                op_name=f"{prefix}{layer + '/' if layer else ''}{op_type}",
-                layer=layer,
-                phase="backward" if backward else "forward",
-                gradient_of=gradient_of,
-                forward_index=forward_index,
-                input_ids=input_ids,
-                output_ids=output_ids,
-                inputs=tuple(s for i in input_ids if (s := self.stats[i]) is not None),
-                outputs=tuple(s for i in output_ids if (s := self.stats[i]) is not None),
-                source=source,
-                source_kind=source_kind,
+            replayed_event(
+                index,
+                op_type,
+                layer,
+                backward,
+                gradient_of,
+                forward_index,
+                input_ids,
+                output_ids,
+                self.stats,
+                source,
+                source_kind,
             )
         )
         if not backward:

@@ -17,6 +17,7 @@ from gradient_doctor.core.evidence import (
     TrainingSetup,
 )
 from gradient_doctor.core.findings import Origin
+from gradient_doctor.core.knowledge.layer_groups import layer_of_name
 from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.tf_adapter.hooks.creation_sites import (
     creation_line,
@@ -161,7 +162,7 @@ def _update_origin(gradient, variable) -> Origin:
     layer = layer_of_variable(variable) if variable is not None else None
     source = creation_line(layer) if layer is not None else None
     layer_path = getattr(layer, "path", None) or (
-        name.rsplit("/", 1)[0] if name and "/" in name else None
+        layer_of_name(name) if name and "/" in name else None
     )
     return Origin(
         op="Square",

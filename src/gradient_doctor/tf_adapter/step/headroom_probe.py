@@ -9,8 +9,10 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from gradient_doctor.core.dtype_limits import dtype_limits
+from gradient_doctor.core.knowledge.layer_groups import layer_of_name
 from gradient_doctor.core.records import HeadroomSample
 from gradient_doctor.core.source_frames import display_path, is_user_file
+from gradient_doctor.tf_adapter.localize.reductions import AXIS_REDUCTIONS
 
 # op type -> (kind, index of the input whose extreme is measured). The domain edges of
 # log, sqrt and division (a smallest input of 0) are not measured yet: a tiny but
@@ -58,15 +60,11 @@ def _limit(kind: str, dtype: str) -> float:
     return dtype_limits(dtype).exp_limit if kind == "max_input" else 1.0
 
 
-# Reductions whose axis a max-shift of their input must respect (a softmax's sum).
-_REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Prod"})
-
-
 def _reduction_axis(op) -> int | None:
     """The one axis along which the op's output is reduced next, as written, or None."""
     output = op.outputs[0]
     for consumer in output.consumers():
-        if consumer.type in _REDUCTIONS and consumer.inputs[0] is output:
+        if consumer.type in AXIS_REDUCTIONS and consumer.inputs[0] is output:
             axes = tf.get_static_value(consumer.inputs[1])
             if axes is not None and getattr(axes, "size", 0) == 1:
                 return int(axes.reshape(-1)[0])
@@ -87,7 +85,7 @@ def find_probes(graph) -> list[tuple[Probe, tf.Tensor]]:
         values = tf.cast(op.inputs[index], tf.float32)
         measured = tf.reduce_max(values if kind == "max_input" else tf.abs(values))
         dtype = op.outputs[0].dtype.name
-        layer = op.name.rsplit("/", 1)[0] if "/" in op.name else None
+        layer = layer_of_name(op.name) if "/" in op.name else None
         probe = Probe(
             key=op.name,
             op=op.type,

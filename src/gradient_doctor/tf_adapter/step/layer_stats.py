@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from gradient_doctor.core.knowledge.layer_groups import layer_of_name
 from gradient_doctor.core.records import LayerRecord
 from gradient_doctor.tf_adapter.step.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.step.xla_branches import keep_branch
@@ -36,12 +37,7 @@ _MISSING = -1.0  # a field not measured for a layer (a negative value none of th
 
 def layer_of(variable) -> str:
     """The layer a variable belongs to: its path without the last part."""
-    path = getattr(variable, "path", None) or variable.name.split(":")[0]
-    return path.rsplit("/", 1)[0] if "/" in path else path
-
-
-def _layer_of_op(op_name: str) -> str:
-    return op_name.rsplit("/", 1)[0] if "/" in op_name else op_name
+    return layer_of_name(getattr(variable, "path", None) or variable.name)
 
 
 @dataclass
@@ -358,7 +354,7 @@ def _activation_ops(graph, layers_by_handle: dict[str, str]) -> dict[str, list]:
         output = op.outputs[0]
         if not output.dtype.is_floating or output.shape.rank is None or output.shape.rank < 1:
             continue
-        layer = _owning_layer(op, layers_by_handle) or _layer_of_op(op.name)
+        layer = _owning_layer(op, layers_by_handle) or layer_of_name(op.name)
         found.setdefault(layer, []).append(op)
     return found
 

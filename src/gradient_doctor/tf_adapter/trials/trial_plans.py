@@ -31,6 +31,15 @@ from gradient_doctor.tf_adapter.trials.fix_sites import layers_built_at
 from gradient_doctor.tf_adapter.trials.patched_source import patched_functions
 
 
+def clipping_of(optimizer) -> dict[str, float]:
+    """The clipping a Keras optimizer applies, by argument name (none set: empty)."""
+    return {
+        name: value
+        for name in ("clipnorm", "clipvalue", "global_clipnorm")
+        if (value := getattr(optimizer, name, None)) is not None
+    }
+
+
 def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) -> list[TrialPlan]:
     """The remedies of `finding` (fixes and not-fixes) that can be tried, in its order.
 
@@ -75,11 +84,7 @@ def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPla
         return _learning_rate_plan(remedy, optimizer, name, value)
     if name in ("kernel_constraint", "kernel_initializer"):
         return _layer_plan(remedy, layers_built_at(optimizer, edits), name, value)
-    already = [
-        f"{clip}={current}"
-        for clip in ("clipnorm", "clipvalue", "global_clipnorm")
-        if (current := getattr(optimizer, clip, None)) and clip != name
-    ]
+    already = [f"{clip}={value}" for clip, value in clipping_of(optimizer).items() if clip != name]
     if already:
         reason = "clipping is already on: " + ", ".join(already)
         return TrialPlan(remedy, reason, not_possible(reason))
