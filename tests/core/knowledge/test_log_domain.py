@@ -94,3 +94,14 @@ def test_log1p_of_a_prediction_gets_its_own_floor_and_no_unit_clip(
     diagnosis = diagnose(evidence)
     assert "clip_input_domain" not in families(diagnosis)
     assert "tf.math.log1p(tf.maximum(y_pred, -1.0 + 1e-7))" in diagnosis.fixes[0].code
+
+
+def test_from_logits_is_spelled_in_the_framework_of_the_users_line(make_evidence, make_stats):
+    def from_logits(code):
+        diagnosis = diagnose(log_evidence(make_evidence, make_stats, code))
+        return next(fix for fix in diagnosis.fixes if fix.family == "from_logits").code
+
+    torch_code = from_logits("loss = -(y * torch.log(torch.sigmoid(z))).mean()")
+    assert "binary_cross_entropy_with_logits" in torch_code and "keras" not in torch_code
+    keras_code = from_logits("loss = -tf.reduce_mean(y * tf.math.log(tf.sigmoid(z)))")
+    assert "BinaryCrossentropy(from_logits=True)" in keras_code

@@ -8,6 +8,9 @@ from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
 from gradient_doctor.core.knowledge.rules.domain_rule import Domain, diagnose_domain
+from gradient_doctor.core.knowledge.source.call_names import call_names
+from gradient_doctor.core.knowledge.source.calls import find_call
+from gradient_doctor.core.knowledge.source.spelling import namespace
 
 _TITLE = "Keep the logarithm's argument inside its domain"
 _DOMAINS = {
@@ -56,7 +59,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             focus=source_focus(evidence),
         )
         sigmoid = "Sigmoid" in probability or "sigmoid" in code.lower()
-        extra = (clip, _from_logits(binary=sigmoid))
+        call = find_call(code, call_names(op), source_focus(evidence))
+        extra = (clip, _from_logits(binary=sigmoid, torch=namespace(call) == "torch"))
     else:
         extra = (_positive_activation(),)
     return diagnose_domain(evidence, _DOMAINS[op], extra)
@@ -77,25 +81,40 @@ def _may_be_probability(evidence: Evidence) -> bool:
     return (low is None or low >= 0.0) and (high is None or high <= 1.0)
 
 
-def _from_logits(binary: bool) -> Fix:
+def _from_logits(binary: bool, torch: bool = False) -> Fix:
     """Let the loss take the log of the logits itself, which is stable.
 
     Args:
         binary: bool, the probability is a sigmoid's (else a softmax's).
+        torch: bool, the user's code is PyTorch's (the fix is spelled in it).
     """
     if binary:
         return Fix(
             "from_logits",
             "Drop the final sigmoid and compute the loss from the logits",
-            "outputs = keras.layers.Dense(1)(x)  # no sigmoid\n"
-            "loss = keras.losses.BinaryCrossentropy(from_logits=True)\n"
-            "# by hand: tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits)",
+            (
+                "logits = model(x)  # no torch.sigmoid at the end\n"
+                "loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)"
+            )
+            if torch
+            else (
+                "outputs = keras.layers.Dense(1)(x)  # no sigmoid\n"
+                "loss = keras.losses.BinaryCrossentropy(from_logits=True)\n"
+                "# by hand: tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits)"
+            ),
         )
     return Fix(
         "from_logits",
         "Drop the final softmax and let the loss work on logits",
-        "outputs = keras.layers.Dense(num_classes)(x)  # no activation\n"
-        "loss = keras.losses.CategoricalCrossentropy(from_logits=True)",
+        (
+            "logits = model(x)  # no softmax at the end\n"
+            "loss = torch.nn.functional.cross_entropy(logits, target)"
+        )
+        if torch
+        else (
+            "outputs = keras.layers.Dense(num_classes)(x)  # no activation\n"
+            "loss = keras.losses.CategoricalCrossentropy(from_logits=True)"
+        ),
     )
 
 
