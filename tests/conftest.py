@@ -92,12 +92,9 @@ _MISSING = object()
 
 
 @contextmanager
-def creation_recording():
-    """The constructors that record creation lines installed for the block, as
-    `gradient-doctor run` installs them (a test then needs no search of the source)."""
-    from gradient_doctor.tf_adapter.hooks import creation_sites
-
-    patches = creation_sites.recording_patches()
+def patches_installed(patches):
+    """`(owner, name, value)` patches set for the block, as `gradient-doctor run` sets
+    them, and each attribute put back (or removed) after."""
     saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in patches]
     for owner, name, value in patches:
         setattr(owner, name, value)
@@ -109,6 +106,16 @@ def creation_recording():
                 delattr(owner, name)
             else:
                 setattr(owner, name, value)
+
+
+@contextmanager
+def creation_recording():
+    """The constructors that record creation lines installed for the block, as
+    `gradient-doctor run` installs them (a test then needs no search of the source)."""
+    from gradient_doctor.tf_adapter.hooks import creation_sites
+
+    with patches_installed(creation_sites.recording_patches()):
+        yield
 
 
 _runs: dict[str, DoctorRun] = {}

@@ -12,25 +12,14 @@ tf = pytest.importorskip("tensorflow")
 
 from gradient_doctor.tf_adapter.hooks import state_writes  # noqa: E402
 from gradient_doctor.tf_adapter.hooks.state_writes import write_of  # noqa: E402
-
-_MISSING = object()
+from tests.conftest import patches_installed  # noqa: E402
 
 
 @contextmanager
 def recording():
     """The recording methods installed for the block, as `gradient-doctor run` does."""
-    patches = state_writes.recording_patches()
-    saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in patches]
-    for owner, name, value in patches:
-        setattr(owner, name, value)
-    try:
+    with patches_installed(state_writes.recording_patches()):
         yield
-    finally:
-        for owner, name, value in reversed(saved):
-            if value is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
 
 
 def _line(marker: str) -> int:
