@@ -31,7 +31,7 @@ from gradient_doctor.core.pipeline import (
 )
 from gradient_doctor.core.records import LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
-from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook
+from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook, uninstall_tape_hook
 from gradient_doctor.tf_adapter.localize.input_scan import input_scale
 from gradient_doctor.tf_adapter.localize.missing_gradients import (
     find_missing_gradient_breaks,
@@ -157,6 +157,7 @@ class Watcher(Adapter):
         # The `fit` call being watched (its line and data), set by `gradient-doctor run`.
         self.fit_call = None
         install_tape_hook()
+        self._holds_tape_hook = True
         if not isinstance(layer_stats, bool):
             raise TypeError(f"`layer_stats` must be a bool. Received: layer_stats={layer_stats!r}")
         self.guard = Guard(
@@ -344,10 +345,13 @@ class Watcher(Adapter):
             self._patches.install()
 
     def uninstall(self) -> None:
-        """Remove the patches `install` made."""
+        """Remove the patches `install` made, and this watcher's hold on the tape hooks."""
         if self._patches is not None:
             self._patches.uninstall()
             self._patches = None
+        if self._holds_tape_hook:
+            uninstall_tape_hook()
+            self._holds_tape_hook = False
 
     def step_records(self, step: int, reading: StepReading) -> tuple[StepRecord, ...]:
         """The step's loss and gradient norm; every `HEADROOM_EVERY` steps also the risky

@@ -105,9 +105,30 @@ def gradient_call_of(variables) -> SourceLine | None:
     return sites.pop() if len(sites) == 1 else None
 
 
+# How many holders want the hooks in place (each watcher holds them once).
+_holders = 0
+
+
 def install_tape_hook() -> None:
-    """Install the hooks (idempotent). Outside a watched step they only note and forward."""
+    """Put the hooks in place for one more holder (a watcher); the first installs them.
+    Outside a watched step they only note and forward."""
+    global _holders
+    _holders += 1
     tf.GradientTape.gradient = _gradient
     tf.GradientTape.__enter__ = _enter
     tf.GradientTape.__exit__ = _exit
     tf.GradientTape.watch = _watch
+
+
+def uninstall_tape_hook() -> None:
+    """Release one holder's hold; when none is left, `tf.GradientTape` is TensorFlow's own
+    again (and the remembered `tape.gradient` lines are dropped)."""
+    global _holders
+    _holders = max(_holders - 1, 0)
+    if _holders:
+        return
+    tf.GradientTape.gradient = _original_gradient
+    tf.GradientTape.__enter__ = _original_enter
+    tf.GradientTape.__exit__ = _original_exit
+    tf.GradientTape.watch = _original_watch
+    _none_sites.clear()

@@ -1,0 +1,53 @@
+"""The tape hooks are held by each watcher and put back when the last one lets go."""
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from gradient_doctor.tf_adapter.hooks import tape_hook  # noqa: E402
+from gradient_doctor.tf_adapter.watcher import make_watcher  # noqa: E402
+
+
+@pytest.fixture
+def no_other_holders():
+    """Run with no watcher of earlier tests holding the hooks; put their hold back after."""
+    held = tape_hook._holders
+    tape_hook._holders = 0
+    tape_hook.uninstall_tape_hook()
+    yield
+    tape_hook._holders = 0
+    for _ in range(held):
+        tape_hook.install_tape_hook()
+
+
+def test_the_last_watcher_to_uninstall_puts_tensorflow_back(no_other_holders):
+    assert tf.GradientTape.gradient is tape_hook._original_gradient
+    first, second = make_watcher(verbose=False), make_watcher(verbose=False)
+    assert tf.GradientTape.gradient is tape_hook._gradient
+    first.uninstall()
+    first.uninstall()  # a second call releases nothing more
+    assert tf.GradientTape.gradient is tape_hook._gradient
+    assert tf.GradientTape.__enter__ is tape_hook._enter
+    second.uninstall()
+    assert tf.GradientTape.gradient is tape_hook._original_gradient
+    assert tf.GradientTape.__enter__ is tape_hook._original_enter
+    assert tf.GradientTape.__exit__ is tape_hook._original_exit
+    assert tf.GradientTape.watch is tape_hook._original_watch
+
+
+def _gradient_with_a_none():
+    x, unused = tf.Variable(3.0), tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        y = x * x
+    return tape.gradient(y, [x, unused]), unused
+
+
+def test_none_gradients_are_noted_only_while_a_watcher_holds_the_hooks(no_other_holders):
+    watcher = make_watcher(verbose=False)
+    (grad, none), unused = _gradient_with_a_none()
+    assert float(grad) == 6.0 and none is None
+    assert tape_hook.gradient_call_of([unused]) is not None  # noted while held
+    watcher.uninstall()
+    (grad, none), unused = _gradient_with_a_none()
+    assert float(grad) == 6.0 and none is None
+    assert tape_hook.gradient_call_of([unused]) is None  # TensorFlow's own gradient
