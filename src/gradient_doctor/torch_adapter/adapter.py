@@ -16,7 +16,7 @@ from gradient_doctor.torch_adapter import rng_state, source_lines
 from gradient_doctor.torch_adapter.backward_roots import backward_roots
 from gradient_doctor.torch_adapter.fix_trials import TorchTrials
 from gradient_doctor.torch_adapter.guarded_step import StepGuard
-from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names
+from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names, parameter_names
 from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder
 
 # The name reports give this framework (`Report.framework`).
@@ -72,7 +72,7 @@ class TorchAdapter(Adapter):
         """Run the failing call again from the last good weights, with its random draws,
         under the op recorder, its update suppressed; walk the ops to the origin."""
         scope = ModuleScope(module_names(self.models))
-        recorder = OpRecorder(scope, self._parameter_names())
+        recorder = OpRecorder(scope, parameter_names(self.models, self.optimizers))
         after, buffers = rng_state.save(), self._buffers()
         rng_state.restore(replay.rng)
         data_ids = recorder.keys((replay.args, replay.kwargs))
@@ -100,14 +100,7 @@ class TorchAdapter(Adapter):
         return TorchTrials(finding, evidence, rerun, self.guard, self.models)
 
     def training_setup(self) -> TrainingSetup:
-        """The first optimizer's learning rate (clipping is the user's own call in PyTorch)."""
-        if not self.optimizers:
-            return TrainingSetup()
-        rate = self.optimizers[0].param_groups[0].get("lr")
-        try:
-            return TrainingSetup(learning_rate=float(rate))
-        except (TypeError, ValueError):
-            return TrainingSetup()
+        return training_setup_of(self.optimizers)
 
     def is_user_file(self, filename: str) -> bool:
         return source_lines.is_user_file(filename)
@@ -122,20 +115,6 @@ class TorchAdapter(Adapter):
         """The session's report, saying it came from PyTorch."""
         return replace(self.session.report(script, script_error), framework=FRAMEWORK)
 
-    def _parameter_names(self) -> dict[int, str]:
-        """Parameter id -> qualified name, over the models, then the optimizers' others."""
-        names = module_names(self.models)
-        found: dict[int, str] = {}
-        for model in self.models:
-            root = names[id(model)] if len(self.models) > 1 else ""
-            for name, parameter in model.named_parameters():
-                found.setdefault(id(parameter), f"{root}.{name}" if root else name)
-        for index, optimizer in enumerate(self.optimizers):
-            for group in optimizer.param_groups:
-                for number, parameter in enumerate(group["params"]):
-                    found.setdefault(id(parameter), f"optimizer{index}.param{number}")
-        return found
-
     def _buffers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of the models' buffers (a batch norm's running statistics)."""
         with torch.no_grad():
@@ -146,3 +125,14 @@ class TorchAdapter(Adapter):
         with torch.no_grad():
             for buffer, saved in buffers:
                 buffer.copy_(saved)
+
+
+def training_setup_of(optimizers: Sequence[torch.optim.Optimizer]) -> TrainingSetup:
+    """The first optimizer's learning rate (clipping is the user's own call in PyTorch)."""
+    if not optimizers:
+        return TrainingSetup()
+    rate = optimizers[0].param_groups[0].get("lr")
+    try:
+        return TrainingSetup(learning_rate=float(rate))
+    except (TypeError, ValueError):
+        return TrainingSetup()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch.nn.modules.module import (
@@ -30,6 +30,25 @@ def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
             else:
                 names[id(module)] = f"{root}.{path}" if len(models) > 1 else path
     return names
+
+
+def parameter_names(
+    models: Sequence[torch.nn.Module], optimizers: Sequence[torch.optim.Optimizer]
+) -> dict[int, str]:
+    """Parameter id -> qualified name ("head.linear.weight"), over the models (each path
+    under its root's `module_names` name when there are several), then the optimizers'
+    parameters no model holds ("optimizer0.param3")."""
+    names = module_names(models)
+    found: dict[int, str] = {}
+    for model in models:
+        root = names[id(model)] if len(models) > 1 else ""
+        for name, parameter in model.named_parameters():
+            found.setdefault(id(parameter), f"{root}.{name}" if root else name)
+    for index, optimizer in enumerate(optimizers):
+        for group in optimizer.param_groups:
+            for number, parameter in enumerate(group["params"]):
+                found.setdefault(id(parameter), f"optimizer{index}.param{number}")
+    return found
 
 
 class ModuleScope:
