@@ -3,7 +3,20 @@
 A trial starts from the last good state (the weights before the failing step) and
 runs the step again for a number of steps with one remedy applied. The unchanged
 step is run the same way first (the baseline): a remedy only counts as verified
-when the unchanged step fails again within the trial and the remedied one does not.
+when the unchanged step fails again within the trial and the remedied one does not,
+and the remedied run went on learning (`TrialOutcome.shortfall` states the rule):
+
+- its gradients were not (almost) all exactly zero: a clamp that zeroes every
+  gradient keeps training finite and useless;
+- with one objective, its loss did not diverge over the trial and ended no worse
+  than before the trouble began (or, where the trial ended on the failing batch
+  repeated, which the earlier batches do not compare with, fell on that batch);
+  with no loss from before the trouble (a run failing at its first step) the loss
+  must fall over the trial;
+- with several objectives (a GAN's, an actor-critic's: one optimizer each), whose
+  losses trade off by design, every objective's loss was finite at every step and
+  their sum did not diverge; no one loss is compared with the loss before the
+  trouble, which is one objective's of several.
 """
 
 from __future__ import annotations
@@ -20,6 +33,9 @@ from gradient_doctor.core.trial_start import UPDATE_REMEDIES
 # last tenth of the trial) and still count as training going on: adversarial losses
 # wander, a diverging loss at least doubles.
 LOSS_RISE_ALLOWED = 1.0
+# A trial whose gradient norm was exactly zero on at least this share of its steps did
+# not train: its updates left the weights where they were.
+ZERO_GRADIENT_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,13 @@ class TrialOutcome:
         skipped: why the remedy could not be tried, or None when it ran.
         start: the step the trial started from (None: the failing step).
         start_reason: why it started there, in words ("" when it is the failing step).
+        grad_norms: the largest global gradient norm of each finite step's updates
+            (empty when the adapter did not measure it).
+        objective_losses: with several objectives (one optimizer each), each one's
+            loss at every finite step, in the order of the step's updates (empty
+            when the adapter did not keep them apart).
+        repeated_from: the 0-based trial step from which the trial ran the failing
+            batch again and again to its end, or None when it ended on other batches.
     """
 
     remedy: str | None
@@ -50,32 +73,129 @@ class TrialOutcome:
     skipped: str | None = None
     start: int | None = None
     start_reason: str = ""
+    grad_norms: tuple[float, ...] = ()
+    objective_losses: tuple[tuple[float, ...], ...] = ()
+    repeated_from: int | None = None
 
     @property
     def held(self) -> bool:
         """True when the trial ran all its steps, finite."""
         return self.skipped is None and self.failed_at is None and self.steps_run > 0
 
-    def loss_trend(self) -> tuple[float, float] | None:
-        """Mean loss over the first and the last tenth of the trial, or None."""
-        finite = [v for v in self.losses if math.isfinite(v)]
+    def loss_trend(self, losses: Sequence[float] | None = None) -> tuple[float, float] | None:
+        """Mean loss over the first and the last tenth of the trial (of `losses`, by
+        default the trial's), or None."""
+        finite = [v for v in (self.losses if losses is None else losses) if math.isfinite(v)]
         if len(finite) < 2:
             return None
         window = max(1, len(finite) // 10)
         return sum(finite[:window]) / window, sum(finite[-window:]) / window
 
+    @property
+    def objectives(self) -> int:
+        """How many objectives the trial kept apart (1 when it kept one loss)."""
+        return max(len(self.objective_losses), 1)
+
     def learning(self, reference: float | None = None) -> bool:
-        """True when the loss did not blow up over the trial (losses may be negative),
-        and ended no worse than `reference` (the loss before the trouble) allows."""
+        """True when the trial went on learning (`shortfall` says what that takes)."""
+        return self.shortfall(reference) is None
+
+    def shortfall(self, reference: float | None = None) -> str | None:
+        """Why a finite trial does not count as training going on, in words (None: it does).
+
+        The rule, in order: the gradients were not exactly zero on at least
+        `ZERO_GRADIENT_SHARE` of the steps; with several objectives, their summed loss
+        did not diverge (their losses trade off; none is compared with `reference`);
+        with one, the loss did not diverge, and ended no worse than `reference` (the
+        loss before the trouble) allows, or, where the trial ended on the failing
+        batch repeated, fell on it; with no `reference` (the run failed at its first
+        step) it fell over the trial. A loss diverges when it rises by more than
+        `LOSS_RISE_ALLOWED` times its size, first tenth to last.
+
+        Args:
+            reference: the loss before the trouble began, or None.
+        """
+        zeros = sum(1 for norm in self.grad_norms if norm == 0.0)
+        if self.grad_norms and zeros >= ZERO_GRADIENT_SHARE * len(self.grad_norms):
+            return (
+                f"the gradients were exactly zero at {zeros} of its {len(self.grad_norms)} "
+                "steps, so its updates did not move the weights"
+            )
+        if self.objectives > 1:
+            summed = [sum(values) for values in zip(*self.objective_losses)]
+            if _diverged(self.loss_trend(summed)):
+                first, last = self.loss_trend(summed)
+                return (
+                    f"the {self.objectives} objectives' losses together diverged "
+                    f"({first:.4g} -> {last:.4g})"
+                )
+            return None
         trend = self.loss_trend()
         if trend is None:
-            return True
+            return None
         first, last = trend
-        if last - first > LOSS_RISE_ALLOWED * max(abs(first), 1e-12):
-            return False
+        if _diverged(trend):
+            return f"the loss diverged ({first:.4g} -> {last:.4g})"
         if reference is None or not math.isfinite(reference):
-            return True
-        return last - reference <= LOSS_RISE_ALLOWED * max(abs(reference), 1e-12)
+            if last < first:
+                return None
+            return (
+                f"the loss did not fall over the trial ({first:.4g} -> {last:.4g}), and with "
+                "no loss from before the trouble to compare with, only a falling loss "
+                "shows the training went on"
+            )
+        if last - reference <= LOSS_RISE_ALLOWED * max(abs(reference), 1e-12):
+            return None
+        if self._fell_on_the_failing_batch():
+            return None
+        return f"the loss ended worse than the {reference:.4g} it had before the trouble began"
+
+    def _fell_on_the_failing_batch(self) -> bool:
+        """True when the trial ended on the failing batch repeated, and the loss on it
+        fell from its first repeat to the last tenth of the trial."""
+        if self.repeated_from is None or self.repeated_from >= len(self.losses) - 1:
+            return False
+        trend = self.loss_trend()
+        return trend is not None and trend[1] < self.losses[self.repeated_from]
+
+    def judged_by(self, reference: float | None = None) -> str:
+        """The learning test a held trial passed, in words, for its evidence."""
+        if self.objectives > 1:
+            trends = ", ".join(
+                f"{first:.4g} -> {last:.4g}"
+                for first, last in (
+                    self.loss_trend(v) or (math.nan, math.nan) for v in self.objective_losses
+                )
+            )
+            return (
+                f"judged over its {self.objectives} objectives together (losses {trends}): "
+                "each finite at every step and their sum not diverging, the loss before the "
+                "trouble not compared (it is one objective's, and adversarial losses trade "
+                "off)"
+            )
+        if reference is None or not math.isfinite(reference):
+            return (
+                "the loss fell and the gradients were not zero, as a run with no loss from "
+                "before the trouble must show"
+            )
+        trend = self.loss_trend()
+        if trend is not None and trend[1] - reference > LOSS_RISE_ALLOWED * max(
+            abs(reference), 1e-12
+        ):
+            return (
+                f"the loss ended above the {reference:.4g} it had before the trouble, on "
+                "the failing batch repeated, which the earlier batches do not compare "
+                f"with; on it the loss fell from {self.losses[self.repeated_from]:.4g}"
+            )
+        return f"the loss ended no worse than the {reference:.4g} it had before the trouble"
+
+
+def _diverged(trend: tuple[float, float] | None) -> bool:
+    """True when a loss rose by more than `LOSS_RISE_ALLOWED` times its size."""
+    if trend is None:
+        return False
+    first, last = trend
+    return last - first > LOSS_RISE_ALLOWED * max(abs(first), 1e-12)
 
 
 def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = None) -> str:
@@ -219,23 +339,21 @@ def _judged_fix(
     evidence = describe(outcome, start, phase)
     if outcome.skipped is not None:
         return dataclasses.replace(fix, verified=None, evidence=evidence)
+    shortfall = outcome.shortfall(reference_loss) if outcome.held else None
     if outcome.held and baseline.failed_at is None:
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
-    elif outcome.held and outcome.learning(reference_loss) and not fix.patch:
+    elif outcome.held and shortfall is None and not fix.patch:
         verified = None  # what held was the remedy, not a patch the user can apply
         evidence += f" ({base_note}); no patch of your file could be written for it"
     else:
-        verified = outcome.held and outcome.learning(reference_loss)
+        verified = outcome.held and shortfall is None
         evidence += f" ({base_note})"
-        if outcome.held and not outcome.learning():
-            evidence += "; but the loss diverged, so training did not go on well"
-        elif outcome.held and not verified:
-            evidence += (
-                f"; but the loss ended worse than the {reference_loss:.4g} it had before "
-                "the trouble began"
-            )
-        elif verified and drift and _slows_a_build_up(fix.family, outcome, start):
+        if shortfall is not None:
+            evidence += f"; but {shortfall}, so training did not go on well"
+        elif verified:
+            evidence += f"; {outcome.judged_by(reference_loss)}"
+        if verified and drift and _slows_a_build_up(fix.family, outcome, start):
             evidence += (
                 f"; it acts on the updates, and the trouble built up from step "
                 f"{outcome.start} to {start}: it may only delay the failure past this window"

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.step import loss_scale, random_draws, replicas
+from gradient_doctor.tf_adapter.step.clipping import clipped_finite, clipping_of
 from gradient_doctor.tf_adapter.step.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.step.headroom_probe import Probe, find_probes
 from gradient_doctor.tf_adapter.step.layer_stats import LayerStats
@@ -108,6 +109,9 @@ class Guard:
         self.headroom_sites: list[tuple[list[Probe], tf.Variable]] = []
         # Eagerly: per (optimizer, variables, loss known), the compiled check and record.
         self._compiled: dict[tuple, Callable] = {}
+        # While fix trials run (`recording_objectives`): each optimizer's latest loss, by
+        # id, in the order of the step's updates (a GAN's two losses); None otherwise.
+        self._objective_losses: dict[int, tf.Variable] | None = None
 
     def _variable(self) -> tf.Variable:
         if self._stats is None:
@@ -141,6 +145,43 @@ class Guard:
             int(values[_SKIPPED]),
             int(values[_UPDATES]),
         )
+
+    @contextmanager
+    def recording_objectives(self):
+        """Within the block, steps traced in it keep each optimizer's loss and norm apart.
+
+        The statistics hold the loss of the step's last update only: a GAN's
+        generator loss. A fix trial judges every objective, so while it traces and
+        runs the step, each update also writes its own loss (one scalar variable per
+        optimizer, read by `objective_losses`). Nothing is added outside trials.
+        """
+        self._objective_losses = {}
+        try:
+            yield
+        finally:
+            self._objective_losses = None
+
+    def objective_losses(self) -> tuple[tuple[float, float], ...]:
+        """Each optimizer's (loss, gradient norm) at the last step run in
+        `recording_objectives`, in the order of the step's updates (empty outside it)."""
+        if not self._objective_losses:
+            return ()
+        return tuple(
+            (float(loss), float(norm))
+            for loss, norm in (v.numpy() for v in self._objective_losses.values())
+        )
+
+    def _record_objective(self, optimizer, loss: tf.Tensor, norm: tf.Tensor) -> None:
+        """Write the update's loss and gradient norm to its optimizer's variable (in
+        trials only)."""
+        if self._objective_losses is None:
+            return
+        holder = self._objective_losses.get(id(optimizer))
+        if holder is None:
+            with tf.init_scope():
+                holder = doctor_variable(tf.zeros([2], tf.float32), "gradient_doctor_objective")
+            self._objective_losses[id(optimizer)] = holder
+        holder.assign(tf.stack([loss, norm]))
 
     def stats_tensor(self) -> tf.Tensor:
         """The statistics as a tensor of the step being traced (after its updates)."""
@@ -246,6 +287,9 @@ class Guard:
         statistics variable. A non-finite gradient makes the sum non-finite; so do
         finite gradients whose squares overflow float32, which Adam's second moment
         (and clipping by the norm) would turn into inf or NaN weights: both are skipped.
+        An optimizer that clips is judged by the gradients as it clips them
+        (`clipped_finite`: value clipping bounds huge finite gradients), while the
+        recorded norm stays the one of the gradients as computed.
         """
         halves = tf.stack(
             [
@@ -256,6 +300,10 @@ class Guard:
         squares = 2.0 * halves  # exact: l2_loss is half the sum of squares
         sum_of_squares = tf.reduce_sum(squares)
         grads_finite = tf.math.is_finite(sum_of_squares)
+        # An optimizer that clips applies the clipped gradients: those are judged.
+        clipped = clipped_finite(update.optimizer, [g for g, _ in update.float_pairs])
+        if clipped is not None:
+            grads_finite = clipped
         loss = _scalar_loss(update.loss)
         before = self._variable().read_value()
         scale = loss_scale.scale_tensor(update.optimizer)  # read before the update changes it
@@ -276,7 +324,8 @@ class Guard:
         loss = update.loss
         if not isinstance(loss, tf.Tensor | tf.Variable) or not loss.dtype.is_floating:
             loss = None  # recorded as 0, as `_scalar_loss` does
-        key = (id(update.optimizer), tuple(id(v) for v in variables), loss is None)
+        clipping = tuple(sorted(clipping_of(update.optimizer).items()))  # a trial may set it
+        key = (id(update.optimizer), tuple(id(v) for v in variables), loss is None, clipping)
         compiled = self._compiled.get(key)
         if compiled is None:
             optimizer = update.optimizer
@@ -410,6 +459,7 @@ class Guard:
         norm, loss = tf.sqrt(check.sum_of_squares), check.loss
         if check.scale is not None:  # the user's loss and gradients, not the scaled ones
             norm, loss = norm / check.scale, loss / check.scale
+        self._record_objective(update.optimizer, loss, norm)
         self._variable().assign(
             tf.stack(
                 [

@@ -80,9 +80,12 @@ class TensorFlowTrials:
     @contextmanager
     def open(self) -> Iterator[TensorFlowTrials]:
         """Save every variable the step touches; put them back at the end."""
-        with LastGoodState(
-            self._call, self._guard, self._more_batches, self._optimizer_variables
-        ) as state:
+        with (
+            self._guard.recording_objectives(),
+            LastGoodState(
+                self._call, self._guard, self._more_batches, self._optimizer_variables
+            ) as state,
+        ):
             self._state = state
             try:
                 yield self
@@ -292,8 +295,11 @@ class LastGoodState:
                 return
 
     def _steps(self, concrete, remedy, setting: str, source: TrialSource, batches) -> TrialOutcome:
-        losses = []
+        """Run the trial's steps; the outcome holds each finite step's loss, every
+        objective's loss and the largest gradient norm of its updates."""
+        losses, norms, objectives = [], [], []
         origins: dict[str, int] = {}
+        repeated_from = None  # the trial step from which only the failing batch ran
         steps = source.steps
         signature = _signature(self._call.args, self._call.kwargs)
         for index, (args, kwargs, origin) in enumerate(batches):
@@ -303,13 +309,32 @@ class LastGoodState:
             with _quiet():
                 concrete(*args, **kwargs)
             origins[origin] = origins.get(origin, 0) + 1
+            if origin != "failing":
+                repeated_from = None
+            elif repeated_from is None:
+                repeated_from = index
             stats = self._guard.read()
             if stats.tripped:
-                return TrialOutcome(
-                    remedy, setting, steps, index + 1, index, tuple(losses), _described(origins)
-                )
+                failed_at = index
+                break
             losses.append(stats.loss)
-        return TrialOutcome(remedy, setting, steps, steps, None, tuple(losses), _described(origins))
+            readings = self._guard.objective_losses()
+            objectives.append(tuple(loss for loss, _ in readings))
+            norms.append(max((norm for _, norm in readings), default=stats.grad_norm))
+        else:
+            failed_at = None
+        return TrialOutcome(
+            remedy,
+            setting,
+            steps,
+            steps if failed_at is None else failed_at + 1,
+            failed_at,
+            tuple(losses),
+            _described(origins),
+            grad_norms=tuple(norms),
+            objective_losses=tuple(zip(*objectives)) if objectives else (),
+            repeated_from=repeated_from,
+        )
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple:

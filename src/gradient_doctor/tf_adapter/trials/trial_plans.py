@@ -27,17 +27,9 @@ from gradient_doctor.core.trial_plans import (
     remedies_of,
 )
 from gradient_doctor.tf_adapter.step import loss_scale
+from gradient_doctor.tf_adapter.step.clipping import clipping_of
 from gradient_doctor.tf_adapter.trials.fix_sites import layers_built_at
 from gradient_doctor.tf_adapter.trials.patched_source import patched_functions
-
-
-def clipping_of(optimizer) -> dict[str, float]:
-    """The clipping a Keras optimizer applies, by argument name (none set: empty)."""
-    return {
-        name: value
-        for name in ("clipnorm", "clipvalue", "global_clipnorm")
-        if (value := getattr(optimizer, name, None)) is not None
-    }
 
 
 def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) -> list[TrialPlan]:

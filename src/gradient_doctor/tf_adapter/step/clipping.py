@@ -1,0 +1,45 @@
+"""The clipping a Keras optimizer applies, and whether the update it would apply is finite.
+
+Keras clips the gradients inside `optimizer.apply`, after the guard has read them:
+gradients whose squares overflow float32 (a loss scaled by 1e21) are clipped by
+`clipvalue` to finite values that Adam's moments take without overflow. The guard
+judges such an update by the gradients as the optimizer clips them, with the
+optimizer's own `_clip_gradients`, so that a clipped run (and a clipping trial) is
+judged by what it would write into the weights.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+CLIPPING_ARGUMENTS = ("clipnorm", "clipvalue", "global_clipnorm")
+
+
+def clipping_of(optimizer) -> dict[str, float]:
+    """The clipping a Keras optimizer applies, by argument name (none set: empty)."""
+    return {
+        name: value
+        for name in CLIPPING_ARGUMENTS
+        if (value := getattr(optimizer, name, None)) is not None
+    }
+
+
+def clipped_finite(optimizer, gradients: list) -> tf.Tensor | None:
+    """Whether every gradient is finite once `optimizer` has clipped it, or None when the
+    optimizer does not clip (its update then sees the gradients as they are).
+
+    Global-norm clipping turns every gradient NaN when the norm overflows (Keras's
+    `clip_by_global_norm`), norm clipping turns an overflowing variable's gradient to
+    zero, value clipping maps +-inf to the bound and keeps NaN: this reads the result.
+
+    Args:
+        optimizer: the Keras optimizer that will apply the update.
+        gradients: the dense floating-point gradients (an `IndexedSlices`' values).
+    """
+    clip = getattr(optimizer, "_clip_gradients", None)
+    if clip is None or not clipping_of(optimizer):
+        return None
+    clipped = clip(list(gradients))
+    return tf.reduce_all(
+        tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in clipped if g is not None])
+    )
