@@ -62,6 +62,11 @@ FIX_FAMILIES = (
     "persistent_tape",
     "use_model_fit",
     "remove_stop_gradient",
+    # Added: what PyTorch users try on a `.grad` that stays None (none of it helps).
+    "requires_grad",
+    "retain_graph",
+    "zero_grad_to_zeros",
+    "detect_anomaly",
     # Added for a step that goes non-finite only as XLA compiles it.
     "disable_xla",
     # Added: clip each gradient value, for a global norm that itself overflows.

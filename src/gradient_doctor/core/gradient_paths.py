@@ -43,6 +43,8 @@ class Node:
         integer_outputs: the outputs of an integer or boolean dtype, which carry no
             gradient even where the op has one for its other outputs (the indices
             of `top_k`, beside its values).
+        leaves_framework: the op hands its input's value to the host language as a
+            plain number (PyTorch's `.item()`): a path that ends there left the framework.
     """
 
     index: int
@@ -55,6 +57,7 @@ class Node:
     structural: bool = False
     output_shapes: tuple[tuple[int | None, ...] | None, ...] = ()
     integer_outputs: frozenset[int] = frozenset()
+    leaves_framework: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,8 @@ class PathBreak:
         gradient_call: the user's line of the `tape.gradient(...)` call that returned
             None for these variables, when the adapter saw it (a fix written into
             the tape's block names that call's target loss).
+        framework: the framework the step ran in, "tf" or "torch": the account and
+            its fixes are spelled in it.
     """
 
     kind: str
@@ -76,6 +81,7 @@ class PathBreak:
     variables: tuple[str, ...]
     reentry: SourceLine | None = None
     gradient_call: SourceLine | None = None
+    framework: str = "tf"
 
 
 def find_breaks(
@@ -171,17 +177,20 @@ def _break_of(
         kind = OUTSIDE_TAPE if last.differentiable and not last.recorded else NON_DIFFERENTIABLE
         return PathBreak(kind, last, ())
     reentry = _reentry(sinks, consumers, loss_ancestors, outside_values)
-    if reentry is not None or (loss_made_outside and sinks):
-        return PathBreak(LEFT_FRAMEWORK, max(sinks, key=lambda n: n.index), (), reentry)
+    exits = [n for n in sinks if n.leaves_framework]
+    if reentry is not None or exits or (loss_made_outside and sinks):
+        return PathBreak(LEFT_FRAMEWORK, max(exits or sinks, key=lambda n: n.index), (), reentry)
     last = max((producer[t] for t in reached if t in producer), key=lambda n: n.index, default=None)
     return PathBreak(NOT_USED, last, ())
 
 
 def _reentry(sinks, consumers, loss_ancestors, outside_values) -> SourceLine | None:
-    """The user's line where a value shaped like one of `sinks` came back into the loss."""
+    """The user's line where a value shaped like one of `sinks` came back into the loss
+    (any value, when one left as plain numbers: `.item()` results keep no shape)."""
     sink_shapes = {shape for node in sinks for shape in node.output_shapes if shape is not None}
+    shapeless = any(node.leaves_framework for node in sinks)
     for tensor in sorted(t for t in loss_ancestors if t in outside_values):
-        if outside_values[tensor] not in sink_shapes:
+        if not shapeless and outside_values[tensor] not in sink_shapes:
             continue
         for user in consumers.get(tensor, []):
             if any(o in loss_ancestors for o in user.output_ids):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -15,6 +16,11 @@ from gradient_doctor.core.report import Report
 from gradient_doctor.torch_adapter import rng_state, source_lines
 from gradient_doctor.torch_adapter.backward_roots import backward_roots
 from gradient_doctor.torch_adapter.fix_trials import TorchTrials
+from gradient_doctor.torch_adapter.gradient_paths import (
+    PathRecorder,
+    find_path_breaks,
+    trainable_count,
+)
 from gradient_doctor.torch_adapter.guarded_step import StepGuard
 from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names, parameter_names
 from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder
@@ -73,15 +79,8 @@ class TorchAdapter(Adapter):
         under the op recorder, its update suppressed; walk the ops to the origin."""
         scope = ModuleScope(module_names(self.models))
         recorder = OpRecorder(scope, parameter_names(self.models, self.optimizers))
-        after, buffers = rng_state.save(), self._buffers()
-        rng_state.restore(replay.rng)
         data_ids = recorder.keys((replay.args, replay.kwargs))
-        try:
-            with backward_roots(), scope.hooked(), self.guard.replaying(recorder), recorder:
-                replay.function(*replay.args, **replay.kwargs)
-        finally:
-            rng_state.restore(after)
-            self._put_back(buffers)
+        self._replay(replay, recorder, scope)
         traced = trace_evidence(
             recorder.events,
             recorder.bad_ids,
@@ -94,6 +93,55 @@ class TorchAdapter(Adapter):
             traced.evidence, history=history, setup=setup, reproduced=bool(recorder.bad_ids)
         )
         return Localized(evidence, rerun=replay)
+
+    def disconnected(
+        self, call: FailedCall, cuts: Sequence[tuple[torch.optim.Optimizer, list[torch.Tensor]]]
+    ) -> None:
+        """Record where the paths to parameters left without a gradient break (each
+        group once): the call run again under the path recorder (`gradient_paths`)."""
+        names = parameter_names(self.models, self.optimizers)
+        cuts = [
+            (optimizer, cut)
+            for optimizer, cut in cuts
+            if self.session.disconnected_first_seen(names[id(p)] for p in cut)
+        ]
+        if not cuts:
+            return
+        scope = ModuleScope(module_names(self.models))
+        recorder = PathRecorder(scope, names)
+        try:
+            with recorder.exits_noted():
+                updates = self._replay(call, recorder, scope)
+            for optimizer, cut in cuts:
+                losses = [loss for opt, asked in updates if opt is optimizer for loss in asked]
+                breaks = find_path_breaks(recorder, cut, losses)
+                self.session.record_path_breaks(breaks, len(cut) == trainable_count(optimizer))
+        except Exception as error:  # never let the doctor's analysis break the user's run
+            warnings.warn(
+                "gradient-doctor could not trace where the gradients of "
+                f"{sum(len(cut) for _, cut in cuts)} parameters are lost "
+                f"({type(error).__name__}: {error}).",
+                stacklevel=3,
+            )
+
+    def _replay(self, call: FailedCall, recorder: OpRecorder, scope: ModuleScope) -> list:
+        """Run `call` again under `recorder`, with its random draws, its updates
+        suppressed; the RNG, the models' buffers and the gradients are put back after.
+
+        Returns:
+            The (optimizer, losses) of each update the call asked for.
+        """
+        after, buffers, grads = rng_state.save(), self._buffers(), self._grads()
+        rng_state.restore(call.rng)
+        try:
+            with backward_roots(), scope.hooked(), self.guard.replaying(recorder), recorder:
+                call.function(*call.args, **call.kwargs)
+            return list(self.guard.replayed)
+        finally:
+            rng_state.restore(after)
+            self._put_back(buffers)
+            for parameter, grad in grads:
+                parameter.grad = grad
 
     def fix_trials(self, finding: Finding, evidence: Evidence, rerun: FailedCall) -> TorchTrials:
         """The finding's fixes as trials of the failing call, from the last good state."""
@@ -119,6 +167,17 @@ class TorchAdapter(Adapter):
         """Copies of the models' buffers (a batch norm's running statistics)."""
         with torch.no_grad():
             return [(b, b.clone()) for model in self.models for b in model.buffers()]
+
+    def _grads(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """The optimizers' parameters with copies of their gradients (a replay's
+        `backward()` adds into them, its `zero_grad()` may clear them in place)."""
+        with torch.no_grad():
+            return [
+                (p, None if p.grad is None else p.grad.clone())
+                for optimizer in self.optimizers
+                for group in optimizer.param_groups
+                for p in group["params"]
+            ]
 
     @staticmethod
     def _put_back(buffers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from gradient_doctor.torch_adapter import backward_roots
+from gradient_doctor.torch_adapter.gradient_paths import CutWatch
 from gradient_doctor.torch_adapter.op_recorder import OpRecorder
 from gradient_doctor.torch_adapter.step_check import Check, check
 
@@ -26,7 +27,8 @@ class StepGuard:
     non-finite check closes the guard: that update and every later one are skipped
     (weights and optimizer state stay at the last good step) until `resume()`. While
     a step is replayed, updates are never applied: the check's non-finite tensors are
-    handed to the recorder instead.
+    handed to the recorder instead, and each update's losses kept (`replayed`). Each
+    update's gradients are counted for `cuts`, which notes parameters left without one.
 
     Args:
         optimizers: the `torch.optim.Optimizer`s whose `step` is guarded.
@@ -39,6 +41,8 @@ class StepGuard:
         self.updates = 0  # updates asked for over that time
         self.checks: list[Check] = []  # those of the current call
         self.recorder: OpRecorder | None = None
+        self.replayed: list[tuple[torch.optim.Optimizer, tuple[torch.Tensor, ...]]] = []
+        self.cuts = CutWatch()  # parameters left without a gradient
 
     def install(self) -> None:
         """Guard each optimizer's `step` (an instance attribute over the class's method)."""
@@ -70,7 +74,7 @@ class StepGuard:
     @contextlib.contextmanager
     def replaying(self, recorder: OpRecorder) -> Iterator[None]:
         """While the block runs, updates are suppressed and their bad tensors recorded."""
-        self.recorder = recorder
+        self.recorder, self.replayed = recorder, []
         try:
             yield
         finally:
@@ -94,7 +98,9 @@ class StepGuard:
         losses = backward_roots.take()
         if self.recorder is not None:
             self.recorder.mark_bad([*losses, *grads])
+            self.replayed.append((optimizer, tuple(losses)))
             return None
+        self.cuts.observe(optimizer, len(grads))
         self.updates += 1
         result = check(losses, grads)
         self.checks.append(result)

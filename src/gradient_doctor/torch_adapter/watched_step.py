@@ -50,6 +50,9 @@ class WatchedStep:
             result = self.function(*args, **kwargs)
         if not guard.checks:
             return result
+        cuts = guard.cuts.take()
+        if cuts:  # parameters left without a gradient: where their paths break
+            adapter.disconnected(FailedCall(self.function, args, kwargs, rng), cuts)
         reading = StepReading(
             failed=guard.closed,
             loss=guard.call_loss,

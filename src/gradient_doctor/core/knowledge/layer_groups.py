@@ -34,17 +34,18 @@ def layer_of_name(name: str) -> str:
     return layer or leaf
 
 
-def group_by_layer(names: Sequence[str]) -> tuple[LayerGroup, ...]:
+def group_by_layer(names: Sequence[str], separator: str = "/") -> tuple[LayerGroup, ...]:
     """Group variable names by layer path, layers in order of first appearance.
 
     Example: ("gen/dense/kernel", "gen/dense/bias", "step") -> the groups
-    `gen/dense` (kernel, bias) and `step`.
+    `gen/dense` (kernel, bias) and `step`; with `separator` "." (PyTorch's parameter
+    names), ("head.weight", "head.bias") -> `head` (weight, bias).
     """
     leaves: dict[str, list[str]] = {}
     for name in names:
-        layer, _, leaf = _OUTPUT_INDEX.sub("", name).rpartition("/")
-        group = leaves.setdefault(layer_of_name(name), [])
-        if layer:  # a name without "/" is a group with no leaves
+        layer, _, leaf = _OUTPUT_INDEX.sub("", name).rpartition(separator)
+        group = leaves.setdefault(layer or leaf, [])
+        if layer:  # a name without the separator is a group with no leaves
             group.append(leaf)
     return tuple(LayerGroup(layer, tuple(names)) for layer, names in leaves.items())
 

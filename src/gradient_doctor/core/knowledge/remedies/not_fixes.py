@@ -105,6 +105,41 @@ def missing_gradient_not_fixes(reason: str) -> tuple[NotFix, ...]:
     )
 
 
+def torch_missing_gradient_not_fixes(reason: str) -> tuple[NotFix, ...]:
+    """What PyTorch users try on `.grad` that stays None, none of which changes the path.
+
+    Args:
+        reason: str, a clause saying why the path is broken, e.g. "ArgMax at
+            train.py:41 has no gradient".
+
+    Returns:
+        requires_grad, retain_graph, zero_grad_to_zeros and detect_anomaly, each with
+        its reason.
+    """
+    return (
+        NotFix(
+            "requires_grad",
+            "`requires_grad_()` (or `torch.tensor(..., requires_grad=True)`) on a tensor past "
+            f"the break makes it a new leaf: the gradient stops there; {reason}.",
+        ),
+        NotFix(
+            "retain_graph",
+            "`loss.backward(retain_graph=True)` keeps the same graph for another backward; "
+            f"{reason} in it too.",
+        ),
+        NotFix(
+            "zero_grad_to_zeros",
+            "`optimizer.zero_grad(set_to_none=False)` leaves zeros where None was: the "
+            f"parameters still never move, since {reason}.",
+        ),
+        NotFix(
+            "detect_anomaly",
+            "`torch.autograd.detect_anomaly()` names backward ops that return NaN; a path "
+            f"with no backward op at all is invisible to it ({reason}).",
+        ),
+    )
+
+
 def vanishing_not_fixes() -> tuple[NotFix, ...]:
     """Remedies for large gradients that do nothing for gradients that are too small.
 

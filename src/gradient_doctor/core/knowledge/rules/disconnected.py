@@ -20,7 +20,11 @@ from gradient_doctor.core.knowledge.blockers import blocker_for
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.layer_groups import LayerGroup, describe_layers, group_by_layer
 from gradient_doctor.core.knowledge.remedies import paths as path_remedies
-from gradient_doctor.core.knowledge.remedies.not_fixes import missing_gradient_not_fixes
+from gradient_doctor.core.knowledge.remedies import torch_paths as torch_remedies
+from gradient_doctor.core.knowledge.remedies.not_fixes import (
+    missing_gradient_not_fixes,
+    torch_missing_gradient_not_fixes,
+)
 from gradient_doctor.core.knowledge.source.calls import find_call
 from gradient_doctor.core.knowledge.wording import at_step, count, line_ref, quoted_line
 
@@ -35,6 +39,21 @@ _SOME_MISSING = (
 
 
 _ZERO_SILENT = "Keras gives no warning: the gradients exist, they are only zero."
+# What PyTorch does with them: `optimizer.step()` skips each parameter whose `.grad` is None.
+_TORCH_ALL_MISSING = (
+    "PyTorch raises nothing: `optimizer.step()` skips every parameter whose `.grad` is None, "
+    "so no parameter moves and the loss never improves."
+)
+_TORCH_SOME_MISSING = (
+    "PyTorch gives no warning: `optimizer.step()` skips the parameters whose `.grad` is None "
+    "and trains the rest, so these layers silently never train."
+)
+# `.detach()` is PyTorch's stop_gradient; the blocker's own words name TensorFlow's.
+_TORCH_DETACH_WHY = (
+    "`.detach()` blocks the gradient on purpose, so every parameter before it gets None; "
+    "that is often intended (a target network, a frozen encoder, the hard part of a "
+    "straight-through estimator)."
+)
 
 
 @dataclass(frozen=True)
@@ -57,19 +76,28 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     path_break = evidence.path_break
     if path_break is None:
         return None
-    groups = group_by_layer(path_break.variables)
+    torch = _in_torch(path_break)
+    groups = group_by_layer(path_break.variables, "." if torch else "/")
     account = _ACCOUNTS[path_break.kind](path_break, groups)
     if path_break.kind == ZERO_GRADIENT:
-        keras_says = _ZERO_SILENT
+        framework_says = _ZERO_SILENT
+    elif torch:
+        framework_says = _TORCH_ALL_MISSING if evidence.all_disconnected else _TORCH_SOME_MISSING
     else:
-        keras_says = _ALL_MISSING if evidence.all_disconnected else _SOME_MISSING
-    sentences = (_who(len(path_break.variables), groups, evidence), account.story, keras_says)
+        framework_says = _ALL_MISSING if evidence.all_disconnected else _SOME_MISSING
+    sentences = (_who(len(path_break.variables), groups, evidence), account.story, framework_says)
+    not_fixes = torch_missing_gradient_not_fixes if torch else missing_gradient_not_fixes
     return Diagnosis(
         category="disconnected_gradients",
         explanation=" ".join(sentences),
-        not_fixes=missing_gradient_not_fixes(account.reason),
+        not_fixes=not_fixes(account.reason),
         fixes=account.fixes,
     )
+
+
+def _in_torch(path_break: PathBreak) -> bool:
+    """Whether the break was found in a PyTorch step (its account is spelled in PyTorch)."""
+    return path_break.framework == "torch"
 
 
 def _who(number: int, groups: Sequence[LayerGroup], evidence: Evidence) -> str:
@@ -92,18 +120,23 @@ def _non_differentiable(path_break: PathBreak, groups: Sequence[LayerGroup]) -> 
     op, source = _op_and_source(path_break)
     blocker = blocker_for(op)
     code = source.code.strip() if source is not None else ""
-    call = find_call(code, blocker.calls) if blocker.calls else None
-    fixes = blocker.fixes(code, call)
+    torch = _in_torch(path_break)
+    calls = (
+        torch_remedies.BLOCKER_CALLS.get(blocker.name, blocker.calls) if torch else blocker.calls
+    )
+    call = find_call(code, calls) if calls else None
+    fixes = (torch_remedies.BLOCKER_FIXES[blocker.name] if torch else blocker.fixes)(code, call)
     if blocker.often_intended:
         fixes += (
-            path_remedies.exclude_unused_variables(
+            _exclude(path_break)(
                 groups,
                 "If the block is intended, stop training these variables",
                 "if the block is intended, do not hand these variables to the optimizer:",
             ),
         )
+    why = _TORCH_DETACH_WHY if torch and blocker.name == "stop_gradient" else blocker.why
     return Account(
-        story=f"Their path to the loss breaks at {op}{_on(source)}. {blocker.why.format(op=op)}",
+        story=f"Their path to the loss breaks at {op}{_on(source)}. {why.format(op=op)}",
         reason=f"{op}{_at(source)} has no gradient",
         fixes=fixes,
     )
@@ -111,6 +144,14 @@ def _non_differentiable(path_break: PathBreak, groups: Sequence[LayerGroup]) -> 
 
 def _outside_tape(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     op, source = _op_and_source(path_break)
+    if _in_torch(path_break):
+        return Account(
+            story=f"Their path to the loss runs through {op}{_on(source)}, which ran with "
+            "gradients off (inside `with torch.no_grad():` or `torch.inference_mode()`): "
+            "autograd recorded nothing that links the loss to them.",
+            reason=f"{op}{_at(source)} ran with gradients off",
+            fixes=(torch_remedies.enable_grad(source),),
+        )
     return Account(
         story=f"Their path to the loss runs through {op}{_on(source)}, which ran while the "
         "tape was not recording: it was computed before or after the `with "
@@ -122,6 +163,16 @@ def _outside_tape(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Accoun
 
 def _left_framework(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     op, source = _op_and_source(path_break)
+    if _in_torch(path_break):
+        return Account(
+            story=f"The value left PyTorch as Python numbers ({op}: `.item()`, `.tolist()` or "
+            f"`.numpy()`){_on(source)} and came back as a new tensor"
+            f"{_on(path_break.reentry)}; a tensor made from Python data by `torch.tensor(...)` "
+            "has no autograd history, so to autograd the loss does not depend on them.",
+            reason=f"the value that left PyTorch{_at(source)} came back as a tensor with no "
+            "history",
+            fixes=(torch_remedies.stay_in_torch(source, path_break.reentry),),
+        )
     return Account(
         story=f"The value left TensorFlow (`.numpy()`/NumPy) after {op}{_on(source)} and came "
         f"back as a constant{_on(path_break.reentry)}; the tape cannot follow it through "
@@ -144,7 +195,7 @@ def _not_used(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
         story=story + ".",
         reason="the loss does not depend on these variables",
         fixes=(
-            path_remedies.exclude_unused_variables(
+            _exclude(path_break)(
                 groups,
                 "Use the layer on the way to the loss, or stop training it",
                 "if these layers should train, use their output on the way to the loss; otherwise:",
@@ -161,7 +212,7 @@ def _never_read(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
         "called in the forward pass.",
         reason="the step never reads these variables",
         fixes=(
-            path_remedies.exclude_unused_variables(
+            _exclude(path_break)(
                 groups,
                 "Call the layer in the forward pass, or stop training it",
                 "call the layer in the forward pass if it should train, or remove it; otherwise:",
@@ -205,6 +256,13 @@ _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     NEVER_READ: _never_read,
     ZERO_GRADIENT: _zero_gradient,
 }
+
+
+def _exclude(path_break: PathBreak) -> Callable[..., Fix]:
+    """The fix that stops training the cut variables, in the break's framework."""
+    if _in_torch(path_break):
+        return torch_remedies.exclude_unused_parameters
+    return path_remedies.exclude_unused_variables
 
 
 def _op_and_source(path_break: PathBreak) -> tuple[str, SourceLine | None]:
