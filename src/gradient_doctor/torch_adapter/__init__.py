@@ -6,7 +6,8 @@ Its public face is `gradient_doctor.torch.watch`. Modules, one concern each:
 `backward()` was called on), `rng_state` (the random draws of a call, kept for its
 replay), `op_names` (aten ops in the core's op vocabulary), `tensor_stats`,
 `module_scope` and `source_lines` (what each recorded op is, where it ran), `op_recorder`
-(the replay's dispatch mode, writing `OpEvent`s), `trial_plans` (what each fix trial puts
-in place) and `fix_trials` (the trial runner from the last good state), `adapter`
-(`TorchAdapter`) and `watched_step` (the step wrapper that drives the session).
+(the replay's dispatch mode, writing `OpEvent`s), `gradient_paths` (parameters left
+without a gradient, and where their path to the loss breaks), `trial_plans` (what each
+fix trial puts in place) and `fix_trials` (the trial runner from the last good state),
+`adapter` (`TorchAdapter`) and `watched_step` (the step wrapper that drives the session).
 """
