@@ -19,12 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.autograph.core import ag_ctx, converter
-from tensorflow.python.autograph.impl import api as autograph
-from tensorflow.python.framework import op_callbacks
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import display_path, is_user_file
+from gradient_doctor.tf_adapter._tf_internals import (
+    BaseOptimizer,
+    ag_ctx,
+    autograph,
+    converter,
+    op_callbacks,
+)
 from gradient_doctor.tf_adapter.hooks.creation_sites import LAYER_CREATION, op_site
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.backward_marks import (
@@ -169,8 +173,6 @@ def _forward_name(op, op_type: str) -> str | None:
 @contextmanager
 def _recording(recorder: _TraceRecorder) -> Iterator[None]:
     """Note every op the block creates; inline nested tf.functions; note the optimizers."""
-    from keras.src.optimizers.base_optimizer import BaseOptimizer
-
     original_apply_gradients = BaseOptimizer.apply_gradients
 
     def apply_gradients(optimizer, *args, **kwargs):

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import gen_resource_variable_ops
+
+from gradient_doctor.tf_adapter._tf_internals import gen_resource_variable_ops
 
 IMPORT_SCOPE = "step"
 _sessions = itertools.count()

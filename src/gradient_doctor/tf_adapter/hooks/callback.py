@@ -8,6 +8,7 @@ import keras
 
 from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
 from gradient_doctor.core.report import Report
+from gradient_doctor.tf_adapter._tf_internals import flat_layers
 from gradient_doctor.tf_adapter.hooks.model_hooks import ModelHook, attach
 from gradient_doctor.tf_adapter.watcher import make_watcher
 
@@ -116,5 +117,4 @@ class Doctor(keras.callbacks.Callback):
 
 def _is_built(model) -> bool:
     """True when the model and every layer in it have made their variables."""
-    layers = model._flatten_layers() if hasattr(model, "_flatten_layers") else [model]
-    return all(getattr(layer, "built", True) for layer in layers)
+    return all(getattr(layer, "built", True) for layer in flat_layers(model))

@@ -25,10 +25,7 @@ import weakref
 from dataclasses import dataclass
 from types import FrameType
 
-from keras.src.backend.common import global_state
-from keras.src.layers.layer import Layer
-from keras.src.models.model import Model
-from keras.src.optimizers.base_optimizer import BaseOptimizer
+import keras
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import (
@@ -37,9 +34,10 @@ from gradient_doctor.core.source_frames import (
     user_frame,
     user_line,
 )
+from gradient_doctor.tf_adapter._tf_internals import BaseOptimizer, global_state
 
 LAYER_CREATION = "layer_creation"
-_LAYER_CALL = inspect.unwrap(Layer.__call__).__code__
+_LAYER_CALL = inspect.unwrap(keras.Layer.__call__).__code__
 _UNKNOWN = object()  # a literal argument the source does not spell out
 
 # Object -> the user's line that created it, as recorded at construction.
@@ -85,7 +83,7 @@ def recording_patches() -> list[tuple[type, str, object]]:
     line instead); optimizers are recorded in `BaseOptimizer.__init__`. The caller
     installs the replacements and puts the originals back; they only note a line.
     """
-    original_new = Layer.__dict__["__new__"].__func__
+    original_new = keras.Layer.__dict__["__new__"].__func__
     original_init = BaseOptimizer.__dict__["__init__"]
 
     @functools.wraps(original_new)
@@ -99,7 +97,7 @@ def recording_patches() -> list[tuple[type, str, object]]:
         _record(optimizer, sys._getframe(1))
         original_init(optimizer, *args, **kwargs)
 
-    return [(Layer, "__new__", staticmethod(new)), (BaseOptimizer, "__init__", init)]
+    return [(keras.Layer, "__new__", staticmethod(new)), (BaseOptimizer, "__init__", init)]
 
 
 def _record(obj, frame: FrameType) -> None:
@@ -169,7 +167,7 @@ def op_site(layer_path: str | None) -> tuple[SourceLine | None, str]:
     while frame is not None and not is_user_file(frame.f_code.co_filename):
         if frame.f_code is _LAYER_CALL:
             layer = frame.f_locals.get("self")
-            if isinstance(layer, Layer) and not isinstance(layer, Model):
+            if isinstance(layer, keras.Layer) and not isinstance(layer, keras.Model):
                 library_layers.append(layer)
         frame = frame.f_back
     for layer in library_layers:
@@ -184,7 +182,7 @@ def _remember_running(layer_path: str | None) -> None:
         return
     stack = global_state.get_global_attribute("name_scope_stack", default=None) or []
     caller = stack[-1].caller if stack else None
-    if isinstance(caller, Layer) and _running.get(layer_path) is not caller:
+    if isinstance(caller, keras.Layer) and _running.get(layer_path) is not caller:
         _running[layer_path] = caller
 
 
@@ -200,7 +198,7 @@ def layer_at(path: str | None):
     if layer is not None:
         return layer
     for obj in list(_recorded.keys()):
-        if isinstance(obj, Layer) and getattr(obj, "path", None) == path:
+        if isinstance(obj, keras.Layer) and getattr(obj, "path", None) == path:
             return obj
     return None
 

@@ -28,13 +28,16 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import tensorflow as tf
-from keras.src.backend.common import global_state
-from tensorflow.python import pywrap_tfe
-from tensorflow.python.eager import record
-from tensorflow.python.framework import op_callbacks
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import user_frame
+from gradient_doctor.tf_adapter._tf_internals import (
+    global_state,
+    op_callbacks,
+    pywrap_tfe,
+    record,
+    tape_flags,
+)
 from gradient_doctor.tf_adapter.hooks.creation_sites import op_site
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.backward_marks import keras_layer_path
@@ -305,7 +308,7 @@ def tape_opened(tape) -> None:
         trace = _local.trace = EagerTrace()
     try:
         trace.tapes.add(id(tape))
-        trace.add(TapeOpened(tape, tape._persistent, tape._watch_accessed_variables))
+        trace.add(TapeOpened(tape, *tape_flags(tape)[:2]))
         trace.listen()
     except Exception as error:  # never let the doctor's notes break the user's step
         trace.drop(error)

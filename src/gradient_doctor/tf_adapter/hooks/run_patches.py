@@ -8,12 +8,10 @@ import sys
 
 import keras
 import tensorflow as tf
-from keras.src.optimizers.base_optimizer import BaseOptimizer
-from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
-from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
 from gradient_doctor.core.source_frames import is_user_file, user_frame, user_line
 from gradient_doctor.errors import TrainingStopped
+from gradient_doctor.tf_adapter._tf_internals import BaseOptimizer, polymorphic_function
 from gradient_doctor.tf_adapter.hooks import creation_sites, eager_trace, state_writes
 from gradient_doctor.tf_adapter.hooks.callback import Doctor
 from gradient_doctor.tf_adapter.hooks.custom_loop import call_watched_step
@@ -58,7 +56,7 @@ class RunPatches:
             self._replace(owner, name, value)
         # A LossScaleOptimizer overrides `apply`: it is guarded as a whole (it decides
         # which overflowing steps to skip), and its inner optimizer's update runs inside.
-        for owner in (BaseOptimizer, LossScaleOptimizer):
+        for owner in (BaseOptimizer, keras.optimizers.LossScaleOptimizer):
             self._replace(owner, "apply", _guarded_apply(watcher, owner.apply))
 
         original_call = polymorphic_function.Function.__call__

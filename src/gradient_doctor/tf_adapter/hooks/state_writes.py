@@ -16,15 +16,13 @@ import sys
 import weakref
 from dataclasses import dataclass
 
+import keras
 import numpy as np
 import tensorflow as tf
-from keras.src.backend.common.variables import Variable as KerasVariable
-from keras.src.layers.layer import Layer
-from keras.src.models.model import Model
-from tensorflow.python.ops import resource_variable_ops
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import is_user_file, user_line
+from gradient_doctor.tf_adapter._tf_internals import KerasVariable, resource_variable_ops
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.step.guard import in_guarded_update
 
@@ -68,12 +66,20 @@ def recording_patches() -> list[tuple[type, str, object]]:
     updates) and outside a `tf.function` (a traced assign has no value to check).
     """
     patches = [
-        (Layer, "set_weights", _recorded(Layer.set_weights, "set_weights", _layer_weights)),
-        (Model, "load_weights", _recorded(Model.load_weights, "load_weights", _layer_weights)),
+        (
+            keras.Layer,
+            "set_weights",
+            _recorded(keras.Layer.set_weights, "set_weights", _layer_weights),
+        ),
+        (
+            keras.Model,
+            "load_weights",
+            _recorded(keras.Model.load_weights, "load_weights", _layer_weights),
+        ),
     ]
     patches += [
         (cls, "adapt", _recorded(cls.__dict__["adapt"], "adapt", _layer_weights))
-        for cls in _subclasses(Layer)
+        for cls in _subclasses(keras.Layer)
         if "adapt" in cls.__dict__
     ]
     patches += [

@@ -9,10 +9,10 @@ import functools
 import linecache
 
 import tensorflow as tf
-from tensorflow.python.util import tf_stack
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import display_path, is_user_file
+from gradient_doctor.tf_adapter._tf_internals import tf_stack
 from gradient_doctor.tf_adapter.hooks import eager_trace
 from gradient_doctor.tf_adapter.localize import step_context
 

@@ -14,19 +14,18 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tensorflow.python.framework import ops
-
-try:  # imported once: an import statement run per op cost more than the lookup itself
-    from keras.src.backend.common.name_scope import current_path as _current_path
-except ImportError:  # pragma: no cover - other Keras layouts
-    _current_path = None
+from gradient_doctor.tf_adapter._tf_internals import (
+    current_name_scope_path,
+    gradient_registry,
+    set_gradient_registry,
+)
 
 
 def keras_layer_path() -> str | None:
     """The Keras layer path being called now (e.g. "model/dense"), or None."""
-    if _current_path is None:  # pragma: no cover - other Keras layouts
+    if current_name_scope_path is None:  # pragma: no cover - other Keras layouts
         return None
-    return _current_path() or None
+    return current_name_scope_path() or None
 
 
 class BackwardMarks:
@@ -89,7 +88,7 @@ class BackwardMarks:
 @contextmanager
 def gradient_functions_marked(marks: BackwardMarks) -> Iterator[None]:
     """While the block runs, every gradient function looked up is wrapped by `marks`."""
-    registry = ops._gradient_registry  # eager and graph backprop look functions up here
+    registry = gradient_registry()  # eager and graph backprop look functions up here
 
     class _WrappingRegistry:
         def __getattr__(self, name):
@@ -99,8 +98,8 @@ def gradient_functions_marked(marks: BackwardMarks) -> Iterator[None]:
             function = registry.lookup(name)
             return None if function is None else marks.wrap_gradient_function(name, function)
 
-    ops._gradient_registry = _WrappingRegistry()
+    set_gradient_registry(_WrappingRegistry())
     try:
         yield
     finally:
-        ops._gradient_registry = registry
+        set_gradient_registry(registry)

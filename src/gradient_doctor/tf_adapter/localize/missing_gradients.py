@@ -7,11 +7,11 @@ import linecache
 import sys
 
 import tensorflow as tf
-from tensorflow.python.framework import ops
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.gradient_paths import LEFT_FRAMEWORK, Node, PathBreak, find_breaks
 from gradient_doctor.core.source_frames import display_path, is_user_file
+from gradient_doctor.tf_adapter._tf_internals import gradient_registry, op_id
 from gradient_doctor.tf_adapter.hooks import tape_hook
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.eager_replay import enclosing_step
@@ -54,7 +54,7 @@ def differentiable(op_type: str, output_dtypes: list) -> bool:
     ):
         return op_type in ("ReadVariableOp", "VarHandleOp")
     try:
-        return ops._gradient_registry.lookup(op_type) is not None
+        return gradient_registry().lookup(op_type) is not None
     except LookupError:
         return False
 
@@ -87,10 +87,10 @@ def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
     start, end = window or (None, None)
     nodes = []
     for op in graph.get_operations():
-        recorded = start is None or end is None or start < op._id <= end
+        recorded = start is None or end is None or start < op_id(op) <= end
         nodes.append(
             Node(
-                index=op._id,
+                index=op_id(op),
                 op_type=op.type,
                 input_ids=tuple(id(t) for t in op.inputs),
                 output_ids=tuple(id(t) for t in op.outputs),

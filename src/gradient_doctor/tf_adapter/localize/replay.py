@@ -8,12 +8,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import tensorflow as tf
-from tensorflow.python.framework import op_callbacks, ops
-from tensorflow.python.ops import resource_variable_ops
 
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.core.source_frames import user_line
+from gradient_doctor.tf_adapter._tf_internals import op_callbacks, ops, resource_variable_ops
 from gradient_doctor.tf_adapter.hooks.creation_sites import op_site
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.backward_marks import (

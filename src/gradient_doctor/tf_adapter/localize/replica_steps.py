@@ -15,10 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import tensorflow as tf
-from tensorflow.python.autograph.core import ag_ctx
-from tensorflow.python.autograph.impl import api as autograph
-from tensorflow.python.distribute.distribute_lib import StrategyBase
 
+from gradient_doctor.tf_adapter._tf_internals import StrategyBase, ag_ctx, autograph
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.step_context import StepCall, StepScope, step_scope
 from gradient_doctor.tf_adapter.step.batch_stash import BatchStash

@@ -25,9 +25,14 @@ from types import FrameType
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context, execute, record
-from tensorflow.python.framework import op_def_registry
 
+from gradient_doctor.tf_adapter._tf_internals import (
+    context,
+    execute,
+    op_def_registry,
+    record,
+    tape_flags,
+)
 from gradient_doctor.tf_adapter.hooks.eager_trace import (
     CustomGradient,
     EagerTrace,
@@ -192,7 +197,7 @@ class _Run:
             return
         if op.op_type in _VARIABLE_READS and id(op.inputs[0]) in self._watched_handles:
             for twin in self._tapes.values():
-                if twin._recording and twin._watch_accessed_variables:
+                if all(tape_flags(twin)[1:]):
                     twin.watch(op.inputs[0])
         if op.taped and op_def_registry.get(op.op_type) is not None:
             execute.record_gradient(op.op_type, list(op.inputs), op.attrs, list(op.outputs))

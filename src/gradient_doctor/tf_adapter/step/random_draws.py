@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import tensorflow as tf
-from tensorflow.python.ops import gen_random_ops
 
+from gradient_doctor.tf_adapter._tf_internals import gen_random_ops
 from gradient_doctor.tf_adapter.step.batch_stash import BatchStash
 from gradient_doctor.tf_adapter.step.xla_branches import compiled_with_xla
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
+
+from gradient_doctor.tf_adapter._tf_internals import control_flow_util
 
 
 def compiled_with_xla() -> bool:

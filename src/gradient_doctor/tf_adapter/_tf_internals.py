@@ -1,0 +1,158 @@
+"""Every private TensorFlow and Keras internal the doctor touches, in one place, with what
+it is for.
+
+Checked on TensorFlow 2.21 and Keras 3.15. `tests/tf_adapter/test_tf_internals.py` fails
+on the first of them that a new version moved or renamed, so an upgrade breaks there,
+loudly, and not deep inside a diagnosis. The doctor uses the public API wherever it can
+do the job; what is here has no public equivalent. Modules are exported whole where the
+doctor swaps one of their attributes for a while (and puts it back).
+
+What each is for (and the modules that use it):
+
+- `pywrap_tfe`: is a tape recording right now (eager ops to trace) (hooks/eager_trace).
+- `record`: custom gradients reaching the tapes (hooks/eager_trace, localize/trace_replay).
+- `op_callbacks`: every op run or built, with its inputs and outputs (hooks/eager_trace,
+  localize/replay, dump/step_graph, trials/patched_source).
+- `polymorphic_function`: every `tf.function` call of a script (hooks/run_patches).
+- `tf_stack`: the user's line of a traced `tape.gradient` call (hooks/tape_hook).
+- `ops`: the gradient registry; an op's id in its graph (localize/backward_marks,
+  localize/missing_gradients, localize/replay).
+- `context`, `execute`, `op_def_registry`: running a traced eager op again, with its
+  gradient (localize/trace_replay).
+- `resource_variable_ops`: the variable type whose reads and writes are watched
+  (hooks/state_writes, localize/replay).
+- `gen_resource_variable_ops`: a variable read inside a replayed graph (dump/step_session).
+- `gen_random_ops`: the random ops whose draws a replay repeats (step/random_draws).
+- `control_flow_util`: is an op inside a `tf.cond`/`tf.while_loop` branch
+  (step/xla_branches).
+- `ag_ctx`, `converter`, `autograph`: running a step function as AutoGraph would
+  (localize/replica_steps, dump/step_graph).
+- `StrategyBase`, `DistributedValues`: steps and variables under `tf.distribute`
+  (localize/replica_steps, trials/fix_trials).
+- `global_state`: Keras's name-scope stack (the layer an op runs in) (hooks/eager_trace,
+  hooks/creation_sites).
+- `KerasVariable`: the base class whose `assign` Keras variables share (hooks/state_writes).
+- `BaseOptimizer`: where `apply` and `apply_gradients` are defined (hooks/run_patches,
+  hooks/creation_sites, dump/step_graph).
+- `keras_backend`: the scope Keras builds optimizer variables in (step/guard).
+- `get_data_adapter`: fresh batches of a `fit`'s arrays, as `fit` makes them
+  (trials/trial_data).
+- `current_name_scope_path`: the Keras layer path an op is built under
+  (localize/backward_marks).
+- `learning_rate_variable`: an optimizer's learning-rate variable, swapped during a trial
+  (trials/trial_plans).
+- `trainable_variables_of`: the variables an optimizer was built for (step/guard).
+- `gradient_registry`, `set_gradient_registry`: the op type -> gradient function table both
+  backprops read (localize/backward_marks, localize/missing_gradients).
+- `op_id`: the order an op was built in its graph (localize/missing_gradients).
+- `tape_flags`: a tape's `persistent`, `watch_accessed_variables`, recording
+  (hooks/eager_trace, localize/trace_replay).
+- `flat_layers`: every layer of a model, nested ones too, as Keras tracks them
+  (hooks/callback).
+"""
+
+from __future__ import annotations
+
+from keras.src import backend as keras_backend
+from keras.src.backend.common import global_state
+from keras.src.backend.common.variables import Variable as KerasVariable
+from keras.src.optimizers.base_optimizer import BaseOptimizer
+from keras.src.trainers.data_adapters import get_data_adapter
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.autograph.core import ag_ctx, converter
+from tensorflow.python.autograph.impl import api as autograph
+from tensorflow.python.distribute.distribute_lib import StrategyBase
+from tensorflow.python.distribute.values import DistributedValues
+from tensorflow.python.eager import context, execute, record
+from tensorflow.python.eager.polymorphic_function import polymorphic_function
+from tensorflow.python.framework import op_callbacks, op_def_registry, ops
+from tensorflow.python.ops import (
+    control_flow_util,
+    gen_random_ops,
+    gen_resource_variable_ops,
+    resource_variable_ops,
+)
+from tensorflow.python.util import tf_stack
+
+try:  # imported once: an import statement run per op cost more than the lookup itself
+    from keras.src.backend.common.name_scope import current_path as current_name_scope_path
+except ImportError:  # pragma: no cover - other Keras layouts
+    current_name_scope_path = None
+
+__all__ = [
+    "BaseOptimizer",
+    "DistributedValues",
+    "KerasVariable",
+    "StrategyBase",
+    "ag_ctx",
+    "autograph",
+    "context",
+    "control_flow_util",
+    "converter",
+    "current_name_scope_path",
+    "execute",
+    "flat_layers",
+    "gen_random_ops",
+    "gen_resource_variable_ops",
+    "get_data_adapter",
+    "global_state",
+    "gradient_registry",
+    "keras_backend",
+    "learning_rate_variable",
+    "op_callbacks",
+    "op_def_registry",
+    "op_id",
+    "ops",
+    "polymorphic_function",
+    "pywrap_tfe",
+    "record",
+    "resource_variable_ops",
+    "set_gradient_registry",
+    "set_learning_rate_variable",
+    "tape_flags",
+    "tf_stack",
+    "trainable_variables_of",
+]
+
+
+def learning_rate_variable(optimizer):
+    """The learning rate a Keras optimizer reads while its step is traced (a variable, a
+    schedule or a number): `optimizer.learning_rate` gives its value, not this."""
+    return optimizer._learning_rate
+
+
+def set_learning_rate_variable(optimizer, value) -> None:
+    """Make `optimizer` read `value` as its learning rate (a trial's, then the user's)."""
+    optimizer._learning_rate = value
+
+
+def trainable_variables_of(optimizer) -> list:
+    """The variables `optimizer` was built for, in its slots' order (empty before build)."""
+    return list(getattr(optimizer, "_trainable_variables", None) or [])
+
+
+def gradient_registry():
+    """The registry eager and graph backprop look an op type's gradient function up in."""
+    return ops._gradient_registry
+
+
+def set_gradient_registry(registry) -> None:
+    """Make backprop look gradient functions up in `registry` (a wrapper, then the original)."""
+    ops._gradient_registry = registry
+
+
+def op_id(op) -> int:
+    """The order `op` was built in its graph (ids grow as ops are added)."""
+    return op._id
+
+
+def tape_flags(tape) -> tuple[bool, bool, bool]:
+    """A `tf.GradientTape`'s (persistent, watch_accessed_variables, recording now)."""
+    return tape._persistent, tape._watch_accessed_variables, tape._recording
+
+
+def flat_layers(model) -> list:
+    """Every layer of `model`, nested ones too, itself first (only `model` when Keras
+    keeps no such list for it)."""
+    flatten = getattr(model, "_flatten_layers", None)
+    return list(flatten()) if flatten is not None else [model]

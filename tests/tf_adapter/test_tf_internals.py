@@ -1,0 +1,115 @@
+"""Every private TensorFlow and Keras internal the doctor touches still exists and behaves
+as the doctor reads it: an upgrade that moves one fails here, by name."""
+
+import pytest
+
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+
+from gradient_doctor.tf_adapter import _tf_internals as internals  # noqa: E402
+from gradient_doctor.tf_adapter.step.random_draws import _DRAWING  # noqa: E402
+
+# module or class exported -> the attributes the doctor reads or swaps on it
+_ATTRIBUTES = {
+    "pywrap_tfe": ("TFE_Py_TapeSetIsEmpty", "TFE_Py_TapeSetIsStopped"),
+    "record": ("record_operation",),
+    "op_callbacks": ("add_op_callback", "remove_op_callback"),
+    "polymorphic_function": ("Function",),
+    "tf_stack": ("extract_stack",),
+    "ops": ("_EagerTensorBase", "_gradient_registry"),
+    "context": ("context",),
+    "execute": ("execute", "record_gradient"),
+    "op_def_registry": ("get",),
+    "resource_variable_ops": ("BaseResourceVariable",),
+    "gen_resource_variable_ops": ("assign_variable_op", "read_variable_op", "var_handle_op"),
+    "gen_random_ops": tuple(sorted(set(_DRAWING.values()))),
+    "control_flow_util": ("GraphOrParentsInXlaContext",),
+    "ag_ctx": ("ControlStatusCtx", "Status", "control_status_ctx"),
+    "converter": ("ConversionOptions",),
+    "autograph": ("converted_call", "tf_convert"),
+    "global_state": ("get_global_attribute",),
+    "KerasVariable": ("assign",),
+    "BaseOptimizer": ("__init__", "apply", "apply_gradients"),
+    "keras_backend": ("name_scope",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ATTRIBUTES))
+def test_each_internal_has_what_the_doctor_reads(name):
+    owner = getattr(internals, name)
+    missing = [attribute for attribute in _ATTRIBUTES[name] if not hasattr(owner, attribute)]
+    assert not missing, f"{name} lacks {missing} in this TensorFlow/Keras version"
+
+
+def test_the_exported_classes_are_the_ones_training_uses():
+    variable = keras.Variable(1.0)
+    assert isinstance(variable, internals.KerasVariable)
+    assert isinstance(keras.optimizers.SGD(), internals.BaseOptimizer)
+    assert isinstance(tf.constant(1.0), internals.ops._EagerTensorBase)
+    assert isinstance(tf.distribute.get_strategy(), internals.StrategyBase)
+    assert internals.gradient_registry().lookup("Sqrt") is not None
+    assert internals.op_def_registry.get("Sqrt") is not None
+
+
+def test_the_attribute_readers_answer_from_a_real_optimizer_tape_and_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.25)
+    assert internals.trainable_variables_of(optimizer) == []  # not built yet
+    optimizer.build(model.trainable_variables)
+    assert [id(v) for v in internals.trainable_variables_of(optimizer)] == [
+        id(v) for v in model.trainable_variables
+    ]
+    rate = internals.learning_rate_variable(optimizer)
+    assert float(rate.numpy()) == 0.25
+    internals.set_learning_rate_variable(optimizer, 0.5)
+    assert float(optimizer.learning_rate) == 0.5
+    internals.set_learning_rate_variable(optimizer, rate)
+    assert float(optimizer.learning_rate) == 0.25
+    layers = internals.flat_layers(model)
+    assert layers[0] is model and set(model.layers) <= set(layers)
+    with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+        assert internals.tape_flags(tape) == (True, False, True)
+    graph = tf.Graph()
+    with graph.as_default():
+        first, second = tf.constant(1.0), tf.constant(2.0)
+    assert internals.op_id(first.op) < internals.op_id(second.op)
+
+
+def test_the_gradient_registry_can_be_swapped_and_put_back():
+    original = internals.gradient_registry()
+
+    class Wrapping:
+        looked_up: list = []
+
+        def __getattr__(self, name):
+            return getattr(original, name)
+
+        def lookup(self, name):
+            self.looked_up.append(name)
+            return original.lookup(name)
+
+    wrapping = Wrapping()
+    internals.set_gradient_registry(wrapping)
+    try:
+        x = tf.Variable(4.0)
+        with tf.GradientTape() as tape:
+            y = tf.sqrt(x)
+        assert abs(float(tape.gradient(y, x)) - 0.25) < 1e-7
+    finally:
+        internals.set_gradient_registry(original)
+    assert "Sqrt" in wrapping.looked_up
+    assert internals.gradient_registry() is original
+
+
+def test_the_keras_layer_path_is_read_inside_a_layer_call():
+    assert internals.current_name_scope_path is not None
+    seen = []
+
+    class Probe(keras.layers.Layer):
+        def call(self, x):
+            seen.append(internals.current_name_scope_path())
+            return x
+
+    keras.Sequential([keras.Input((2,)), Probe(name="probe")])(tf.ones((1, 2)))
+    assert seen and all("probe" in path for path in seen)
