@@ -162,3 +162,69 @@ def test_a_remedy_on_the_updates_that_held_through_a_drift_is_said_to_maybe_only
     exploding = dataclasses.replace(finding, category="exploding_gradients")
     judged = judge(exploding, {0: baseline}, [early])
     assert "may only delay" not in judged.fixes[0].evidence  # there the rate is the cause
+
+
+def _judged_fix(outcome, reference=None):
+    return _fix(judge(_finding(), FAILED_BASELINE, [outcome], reference), "stable_softmax")
+
+
+def test_a_fix_whose_gradients_were_all_zero_is_not_verified():
+    zeros = _outcome("stable_softmax", grad_norms=(0.0, 0.0, 0.0, 0.0))
+    fix = _judged_fix(zeros, reference=1.0)
+    assert fix.verified is False
+    assert "the gradients were exactly zero at 4 of its 4 steps" in fix.evidence
+    moving = _outcome("stable_softmax", grad_norms=(0.0, 0.3, 0.2, 0.1))
+    assert _judged_fix(moving, reference=1.0).verified is True
+
+
+def test_with_no_loss_from_before_the_trouble_the_loss_must_fall():
+    flat = _judged_fix(_outcome("stable_softmax", losses=(16.1, 16.1, 16.1, 16.1)))
+    assert flat.verified is False
+    assert "the loss did not fall over the trial (16.1 -> 16.1)" in flat.evidence
+    falling = _judged_fix(_outcome("stable_softmax", grad_norms=(1.0, 1.0, 1.0, 1.0)))
+    assert falling.verified is True
+    assert "the loss fell and the gradients were not zero, as a trial with no loss" in (
+        falling.evidence
+    )
+
+
+def test_several_objectives_are_judged_each_and_none_against_the_loss_before():
+    # The generator's loss (the one a single-loss run would report) ends well above the
+    # loss before the trouble while the discriminator's falls: they trade off.
+    gan = _outcome(
+        "stable_softmax",
+        losses=(1.4, 1.8, 2.0, 2.2),
+        objective_losses=((1.6, 1.2, 1.0, 0.9), (1.4, 1.8, 2.0, 2.2)),
+    )
+    fix = _judged_fix(gan, reference=0.7)
+    assert fix.verified is True, fix.evidence
+    assert "the losses of its 2 objectives 1.6 -> 0.9, 1.4 -> 2.2" in fix.evidence
+    assert "judged over its 2 objectives: each one's loss finite at every step" in fix.evidence
+    assert not dataclasses.replace(gan, objective_losses=()).learning(0.7)  # one loss: worse
+    diverging = dataclasses.replace(
+        gan, objective_losses=((1.6, 1.2, 1.0, 0.9), (1.4, 2.5, 4.0, 7.1))
+    )
+    fix = _judged_fix(diverging, reference=0.7)
+    assert fix.verified is False
+    assert "objective 2's loss (of 2, in the order of the step's updates) diverged" in (
+        fix.evidence
+    )
+
+
+def test_a_loss_above_the_one_before_counts_only_where_it_fell_on_the_repeated_failing_batch():
+    # A loss scaled up by the failing batch itself cannot match the earlier batches'.
+    huge = (2.0, 2.1, 2.0, 2.3e21, 1.9e21, 1.2e21, 9e20, 6e20, 4e20, 3e20)
+    repeated = _outcome("stable_softmax", losses=huge, steps=10, repeated_from=3)
+    fix = _judged_fix(repeated, reference=2.4)
+    assert fix.verified is True, fix.evidence
+    assert "on the failing batch repeated, which the earlier batches do not compare with" in (
+        fix.evidence
+    )
+    other_data = _outcome("stable_softmax", losses=huge[3:], steps=7)
+    fix = _judged_fix(other_data, reference=2.4)
+    assert fix.verified is False
+    assert "the loss ended worse than the 2.4 it had before the trouble began" in fix.evidence
+    rising = dataclasses.replace(
+        repeated, losses=huge[:3] + (3e20, 5e20, 5e20, 6e20, 6e20, 7e20, 8e20)
+    )
+    assert _judged_fix(rising, reference=2.4).verified is False

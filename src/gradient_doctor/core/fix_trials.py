@@ -15,8 +15,8 @@ and the remedied run went on learning (`TrialOutcome.shortfall` states the rule)
   must fall over the trial;
 - with several objectives (a GAN's, an actor-critic's: one optimizer each), whose
   losses trade off by design, every objective's loss was finite at every step and
-  their sum did not diverge; no one loss is compared with the loss before the
-  trouble, which is one objective's of several.
+  none diverged; none is compared with the loss before the trouble, which is one
+  objective's of several (the generator's, in a GAN's step).
 """
 
 from __future__ import annotations
@@ -84,12 +84,23 @@ class TrialOutcome:
 
     def loss_trend(self, losses: Sequence[float] | None = None) -> tuple[float, float] | None:
         """Mean loss over the first and the last tenth of the trial (of `losses`, by
-        default the trial's), or None."""
-        finite = [v for v in (self.losses if losses is None else losses) if math.isfinite(v)]
+        default the trial's on the batches it ended on: `judged_losses`), or None."""
+        finite = [
+            v for v in (self.judged_losses() if losses is None else losses) if math.isfinite(v)
+        ]
         if len(finite) < 2:
             return None
         window = max(1, len(finite) // 10)
         return sum(finite[:window]) / window, sum(finite[-window:]) / window
+
+    def judged_losses(self) -> tuple[float, ...]:
+        """The losses the trial is judged by: those of the failing batch repeated, where
+        the trial spent at least half its steps on it at the end (a batch that failed may
+        hold a loss of another size than the batches before it), else all of them."""
+        start = self.repeated_from
+        if start is None or start == 0 or 2 * (len(self.losses) - start) < len(self.losses):
+            return self.losses
+        return self.losses[start:]
 
     @property
     def objectives(self) -> int:
@@ -104,8 +115,8 @@ class TrialOutcome:
         """Why a finite trial does not count as training going on, in words (None: it does).
 
         The rule, in order: the gradients were not exactly zero on at least
-        `ZERO_GRADIENT_SHARE` of the steps; with several objectives, their summed loss
-        did not diverge (their losses trade off; none is compared with `reference`);
+        `ZERO_GRADIENT_SHARE` of the steps; with several objectives, none's loss
+        diverged (their losses trade off: none is compared with `reference`);
         with one, the loss did not diverge, and ended no worse than `reference` (the
         loss before the trouble) allows, or, where the trial ended on the failing
         batch repeated, fell on it; with no `reference` (the run failed at its first
@@ -122,13 +133,12 @@ class TrialOutcome:
                 "steps, so its updates did not move the weights"
             )
         if self.objectives > 1:
-            summed = [sum(values) for values in zip(*self.objective_losses)]
-            if _diverged(self.loss_trend(summed)):
-                first, last = self.loss_trend(summed)
-                return (
-                    f"the {self.objectives} objectives' losses together diverged "
-                    f"({first:.4g} -> {last:.4g})"
-                )
+            for number, losses in enumerate(self.objective_losses, 1):
+                if _diverged(trend := self.loss_trend(losses)):
+                    return (
+                        f"objective {number}'s loss (of {self.objectives}, in the order of "
+                        f"the step's updates) diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
+                    )
             return None
         trend = self.loss_trend()
         if trend is None:
@@ -152,31 +162,26 @@ class TrialOutcome:
 
     def _fell_on_the_failing_batch(self) -> bool:
         """True when the trial ended on the failing batch repeated, and the loss on it
-        fell from its first repeat to the last tenth of the trial."""
-        if self.repeated_from is None or self.repeated_from >= len(self.losses) - 1:
+        fell over those steps (first tenth to last)."""
+        if self.repeated_from is None:
             return False
-        trend = self.loss_trend()
-        return trend is not None and trend[1] < self.losses[self.repeated_from]
+        trend = self.loss_trend(self.losses[self.repeated_from :])
+        return trend is not None and trend[1] < trend[0]
 
     def judged_by(self, reference: float | None = None) -> str:
         """The learning test a held trial passed, in words, for its evidence."""
         if self.objectives > 1:
-            trends = ", ".join(
-                f"{first:.4g} -> {last:.4g}"
-                for first, last in (
-                    self.loss_trend(v) or (math.nan, math.nan) for v in self.objective_losses
-                )
-            )
             return (
-                f"judged over its {self.objectives} objectives together (losses {trends}): "
-                "each finite at every step and their sum not diverging, the loss before the "
-                "trouble not compared (it is one objective's, and adversarial losses trade "
+                f"judged over its {self.objectives} objectives: each one's loss finite at "
+                "every step and none diverging, none compared with the loss before the "
+                "trouble (that is one objective's of several, and adversarial losses trade "
                 "off)"
             )
         if reference is None or not math.isfinite(reference):
+            gradients = " and the gradients were not zero" if self.grad_norms else ""
             return (
-                "the loss fell and the gradients were not zero, as a run with no loss from "
-                "before the trouble must show"
+                f"the loss fell{gradients}, as a trial with no loss from before the trouble "
+                "to compare with must show"
             )
         trend = self.loss_trend()
         if trend is not None and trend[1] - reference > LOSS_RISE_ALLOWED * max(
@@ -185,7 +190,9 @@ class TrialOutcome:
             return (
                 f"the loss ended above the {reference:.4g} it had before the trouble, on "
                 "the failing batch repeated, which the earlier batches do not compare "
-                f"with; on it the loss fell from {self.losses[self.repeated_from]:.4g}"
+                "with; on it the loss fell ({:.4g} -> {:.4g})".format(
+                    *self.loss_trend(self.losses[self.repeated_from :])
+                )
             )
         return f"the loss ended no worse than the {reference:.4g} it had before the trouble"
 
@@ -224,7 +231,12 @@ def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = 
         return text
     trend = outcome.loss_trend()
     loss = ""
-    if trend is not None:
+    if outcome.objectives > 1:
+        trends = [outcome.loss_trend(losses) for losses in outcome.objective_losses]
+        loss = f"; the losses of its {outcome.objectives} objectives " + ", ".join(
+            f"{t[0]:.4g} -> {t[1]:.4g}" for t in trends if t is not None
+        )
+    elif trend is not None:
         direction = "falling" if trend[1] < trend[0] else "not falling"
         loss = f"; loss {trend[0]:.4g} -> {trend[1]:.4g} ({direction})"
     return (
