@@ -42,6 +42,8 @@ What each is for (and the modules that use it):
 - `learning_rate_variable`: an optimizer's learning-rate variable, swapped during a trial
   (trials/trial_plans).
 - `trainable_variables_of`: the variables an optimizer was built for (step/guard).
+- `clipped_gradients`: gradients as an optimizer's own clipping leaves them, before its
+  update (step/clipping).
 - `gradient_registry`, `set_gradient_registry`: the op type -> gradient function table both
   backprops read (localize/backward_marks, localize/missing_gradients).
 - `op_id`: the order an op was built in its graph (localize/missing_gradients).
@@ -86,6 +88,7 @@ __all__ = [
     "StrategyBase",
     "ag_ctx",
     "autograph",
+    "clipped_gradients",
     "context",
     "control_flow_util",
     "converter",
@@ -129,6 +132,12 @@ def set_learning_rate_variable(optimizer, value) -> None:
 def trainable_variables_of(optimizer) -> list:
     """The variables `optimizer` was built for, in its slots' order (empty before build)."""
     return list(getattr(optimizer, "_trainable_variables", None) or [])
+
+
+def clipped_gradients(optimizer, gradients: list) -> list:
+    """`gradients` as `optimizer` clips them inside `apply` (its clipnorm, global_clipnorm
+    or clipvalue; unchanged without), before its update reads them."""
+    return optimizer._clip_gradients(list(gradients))
 
 
 def gradient_registry():

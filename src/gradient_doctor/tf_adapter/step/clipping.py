@@ -4,13 +4,15 @@ Keras clips the gradients inside `optimizer.apply`, after the guard has read the
 gradients whose squares overflow float32 (a loss scaled by 1e21) are clipped by
 `clipvalue` to finite values that Adam's moments take without overflow. The guard
 judges such an update by the gradients as the optimizer clips them, with the
-optimizer's own `_clip_gradients`, so that a clipped run (and a clipping trial) is
+optimizer's own clipping (`clipped_gradients`), so that a clipped run (and a clipping trial) is
 judged by what it would write into the weights.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+from gradient_doctor.tf_adapter._tf_internals import BaseOptimizer, clipped_gradients
 
 CLIPPING_ARGUMENTS = ("clipnorm", "clipvalue", "global_clipnorm")
 
@@ -36,10 +38,9 @@ def clipped_finite(optimizer, gradients: list) -> tf.Tensor | None:
         optimizer: the Keras optimizer that will apply the update.
         gradients: the dense floating-point gradients (an `IndexedSlices`' values).
     """
-    clip = getattr(optimizer, "_clip_gradients", None)
-    if clip is None or not clipping_of(optimizer):
+    if not clipping_of(optimizer) or not isinstance(optimizer, BaseOptimizer):
         return None
-    clipped = clip(list(gradients))
+    clipped = clipped_gradients(optimizer, gradients)
     return tf.reduce_all(
         tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in clipped if g is not None])
     )

@@ -26,6 +26,10 @@ from gradient_doctor.core.trial_plans import (
     patch_plan,
     remedies_of,
 )
+from gradient_doctor.tf_adapter._tf_internals import (
+    learning_rate_variable,
+    set_learning_rate_variable,
+)
 from gradient_doctor.tf_adapter.step import loss_scale
 from gradient_doctor.tf_adapter.step.clipping import clipping_of
 from gradient_doctor.tf_adapter.trials.fix_sites import layers_built_at
@@ -130,7 +134,10 @@ def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
 
 def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
     """Set the learning rate to `value`, or scale a schedule's output by it."""
-    current = getattr(optimizer, "_learning_rate", None)
+    try:
+        current = learning_rate_variable(optimizer)
+    except AttributeError:  # not a Keras optimizer
+        current = None
     if current is None:
         return TrialPlan(remedy, "", not_possible("the optimizer has no learning rate"))
     fixed = hasattr(current, "assign") and hasattr(current, "numpy")
@@ -156,11 +163,11 @@ def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> Tria
 
     @contextmanager
     def lower_schedule() -> Iterator[None]:
-        optimizer._learning_rate = scaled  # read while the step is traced
+        set_learning_rate_variable(optimizer, scaled)  # read while the step is traced
         try:
             yield
         finally:
-            optimizer._learning_rate = current
+            set_learning_rate_variable(optimizer, current)
 
     what = f"{value:.4g}" if name == "learning_rate" else f"multiplied by {value:g}"
     return TrialPlan(remedy, f"the learning-rate schedule {what}", lower_schedule)
