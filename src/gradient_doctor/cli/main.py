@@ -14,11 +14,12 @@ from gradient_doctor.errors import UsageError
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 EXIT_STATUSES = (
     "0 healthy; 1 a problem was diagnosed, or the script crashed; 2 usage error "
-    "(or TensorFlow is not installed); N the script's own sys.exit(N) with N not 0 (a "
+    "(or the script's framework is not installed); N the script's own sys.exit(N) with N not 0 (a "
     "message passed to sys.exit gives 1); 128+S the run was stopped by signal S (130 SIGINT, "
     "143 SIGTERM), every requested report still written"
 )
 INSTALL_TENSORFLOW = 'pip install "gradient-doctor[tensorflow]"'
+INSTALL_TORCH = 'pip install "gradient-doctor[torch]"'
 # Kept here, not imported from the TensorFlow adapter: `--help` must not load TensorFlow.
 DEFAULT_TRIAL_STEPS = 200
 DEFAULT_PROGRESS_SECONDS = 30.0
@@ -198,10 +199,17 @@ def check_tensorflow() -> None:
     `pip install gradient-doctor` leaves the framework to the user (any TensorFlow 2
     build works), so its absence is said in one line instead of a traceback.
     """
-    if importlib.util.find_spec("tensorflow") is None:
+    check_framework("tensorflow")
+
+
+def check_framework(framework: str) -> None:
+    """Raise `UsageError` when `framework` ("tensorflow" or "torch") is not installed here."""
+    if importlib.util.find_spec(framework) is None:
+        name = "PyTorch" if framework == "torch" else "TensorFlow"
+        extra = INSTALL_TORCH if framework == "torch" else INSTALL_TENSORFLOW
         raise UsageError(
-            f"TensorFlow is not installed in this environment ({sys.executable}). Install "
-            f"it with `{INSTALL_TENSORFLOW}`, or run the doctor from the environment your "
+            f"{name} is not installed in this environment ({sys.executable}). Install "
+            f"it with `{extra}`, or run the doctor from the environment your "
             "training script runs in."
         )
 
@@ -210,7 +218,15 @@ def run_command(options: argparse.Namespace) -> int:
     """Run the script under the doctor and report; returns the exit status."""
     check_script(options.script)
     check_outputs(options.script, options.report, options.html, options.tensorboard)
-    check_tensorflow()
+    from gradient_doctor.cli.framework_choice import TORCH, script_framework
+
+    framework = script_framework(options.script)
+    check_framework(framework)
+    if options.dump and framework == TORCH:
+        raise UsageError(
+            f"`--dump` is not yet available for PyTorch scripts. Received: --dump "
+            f"{options.dump} for {options.script}, which imports torch; run it without --dump."
+        )
     if options.dump:
         from gradient_doctor.tf_adapter.dump.dump_format import check_new_dump_directory
 
@@ -243,6 +259,7 @@ def run_command(options: argparse.Namespace) -> int:
         dump_dir=options.dump,
         max_steps=options.stop_after,
         confirm=options.confirm,
+        framework=framework,
     )
 
 
@@ -253,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if options.command == "fix":
             check_script(options.script)
-            check_tensorflow()
+            from gradient_doctor.cli.framework_choice import script_framework
+
+            check_framework(script_framework(options.script))
             from gradient_doctor.cli.fix_command import fix_command
 
             return fix_command(

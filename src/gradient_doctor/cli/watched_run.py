@@ -1,4 +1,4 @@
-"""Run one script with the TensorFlow adapter installed and produce the report."""
+"""Run one script with its framework's adapter installed and produce the report."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def watched_run(
     dump_dir: str | None = None,
     max_steps: int | None = None,
     confirm: str = "auto",
+    framework: str | None = None,
 ) -> int:
     """Watch `script`, print the diagnosis, write the reports asked for; return the exit
     status. A progress line goes to stderr every `progress_seconds` (0: none); with
@@ -37,34 +38,34 @@ def watched_run(
     that many steps. With `confirm` "auto" (a run of at most two minutes) or "always",
     each verified fix is applied to a copy of the working folder and run again from
     the start; a fix whose copy does not hold is not verified (the reports are written
-    before and after).
+    before and after). `framework` "tensorflow" or "torch" picks the adapter; None reads
+    it from the script's imports (`framework_choice.script_framework`).
 
     SIGINT and SIGTERM stop the script, not the doctor: the reports are written
     (status "interrupted" unless a problem was found first) and the status is 128 +
     the signal's number. A step being diagnosed when the signal comes is diagnosed
     to the end first. The script's own `sys.exit(N)`, N not 0, gives N."""
     interrupts = RunInterrupts(runpy.run_path.__code__)
-    with interrupts:  # from before TensorFlow loads: a signal then still ends with a report
+    with interrupts:  # from before the framework loads: a signal then still ends with a report
+        from gradient_doctor.cli.framework_choice import run_adapter, script_framework
         from gradient_doctor.cli.report_outputs import write_outputs
-        from gradient_doctor.core.pipeline import Session
         from gradient_doctor.render.progress import ProgressLine
         from gradient_doctor.render.terminal import render_report
-        from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump
-        from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher
 
-        crash_dump = CrashDump(dump_dir, script) if dump_dir else None
-        watcher = make_watcher(
+        adapter = run_adapter(
+            framework or script_framework(script),
+            script,
+            args,
             stop_on_problem=not keep_going,
             trial_steps=trial_steps,
             layer_stats=layer_stats,
             on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
-            on_problem=crash_dump,
             max_steps=max_steps,
+            dump_dir=dump_dir,
         )
+        watcher, crash_dump = adapter.watcher, adapter.crash_dump
         # A signal stops the script, never the diagnosis of a step.
-        interrupts.protect(
-            Watcher.after_step, Watcher.on_missing_gradients, Session.record, Watcher.finish
-        )
+        interrupts.protect(*adapter.protected)
         watcher.install()
         outcome = ScriptOutcome()
         started = time.monotonic()

@@ -1,0 +1,160 @@
+"""Which framework's adapter watches `gradient-doctor run`: read from the script's imports.
+
+The script is read, never imported (importing it would run it): its `import`
+statements, and those of the modules of the user's own folder it imports, are found
+with `ast`. A script that imports `torch` and neither `tensorflow` nor `keras` is a
+PyTorch script; anything else keeps the TensorFlow adapter (the doctor's first one).
+Each adapter is built here, its framework imported only then, so a PyTorch run never
+loads TensorFlow.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+TENSORFLOW, TORCH = "tensorflow", "torch"
+# Top-level modules that make a script TensorFlow's, and PyTorch's.
+_TENSORFLOW_MODULES = frozenset({"tensorflow", "keras", "tf_keras"})
+_TORCH_MODULES = frozenset({"torch"})
+# The user's own modules read per script, at most (a big project is not walked whole).
+_MAX_MODULES = 200
+
+
+def script_framework(script: str) -> str:
+    """`TORCH` when the script, or a module of its folder that it imports, imports torch and
+    nothing does import TensorFlow or Keras; `TENSORFLOW` otherwise.
+
+    Args:
+        script: path of the training script.
+    """
+    imported = _imports_of(script)
+    if imported & _TENSORFLOW_MODULES or not imported & _TORCH_MODULES:
+        return TENSORFLOW
+    return TORCH
+
+
+def _imports_of(script: str) -> set[str]:
+    """The top-level names of every module the script and its folder's modules import."""
+    folder = os.path.dirname(os.path.abspath(script))
+    pending, seen, names = [os.path.abspath(script)], set(), set()
+    while pending and len(seen) < _MAX_MODULES:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for module, level in _imported_modules(path):
+            base = folder if level == 0 else _parent(path, level)
+            local = _local_module(base, module)
+            if local is not None:
+                pending.append(local)
+            elif level == 0 and module:
+                names.add(module.partition(".")[0])
+            if module == "gradient_doctor.torch" or module.startswith("gradient_doctor.torch."):
+                names.add("torch")
+    return names
+
+
+def _imported_modules(path: str) -> list[tuple[str, int]]:
+    """(module, relative level) of each import in the file; none when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, 0) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            found.append((module, node.level))
+            # `from package import module` may name a module of the user's folder.
+            found.extend(
+                (f"{module}.{alias.name}" if module else alias.name, node.level)
+                for alias in node.names
+                if alias.name != "*"
+            )
+    return found
+
+
+def _parent(path: str, level: int) -> str:
+    """The folder a relative import of `level` dots in `path` starts from."""
+    folder = os.path.dirname(path)
+    for _ in range(level - 1):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def _local_module(base: str, module: str) -> str | None:
+    """The file of `module` under `base` (`a/b.py` or `a/b/__init__.py`), or None."""
+    if not module:
+        return None
+    stem = os.path.join(base, *module.split("."))
+    for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class RunAdapter:
+    """What `watched_run` drives, whatever the framework.
+
+    Attributes:
+        watcher: has `install()`, `uninstall()`, `finish()` and `report(script, error)`.
+        protected: the functions a signal must not interrupt (a step's diagnosis).
+        crash_dump: the `--dump` writer, with `finish()`, or None.
+    """
+
+    watcher: object
+    protected: tuple[Callable, ...]
+    crash_dump: object | None = None
+
+
+def run_adapter(
+    framework: str,
+    script: str,
+    args: list[str],
+    *,
+    stop_on_problem: bool,
+    trial_steps: int,
+    layer_stats: bool,
+    on_record: Callable | None,
+    max_steps: int | None,
+    dump_dir: str | None,
+) -> RunAdapter:
+    """The adapter that watches `script` for `framework` (`script_framework`)."""
+    if framework == TORCH:
+        from gradient_doctor.core.pipeline import Session
+        from gradient_doctor.render.terminal import render_finding, render_warning
+        from gradient_doctor.torch_adapter.script_adapter import ScriptAdapter
+
+        watcher = ScriptAdapter(
+            script,
+            args,
+            stop_on_problem=stop_on_problem,
+            on_finding=render_finding,
+            on_warning=render_warning,
+            trial_steps=trial_steps,
+            on_record=on_record,
+            max_steps=max_steps,
+        )
+        return RunAdapter(watcher, (Session.after_step, Session.record, ScriptAdapter.finish))
+    from gradient_doctor.core.pipeline import Session
+    from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump
+    from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher
+
+    crash_dump = CrashDump(dump_dir, script) if dump_dir else None
+    watcher = make_watcher(
+        stop_on_problem=stop_on_problem,
+        trial_steps=trial_steps,
+        layer_stats=layer_stats,
+        on_record=on_record,
+        on_problem=crash_dump,
+        max_steps=max_steps,
+    )
+    protected = (Watcher.after_step, Watcher.on_missing_gradients, Session.record, Watcher.finish)
+    return RunAdapter(watcher, protected, crash_dump)

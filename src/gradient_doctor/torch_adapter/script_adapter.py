@@ -1,0 +1,228 @@
+"""`ScriptAdapter`: the Adapter of `gradient-doctor run` on an unchanged PyTorch script.
+
+The update hooks (`script_hooks`) see every `optimizer.step()`; this adapter groups the
+updates into steps and reads each step to the `Session`. A step is one round of the
+optimizers: it ends when an optimizer that already stepped in it steps again (a GAN's
+two updates are one step; a critic stepping five times per generator step makes five),
+or at a skipped update, which is diagnosed at once. The failing step is localized by
+the seeded rerun (`step_rerun`): the script run again in a child process, the step
+recorded there, its events walked to the origin here by the core's `trace_evidence`.
+With no step function to call again, the fixes are not trialed inside the run: the
+front end's confirmation reruns a patched copy of the folder from the start.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, replace
+
+import torch
+
+from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.core.origin_search import trace_evidence
+from gradient_doctor.core.pipeline import Adapter, Localized, Session, StepReading
+from gradient_doctor.core.report import Report
+from gradient_doctor.core.trial_plans import TrialPlan
+from gradient_doctor.errors import StepLimitReached, TrainingStopped
+from gradient_doctor.torch_adapter import source_lines
+from gradient_doctor.torch_adapter.adapter import FRAMEWORK, training_setup_of
+from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE
+from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
+from gradient_doctor.torch_adapter.step_check import Check
+from gradient_doctor.torch_adapter.step_rerun import ScriptStart, rerun_step
+from gradient_doctor.torch_adapter.trial_plans import trial_plans
+
+# Why a fix of an unchanged script is not trialed inside the run.
+NO_STEP_FUNCTION = (
+    "an unchanged PyTorch script has no step function the doctor can call again from the "
+    "last good state; a copy of your folder with the patch applied, run again from the "
+    "start, judges it"
+)
+
+
+@dataclass(frozen=True)
+class FailedUpdate:
+    """Where the failing step lies among the run's updates, for the seeded rerun.
+
+    Attributes:
+        window_after: the update after which the failing step began (-1: the first).
+        failing: the failing update's index.
+    """
+
+    window_after: int
+    failing: int
+
+
+@dataclass(frozen=True)
+class UntriedFixes:
+    """The adapter's `FixTrials` for a script: its plans, none of them runnable here."""
+
+    plans: tuple[TrialPlan, ...]
+    untried: str = NO_STEP_FUNCTION
+    saved_steps: tuple[int, ...] = ()
+
+    def open(self):
+        raise RuntimeError(NO_STEP_FUNCTION)
+
+
+class ScriptAdapter(Adapter, UpdateListener):
+    """The PyTorch side of `gradient-doctor run`; it owns the run's `Session`.
+
+    Args:
+        script: the script's path as the user gave it.
+        args: its arguments.
+        **session: passed to `Session` (stop_on_problem, on_finding, max_steps, ...).
+    """
+
+    def __init__(self, script: str, args: list[str], **session) -> None:
+        self.script, self.args = script, list(args)
+        self.hooks = UpdateHooks(self)
+        self.session = Session(self, **session)
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.start: ScriptStart | None = None
+        self.rerun_seconds: list[float] = []
+        self._stepped: set[int] = set()  # ids of the optimizers stepped in this step
+        self._checks: list[Check] = []
+        self._step_after = -1  # the update after which this step began
+        self._skipped = self._updates = 0
+
+    def install(self) -> None:
+        """The hooks, and the start state a rerun repeats (read right before the script)."""
+        self.hooks.install()
+        self.start = ScriptStart.now(self.script, self.args)
+
+    def uninstall(self) -> None:
+        self.hooks.uninstall()
+
+    def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
+        if all(optimizer is not known for known in self.optimizers):
+            self.optimizers.append(optimizer)
+        if id(optimizer) in self._stepped:  # a new round of the optimizers: a new step
+            self._end_step(index - 1)
+        if not self._stepped:
+            self.session.before_step()
+
+    def after_update(self, update: Update) -> None:
+        self._stepped.add(id(update.optimizer))
+        if update.check is None:
+            return
+        self._checks.append(update.check)
+        self._updates += 1
+        if not update.skipped:
+            return
+        self._skipped += 1
+        reading = self._reading(failed=True)
+        replay = FailedUpdate(self._step_after, update.index)
+        self._stepped.clear()
+        self._checks.clear()
+        self._step_after = update.index
+        finding = self.session.after_step(reading, replay)
+        if finding is not None and self.session.stop_on_problem:
+            raise TrainingStopped(finding)
+
+    def finish(self) -> None:
+        """Read the last step (its round of the optimizers ended with the script) and
+        publish the silent failures."""
+        if self._checks:
+            try:
+                self._end_step(self.hooks.updates - 1)
+            except StepLimitReached:
+                pass
+        self.session.finish(None)
+
+    def _end_step(self, last: int) -> None:
+        """Read the finite step that ended at update `last` to the session."""
+        reading = self._reading(failed=False)
+        self._stepped.clear()
+        self._checks.clear()
+        self._step_after = last
+        if reading.updates:
+            self.session.after_step(reading, None)
+
+    def _reading(self, failed: bool) -> StepReading:
+        """The step's reading: the last checked loss, the global norm over its updates."""
+        losses = [c.loss for c in self._checks if c.loss is not None]
+        norm = math.sqrt(sum(c.grad_norm**2 for c in self._checks)) if self._checks else None
+        updates = len(self._checks)
+        return StepReading(
+            failed=failed,
+            loss=losses[-1] if losses else None,
+            grad_norm=norm,
+            skipped=1 if failed else 0,
+            updates=updates,
+        )
+
+    def localize(
+        self, replay: FailedUpdate, step: int, history: StepHistory, setup: TrainingSetup
+    ) -> Localized:
+        """Rerun the script, seeded as it started, recording step `step`; walk its ops."""
+        _say(
+            f"step {step} is not finite; running your script again, seeded as it started, to "
+            f"record that step op by op"
+        )
+        recorded, seconds = rerun_step(self.start, replay.window_after, replay.failing)
+        self.rerun_seconds.append(seconds)
+        if not recorded.reached:
+            _say(f"{recorded.why}; the step cannot be named op by op")
+            evidence = Evidence(
+                step, None, None, history=history, setup=setup, reproduced=False, replayed=False
+            )
+            return Localized(evidence, rerun=None)
+        events = list(recorded.events)
+        traced = trace_evidence(
+            events,
+            list(recorded.bad_ids),
+            step,
+            data_ids=_made_before(events),
+            weight_reads=frozenset({READ_VARIABLE}),
+            stats=recorded.stats,
+        )
+        reproduced = bool(recorded.bad_ids)
+        if not reproduced:
+            _say(
+                f"the rerun reached step {step} with every loss and gradient finite: your script "
+                "does not repeat itself from the same seeds (the clock, unseeded CUDA draws, "
+                "data that changed), so the failure was not reproduced"
+            )
+        else:
+            _say(f"the rerun reproduced step {step} ({seconds:.1f} s)")
+        evidence = replace(traced.evidence, history=history, setup=setup, reproduced=reproduced)
+        return Localized(evidence, rerun=replay if reproduced else None)
+
+    def fix_trials(self, finding: Finding, evidence: Evidence, rerun: FailedUpdate):
+        """The finding's fixes, reported not tried here (the confirmation reruns judge them)."""
+        return UntriedFixes(tuple(trial_plans(finding, evidence, self.optimizers)))
+
+    def training_setup(self) -> TrainingSetup:
+        return training_setup_of(self.optimizers)
+
+    def is_user_file(self, filename: str) -> bool:
+        return source_lines.is_user_file(filename)
+
+    def objectives(self) -> int:
+        return max(len(self.optimizers), 1)
+
+    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
+        """The session's report, saying it came from PyTorch."""
+        return replace(self.session.report(script, script_error), framework=FRAMEWORK)
+
+
+def _made_before(events: list[OpEvent]) -> frozenset[int]:
+    """The tensors the step read that none of its ops made and that are no parameter: what
+    the step was fed (its batch, or tensors the script made before the step)."""
+    produced: set[int] = set()
+    fed: set[int] = set()
+    for event in events:
+        if event.op_type == READ_VARIABLE:
+            produced.update(event.output_ids)
+            continue
+        fed.update(i for i in event.input_ids if i not in produced)
+        produced.update(event.output_ids)
+    return frozenset(fed)
+
+
+def _say(text: str) -> None:
+    print(f"gradient-doctor: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,85 @@
+"""A recorded step's neutral op events written to JSON and read back (the seeded rerun's answer).
+
+The rerun child records the failing step under the op recorder and hands the parent
+what the origin walk needs: the `OpEvent`s, the non-finite tensors that matter, and each
+tensor value's summary. Only numbers and strings cross the process boundary, as JSON
+(never a pickle of anything the user's code made). NaN and infinities among the quoted
+values are written as Python's `json` writes them (`NaN`, `Infinity`) and read back so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from gradient_doctor.core.findings import SourceLine, TensorStats
+from gradient_doctor.core.op_trace import OpEvent
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    """What the rerun recorded of the failing step.
+
+    Attributes:
+        reached: the rerun came to the failing update (False: the script ended,
+            crashed or failed earlier; nothing was recorded).
+        events: the ops from the end of the previous step to the failing update.
+        bad_ids: the non-finite tensors among the update's loss and gradients.
+        stats: each tensor value's summary, by id.
+        loss: the loss the rerun's check read at the failing update (None: none).
+        why: what happened, in words, when the failing update was not reached.
+    """
+
+    reached: bool
+    events: tuple[OpEvent, ...] = ()
+    bad_ids: tuple[int, ...] = ()
+    stats: dict[int, TensorStats] = dataclasses.field(default_factory=dict)
+    loss: float | None = None
+    why: str = ""
+
+
+def write(path: str, step: RecordedStep) -> None:
+    """Write `step` to `path` as JSON."""
+    data = {
+        "reached": step.reached,
+        "events": [dataclasses.asdict(event) for event in step.events],
+        "bad_ids": list(step.bad_ids),
+        "stats": {str(key): dataclasses.asdict(value) for key, value in step.stats.items()},
+        "loss": step.loss,
+        "why": step.why,
+    }
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+
+
+def read(path: str) -> RecordedStep:
+    """The `RecordedStep` that `write` wrote to `path`."""
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    return RecordedStep(
+        reached=bool(data["reached"]),
+        events=tuple(_event(event) for event in data["events"]),
+        bad_ids=tuple(data["bad_ids"]),
+        stats={int(key): _stats(value) for key, value in data["stats"].items()},
+        loss=data["loss"],
+        why=data["why"],
+    )
+
+
+def _event(data: dict) -> OpEvent:
+    return OpEvent(
+        **{
+            **data,
+            "input_ids": tuple(data["input_ids"]),
+            "output_ids": tuple(data["output_ids"]),
+            "inputs": tuple(_stats(s) for s in data["inputs"]),
+            "outputs": tuple(_stats(s) for s in data["outputs"]),
+            "source": SourceLine(**data["source"]) if data["source"] is not None else None,
+            "input_values": tuple(tuple(values) for values in data["input_values"]),
+        }
+    )
+
+
+def _stats(data: dict) -> TensorStats:
+    return TensorStats(**{**data, "shape": tuple(data["shape"])})

@@ -1,0 +1,151 @@
+"""In the seeded rerun: the failing step's ops recorded, from the step before to its update.
+
+The rerun runs the user's script again under the same update hooks as the run (so it
+skips the same updates and follows the same trajectory). After update `window_after`
+(or from the start, for -1) every aten op runs under the op recorder, with the module
+scope followed; updates inside the window (a GAN's other optimizer, stepping first)
+are applied unrecorded. At the pre-hook of update `failing` the check's loss and
+gradients are marked, the events written, and the script stopped (`StepRecorded`).
+
+The models are not handed over as in `watch(model=...)`: every module whose `forward`
+is called while no other module runs is a root, and those that hold parameters are
+named as `module_names` names models (the few roots first called inside the window
+are named when first seen, without a root prefix while they are the only one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+
+from gradient_doctor.errors import DoctorError, TrainingStopped
+from gradient_doctor.torch_adapter import step_events
+from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names, parameter_names
+from gradient_doctor.torch_adapter.op_recorder import OpRecorder
+from gradient_doctor.torch_adapter.script_hooks import (
+    Update,
+    UpdateHooks,
+    UpdateListener,
+    dense_grads,
+)
+from gradient_doctor.torch_adapter.step_events import RecordedStep
+
+# `window_after` for a failing step that is the run's first: record from the start.
+FROM_START = -1
+
+
+class StepRecorded(TrainingStopped):
+    """The failing update was reached and its step recorded: the rerun stops here."""
+
+    def __init__(self, update: int) -> None:
+        self.finding = None
+        DoctorError.__init__(self, f"gradient-doctor recorded the step of update {update}")
+
+
+class StepRecording(UpdateListener):
+    """Records the step that ends at update `failing` into `out` (`step_events` JSON).
+
+    Args:
+        window_after: the update after which the step began (`FROM_START` for the first).
+        failing: the failing update's index.
+        out: the JSON file written.
+    """
+
+    def __init__(self, window_after: int, failing: int, out: str) -> None:
+        self.window_after = window_after
+        self.failing = failing
+        self.out = out
+        self.hooks = UpdateHooks(self)
+        self.recorder: OpRecorder | None = None
+        self._roots: list[torch.nn.Module] = []  # modules first called at depth 0
+        self._depth = 0
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._module_names: dict[int, str] = {}
+        self._parameters: dict[int, str] = {}
+        self._window = contextlib.ExitStack()
+        self._paused = contextlib.ExitStack()
+        self._handles: list = []
+
+    def install(self) -> None:
+        """The update hooks and the search for root modules; the window opens now for a
+        failing first step."""
+        self.hooks.install()
+        self._handles = [
+            register_module_forward_pre_hook(self._entered),
+            register_module_forward_hook(self._left, always_call=True),
+        ]
+        if self.window_after == FROM_START:
+            self._open()
+
+    def uninstall(self) -> None:
+        self._window.close()
+        for handle in self._handles:
+            handle.remove()
+        self.hooks.uninstall()
+
+    def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
+        if optimizer not in self._optimizers:
+            self._optimizers.append(optimizer)
+        if self.recorder is None:
+            return
+        if index < self.failing:  # an update inside the window: applied, not recorded
+            self._paused.enter_context(self.recorder.paused())
+            return
+        root = self.hooks.last_root
+        self.recorder.mark_bad([*([root] if root is not None else []), *dense_grads(optimizer)])
+        with self.recorder.paused(), torch.no_grad():
+            loss = float(root.detach().sum()) if root is not None else None
+        recorder = self.recorder
+        self._window.close()
+        self.recorder = None
+        step_events.write(
+            self.out,
+            RecordedStep(
+                True, tuple(recorder.events), tuple(recorder.bad_ids), recorder.stats, loss
+            ),
+        )
+        raise StepRecorded(index)
+
+    def after_update(self, update: Update) -> None:
+        self._paused.close()
+        if update.index == self.window_after:
+            self._open()
+
+    def _open(self) -> None:
+        """Start recording: the modules and parameters known so far are named."""
+        models = self._models()
+        self._module_names.update(module_names(models))
+        self._parameters.update(parameter_names(models, self._optimizers))
+        scope = ModuleScope(self._module_names)
+        self.recorder = OpRecorder(scope, self._parameters)
+        self._window.enter_context(scope.hooked())
+        self._window.enter_context(self.recorder)
+
+    def _models(self) -> list[torch.nn.Module]:
+        """The roots that hold parameters (a loss module called alone is not a model)."""
+        return [root for root in self._roots if next(root.parameters(), None) is not None]
+
+    def _entered(self, module, args) -> None:
+        if self._depth == 0 and all(module is not root for root in self._roots):
+            self._roots.append(module)
+            if self.recorder is not None:
+                self._name_late(module)
+        self._depth += 1
+
+    def _left(self, module, args, output) -> None:
+        self._depth = max(self._depth - 1, 0)
+
+    def _name_late(self, module: torch.nn.Module) -> None:
+        """Name a root first called inside the window, keeping every name given so far."""
+        with self.recorder.paused():
+            names = module_names(self._models())
+            parameters = parameter_names(self._models(), self._optimizers)
+        for key, name in names.items():
+            self._module_names.setdefault(key, name)
+        for key, name in parameters.items():
+            self._parameters.setdefault(key, name)

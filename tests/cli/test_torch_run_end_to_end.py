@@ -1,0 +1,180 @@
+"""`gradient-doctor run train.py` on unchanged PyTorch scripts, in several styles.
+
+Each script is copied alone into a fresh folder and run from there through the real
+CLI: the global optimizer hooks catch the failing update before it is applied, the
+seeded rerun records that step in a child process, the origin is named (op, line,
+phase, step), and each proposed patch is judged by a patched copy of the folder run
+again from the start (`--confirm always`); a verified patch is then applied with
+`patch -p1` and the script run plainly, to see it hold. A healthy script's printed
+losses and final weights are the same, bit for bit, watched or not.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, DoctorRun, line_of, run_doctor
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = "tests/scripts/torch"
+_runs: dict[str, tuple[DoctorRun, Path]] = {}
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory):
+    """The doctor's run (once per module) of a torch script copied alone into a folder."""
+
+    def get(name: str, confirm: str = "always") -> tuple[DoctorRun, Path]:
+        if name not in _runs:
+            folder = tmp_path_factory.mktemp(Path(name).stem)
+            shutil.copy(ROOT / SCRIPTS / name, folder / name)
+            run = run_doctor(name, tmp=folder, options=("--confirm", confirm), cwd=folder)
+            _runs[name] = (run, folder)
+        return _runs[name]
+
+    return get
+
+
+def _plain(script: Path, cwd: Path) -> str:
+    """What `python script` prints, run alone."""
+    done = subprocess.run(
+        [sys.executable, script.name], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    return done.stdout
+
+
+def _verified_patch_holds(problem: dict, name: str, folder: Path, tmp_path: Path) -> dict:
+    """The verified fix; its patch applied to a copy with `patch -p1`, the copy run plainly,
+    prints only finite losses."""
+    verified = [fix for fix in problem["fixes"] if fix["verified"] is True]
+    assert verified, [(f["family"], f["verified"], f["evidence"]) for f in problem["fixes"]]
+    fix = verified[0]
+    assert fix["patch"] and "patched copy" in fix["evidence"]
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(folder / name, copy / name)
+    subprocess.run(["patch", "-p1", "--batch"], input=fix["patch"], text=True, cwd=copy, check=True)
+    printed = _plain(copy / name, copy)
+    assert printed and "nan" not in printed and "inf" not in printed, printed[-500:]
+    return fix
+
+
+def test_a_module_level_loop_names_the_hand_written_log_and_its_patch_holds(torch_run, tmp_path):
+    name = "module_loop_log_sigmoid.py"
+    run, folder = torch_run(name)
+    plain = _plain(folder / name, folder)
+    failing = next(n for n, line in enumerate(plain.splitlines()) if "nan" in line)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert (run.report["framework"], run.report["steps_watched"]) == ("torch", failing + 1)
+    problem = run.problem
+    assert (problem["category"], problem["step"], problem["phase"]) == (
+        "forward_domain",
+        failing,
+        "forward",
+    )
+    origin = problem["origin"]
+    assert (origin["op"], origin["file"], origin["line"]) == (
+        "Log",
+        name,
+        line_of(f"{SCRIPTS}/{name}", "log_q = torch.log(1 - p)"),
+    )
+    assert origin["inputs"][0]["zeros"] > 0 and origin["outputs"][0]["inf"] > 0
+    assert problem["skipped_updates"] == 1
+    assert f"the rerun reproduced step {failing}" in run.stderr
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert "log_q = torch.log(1 - p)" in fix["patch"]
+
+
+def test_a_trainer_class_names_the_roots_gradient_at_a_zero_distance(torch_run, tmp_path):
+    name = "trainer_class_sqrt_norm.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"], problem["phase"]) == (
+        "backward_singularity",
+        5,
+        "backward",
+    )
+    origin = problem["origin"]
+    assert (origin["op"], origin["gradient_of"]) == ("RealDiv", "Sqrt")
+    assert "SqrtBackward0" in origin["op_name"]
+    assert (origin["file"], origin["line"]) == (
+        name,
+        line_of(f"{SCRIPTS}/{name}", "distance = torch.sqrt((d**2).sum(dim=1))"),
+    )
+    # One pair of the batch is a row with itself: one zero distance, one infinite slope.
+    assert origin["inputs"][1]["zeros"] == 1 and origin["outputs"][0]["inf"] == 1
+    assert run.report["steps_watched"] == 6
+    _verified_patch_holds(problem, name, folder, tmp_path)
+
+
+def test_two_optimizers_make_one_step_and_the_critics_update_is_named(torch_run, tmp_path):
+    name = "gan_two_optimizers.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    # 44 rows in batches of 8: iteration 5 is the first padded batch, each iteration one step.
+    assert (problem["category"], problem["step"], problem["phase"]) == (
+        "backward_singularity",
+        5,
+        "backward",
+    )
+    assert run.report["steps_watched"] == 6
+    origin = problem["origin"]
+    assert (origin["op"], origin["gradient_of"], origin["line"]) == (
+        "RealDiv",
+        "Sqrt",
+        line_of(f"{SCRIPTS}/{name}", "norm = torch.sqrt((g**2).sum(dim=1))"),
+    )
+    padded = 8 - 44 % 8
+    assert origin["inputs"][1]["zeros"] == padded and origin["outputs"][0]["inf"] == padded
+    _verified_patch_holds(problem, name, folder, tmp_path)
+
+
+def test_a_healthy_run_is_bit_identical_to_plain_python(torch_run):
+    name = "healthy_accumulation.py"
+    run, folder = torch_run(name, confirm="never")
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.report["status"] == "healthy" and not run.report["problems"]
+    plain = _plain(folder / name, folder)
+    printed = [line for line in run.stdout.splitlines() if line.startswith(("epoch", "weights"))]
+    assert printed == plain.splitlines() and len(printed) == 25
+    assert run.report["steps_watched"] == 24  # 16 batches an epoch, 2 per update, 3 epochs
+
+
+# Its data depends on a file the first run writes: its rerun cannot fail the same way.
+_CHANGING_DATA = """
+import os
+import torch
+
+first = not os.path.exists("seen")
+open("seen", "w").close()
+torch.manual_seed(0)
+weight = torch.nn.Parameter(torch.ones(3))
+optimizer = torch.optim.SGD([weight], lr=0.1)
+for step in range(6):
+    x = torch.randn(3)
+    if first and step == 3:
+        x = x / 0.0
+    loss = (weight * x).sum() ** 2
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_rerun_that_does_not_fail_the_same_way_says_so(tmp_path):
+    script = tmp_path / "changing_data.py"
+    script.write_text(_CHANGING_DATA)
+    run = run_doctor(script.name, tmp=tmp_path, cwd=tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert problem["step"] == 3 and problem["origin"] is None
+    assert "replaying the step stayed finite" in problem["explanation"]
+    assert "so the failure was not reproduced" in run.stderr
+    assert json.loads(json.dumps(run.report))["framework"] == "torch"
