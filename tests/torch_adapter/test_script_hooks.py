@@ -1,0 +1,91 @@
+"""The global optimizer step hooks of `gradient-doctor run`: a healthy loop computes exactly
+what it computes unwatched; a non-finite update is skipped (weights and optimizer state those
+of the last good step) and its gradients put back; two optimizers each checked on their own."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradient_doctor.torch_adapter.script_hooks import UpdateHooks, UpdateListener  # noqa: E402
+from tests.torch_adapter.conftest import same_state  # noqa: E402
+
+
+class Seen(UpdateListener):
+    def __init__(self):
+        self.updates = []
+
+    def after_update(self, update):
+        self.updates.append((update.index, update.skipped, update.check))
+
+
+def _train(steps: int, poison_at: int | None = None, hooks: UpdateHooks | None = None):
+    """A small regression trained with Adam; at `poison_at` one input is NaN."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses, grads = [], None
+    if hooks is not None:
+        hooks.install()
+    try:
+        for step in range(steps):
+            x = torch.randn(16, 4)
+            if step == poison_at:
+                x[0, 0] = float("nan")
+            loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if step == poison_at:
+                grads = [p.grad for p in model.parameters()]
+    finally:
+        if hooks is not None:
+            hooks.uninstall()
+    return model, optimizer, losses, grads
+
+
+def test_a_healthy_loop_is_bit_identical_watched_and_each_update_is_checked():
+    seen, original = Seen(), torch.autograd.backward
+    model, optimizer, losses, _ = _train(12, hooks=UpdateHooks(seen))
+    plain_model, plain_optimizer, plain_losses, _ = _train(12)
+    assert losses == plain_losses
+    assert same_state(model, optimizer, plain_model, plain_optimizer)
+    assert [index for index, _, _ in seen.updates] == list(range(12))
+    assert not any(skipped for _, skipped, _ in seen.updates)
+    assert [check.loss for _, _, check in seen.updates] == pytest.approx(plain_losses)
+    assert torch.autograd.backward is original  # given back
+
+
+def test_a_nan_update_is_skipped_and_its_gradients_put_back():
+    seen = Seen()
+    model, optimizer, _, grads = _train(6, poison_at=5, hooks=UpdateHooks(seen))
+    assert [(index, skipped) for index, skipped, _ in seen.updates][-2:] == [(4, False), (5, True)]
+    before, before_optimizer, _, _ = _train(5)
+    # The weights and Adam's moments and step counts are those after the five good steps.
+    assert same_state(model, optimizer, before, before_optimizer)
+    # The user's gradients are where they were, NaN as backward left them.
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads))
+    assert not all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def test_two_optimizers_are_checked_each_on_its_own_gradients():
+    seen = Seen()
+    hooks = UpdateHooks(seen)
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (first, second)]
+    hooks.install()
+    try:
+        for step in range(3):
+            for model, optimizer in zip((first, second), optimizers):
+                x = torch.randn(4, 3)
+                if model is second and step == 1:
+                    x = x * float("inf")
+                optimizer.zero_grad()
+                model(x).pow(2).mean().backward()
+                optimizer.step()
+    finally:
+        hooks.uninstall()
+    assert [skipped for _, skipped, _ in seen.updates] == [False, False, False, True, False, False]
