@@ -92,6 +92,18 @@ def test_a_masked_softmax_shifts_by_the_largest_kept_entry_and_sends_masked_ones
     assert "gradient_doctor.ops.stable_softmax(scores, axis=-1, mask=mask != 0)" in stable.code
 
 
+def test_a_torch_line_is_offered_the_torch_drop_ins_with_their_dim(make_evidence):
+    masked = Reduction("axis", "Sum", axis=-1, mask="mask")
+    evidence = _with(make_evidence(code="e = torch.exp(scores) * mask"), reduction=masked)
+    code = _fixes(evidence)["stable_softmax"].code
+    assert "# gradient_doctor.torch.ops.stable_softmax(scores, dim=-1, mask=mask != 0)" in code
+    evidence = _with(make_evidence(code="e = torch.exp(scores)"), reduction=SEGMENTS)
+    code = _fixes(evidence)["stable_softmax"].code
+    assert (
+        "# gradient_doctor.torch.ops.stable_segment_softmax(scores, receivers, num_nodes)" in code
+    )
+
+
 def test_a_where_mask_keeps_its_own_condition_along_its_axis(make_evidence):
     reduction = Reduction("axis", "Sum", axis=2, mask="valid[:, None, :]", mask_is_condition=True)
     code = "w = tf.where(valid[:, None, :], tf.exp(att), 0.0)"

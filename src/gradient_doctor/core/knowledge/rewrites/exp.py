@@ -182,18 +182,23 @@ def _above_lowest(call: Call, largest: str, limits: DtypeLimits) -> str:
 
 
 def _alternatives(code: str, call: Call, arg: str, reduction: Reduction) -> list[str]:
-    """Lines to read beside the patch: the library's softmax, or the doctor's drop-in."""
+    """Lines to read beside the patch: the library's softmax, or the doctor's drop-in
+    (`gradient_doctor.torch.ops`, which names the axis `dim`, for a PyTorch line)."""
+    torch_line = namespace(call) == "torch"
+    drop_ins, axis = (
+        ("gradient_doctor.torch.ops", "dim") if torch_line else ("gradient_doctor.ops", "axis")
+    )
     if reduction.kind == "segment" and reduction.num_segments is not None:
         ids, count = reduction.segment_ids, reduction.num_segments
         return [
             "# or the normalised weights in one call, with gradient-doctor's drop-in:",
-            f"# gradient_doctor.ops.stable_segment_softmax({arg}, {ids}, {count})",
+            f"# {drop_ins}.stable_segment_softmax({arg}, {ids}, {count})",
         ]
     if reduction.kind == "axis" and reduction.mask is not None:
         keep = reduction.mask if reduction.mask_is_condition else f"{reduction.mask} != 0"
         return [
             "# or the masked softmax in one call, with gradient-doctor's drop-in:",
-            f"# gradient_doctor.ops.stable_softmax({arg}, axis={reduction.axis}, mask={keep})",
+            f"# {drop_ins}.stable_softmax({arg}, {axis}={reduction.axis}, mask={keep})",
         ]
     if reduction.kind == "axis" and looks_like_softmax(code):
         target = assigned_name(code) or "probs"
