@@ -67,3 +67,8 @@ def test_zero_divisor_in_every_autograd_mode(mode):
 def test_mixed_dtypes_fail_early():
     with pytest.raises(TypeError, match=r"same dtype. Received: x.dtype=float32, y.dtype=float16"):
         safe_div(torch.ones(2), torch.ones(2, dtype=torch.float16))
+
+
+def test_an_integer_divisor_is_named_as_the_argument_at_fault():
+    with pytest.raises(TypeError, match=r"`y` must be a floating-point tensor .*y.dtype=int64"):
+        safe_div(1.0, torch.tensor([2]))

@@ -40,7 +40,8 @@ def safe_div(x, y, fallback=0.0) -> torch.Tensor:
         >>> z.detach(), y.grad
         (tensor([0.0000, 0.2500]), tensor([ 0.0000, -0.0625]))
     """
-    x = floating_tensor(x, "x", like=y if isinstance(y, torch.Tensor) else None)
+    floating_y = isinstance(y, torch.Tensor) and y.is_floating_point()
+    x = floating_tensor(x, "x", like=y if floating_y else None)
     y = floating_tensor(y, "y", like=x)
     if x.dtype != y.dtype:
         raise TypeError(
