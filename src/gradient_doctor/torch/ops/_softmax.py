@@ -106,8 +106,9 @@ def stable_segment_softmax(logits, segment_ids, num_segments) -> torch.Tensor:
     rest = logits.shape[1:]
     scatter_index = ids.reshape(-1, *[1] * len(rest)).expand_as(logits)
     # Starting from the dtype's lowest value, a segment of only -inf has a finite max.
-    lowest = torch.full((count, *rest), torch.finfo(logits.dtype).min, dtype=logits.dtype)
-    lowest = lowest.to(logits.device)
+    lowest = torch.full(
+        (count, *rest), torch.finfo(logits.dtype).min, dtype=logits.dtype, device=logits.device
+    )
     largest = lowest.scatter_reduce(0, scatter_index, logits.detach(), "amax")
     exps = torch.exp(logits - largest.index_select(0, ids))
     totals = torch.zeros_like(lowest).index_add(0, ids, exps)
