@@ -32,7 +32,7 @@ from gradient_doctor.torch_adapter.adapter import FRAMEWORK, training_setup_of
 from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE
 from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.step_check import Check
-from gradient_doctor.torch_adapter.step_rerun import ScriptStart, rerun_step
+from gradient_doctor.torch_adapter.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.trial_plans import trial_plans
 
 # Why a fix of an unchanged script is not trialed inside the run.
@@ -82,7 +82,7 @@ class ScriptAdapter(Adapter, UpdateListener):
         self.hooks = UpdateHooks(self)
         self.session = Session(self, **session)
         self.optimizers: list[torch.optim.Optimizer] = []
-        self.start: ScriptStart | None = None
+        self.reruns: StepReruns | None = None
         self.rerun_seconds: list[float] = []
         self._stepped: set[int] = set()  # ids of the optimizers stepped in this step
         self._checks: list[Check] = []
@@ -90,12 +90,15 @@ class ScriptAdapter(Adapter, UpdateListener):
         self._skipped = self._updates = 0
 
     def install(self) -> None:
-        """The hooks, and the start state a rerun repeats (read right before the script)."""
+        """The start a rerun repeats (taken right before the script runs), then the hooks."""
+        self.reruns = StepReruns(self.script, self.args)
         self.hooks.install()
-        self.start = ScriptStart.now(self.script, self.args)
 
     def uninstall(self) -> None:
         self.hooks.uninstall()
+        if self.reruns is not None:
+            self.reruns.close()
+            self.reruns = None
 
     def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
         if all(optimizer is not known for known in self.optimizers):
@@ -163,7 +166,7 @@ class ScriptAdapter(Adapter, UpdateListener):
             f"step {step} is not finite; running your script again, seeded as it started, to "
             f"record that step op by op"
         )
-        recorded, seconds = rerun_step(self.start, replay.window_after, replay.failing)
+        recorded, seconds = self.reruns.record(replay.window_after, replay.failing)
         self.rerun_seconds.append(seconds)
         if not recorded.reached:
             _say(f"{recorded.why}; the step cannot be named op by op")

@@ -1,20 +1,25 @@
-"""The seeded rerun: the user's script run again in a child process to record its failing step.
+"""The seeded rerun: the user's script run again in another process to record its failing step.
 
 An unchanged script's loop is no function the doctor can call again, so its failing
-step is replayed by running the script again from the start, in a child process, with
-what the run started from: the same arguments, working folder, import path and
-environment, and the random generators' states read before the script first ran
-(`start_rng`). The child follows the run's trajectory under the same update hooks,
-records the failing step (`step_recording`), writes its op events as JSON and stops.
-A script that does not repeat itself (it reads the clock, unseeded CUDA draws, data
-that changed) reruns differently: the answer then says the failure was not reached
-or not reproduced. Run as `python -m gradient_doctor.torch_adapter.step_rerun REQUEST`.
+step is replayed by running the script again from the start, in another process, from
+exactly what the run started from. Where the system can fork (Linux, macOS), that is
+a fork of the doctor made just before the script first ran, waiting on a pipe: it holds
+the same arguments, working folder, import path, environment, hash seed and random
+generators' states, and torch already imported (a fresh interpreter would spend seconds
+importing it again). Elsewhere a fresh interpreter is started and given the start state
+(`ScriptStart`: the generators' states read with `start_rng`). Either way the rerun
+follows the run's trajectory under the same update hooks, records the failing step
+(`step_recording`), writes its op events as JSON and stops. A script that does not repeat
+itself (it reads the clock, unseeded CUDA draws, data that changed) reruns differently:
+the answer then says the failure was not reached or not reproduced.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +30,7 @@ from gradient_doctor.torch_adapter import start_rng, step_events
 from gradient_doctor.torch_adapter.step_events import RecordedStep
 
 # The rerun's time limit: this many times as long as the run took to reach the step,
-# and never under the floor (the child imports torch again).
+# and never under the floor.
 RERUN_TIME_FACTOR = 3.0
 RERUN_MIN_SECONDS = 60.0
 
@@ -66,69 +71,181 @@ class ScriptStart:
         )
 
 
-def rerun_step(start: ScriptStart, window_after: int, failing: int) -> tuple[RecordedStep, float]:
-    """Run the script again from `start` and record the step ending at update `failing`.
+class StepReruns:
+    """Reruns of one script from its start, each recording one failing step.
+
+    Create it right before the script first runs (it forks then, where it can), and
+    `close()` it after.
 
     Args:
-        start: what the run started from.
-        window_after: the update after which the failing step began (-1: the first step).
-        failing: the failing update's index (over every optimizer of the run).
-
-    Returns:
-        What the child recorded, and how long the rerun took (wall seconds).
+        script: the script's path as the user gave it.
+        args: its arguments.
     """
-    timeout = max(RERUN_TIME_FACTOR * (time.monotonic() - start.started), RERUN_MIN_SECONDS)
-    began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="gradient-doctor-step-") as scratch:
-        request, out = os.path.join(scratch, "request.json"), os.path.join(scratch, "step.json")
-        with open(request, "w", encoding="utf-8") as handle:
-            json.dump(
-                {
-                    "script": start.script,
-                    "args": list(start.args),
-                    "sys_path": list(start.sys_path),
-                    "rng": start.rng,
-                    "window_after": window_after,
-                    "failing": failing,
-                    "out": out,
-                },
-                handle,
-            )
-        command = [sys.executable, "-m", __name__, request]
-        try:
-            child = subprocess.run(
-                command,
-                cwd=start.cwd,
-                env=start.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            why = f"the rerun of your script ran past {timeout:.0f} s and was stopped"
-            return RecordedStep(False, why=why), time.monotonic() - began
-        seconds = time.monotonic() - began
-        if os.path.exists(out):
-            return step_events.read(out), seconds
-        last = (child.stderr or "").strip().splitlines()
-        detail = f": {last[-1]}" if last else ""
-        why = f"the rerun of your script exited with status {child.returncode}{detail}"
-        return RecordedStep(False, why=why), seconds
+
+    def __init__(self, script: str, args: list[str]) -> None:
+        self.start = ScriptStart.now(script, args)
+        self._fork = _ForkedStart() if hasattr(os, "fork") else None
+
+    def close(self) -> None:
+        """End the waiting fork."""
+        if self._fork is not None:
+            self._fork.close()
+            self._fork = None
+
+    def record(self, window_after: int, failing: int) -> tuple[RecordedStep, float]:
+        """Run the script again from its start and record the step ending at update `failing`.
+
+        Args:
+            window_after: the update after which the failing step began (-1: the first).
+            failing: the failing update's index (over every optimizer of the run).
+
+        Returns:
+            What the rerun recorded, and how long it took (wall seconds).
+        """
+        timeout = max(
+            RERUN_TIME_FACTOR * (time.monotonic() - self.start.started), RERUN_MIN_SECONDS
+        )
+        began = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="gradient-doctor-step-") as scratch:
+            request = {
+                "script": self.start.script,
+                "args": list(self.start.args),
+                "window_after": window_after,
+                "failing": failing,
+                "out": os.path.join(scratch, "step.json"),
+            }
+            if self._fork is not None:
+                ended = self._fork.run(request, timeout)
+            else:
+                ended = _fresh_interpreter(self.start, request, scratch, timeout)
+            seconds = time.monotonic() - began
+            if ended is None:
+                why = f"the rerun of your script ran past {timeout:.0f} s and was stopped"
+                return RecordedStep(False, why=why), seconds
+            if os.path.exists(request["out"]):
+                return step_events.read(request["out"]), seconds
+            return RecordedStep(False, why=f"the rerun of your script {ended}"), seconds
 
 
-def main(request_path: str) -> int:
-    """The child: restore the start, run the script, record the failing step."""
+class _ForkedStart:
+    """A fork of the doctor, made before the script ran, that forks a rerun per request.
+
+    It waits on a pipe; each request (one JSON line) is run in a fork of its own, so
+    every rerun starts from the same state; its process id and then its exit status
+    come back on the other pipe. The pipe's end (the doctor exiting) ends it.
+    """
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        requests_read, self._requests = os.pipe()
+        self._replies, replies_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the waiting fork: never returns
+            os.close(self._requests)
+            os.close(self._replies)
+            try:
+                _serve(requests_read, replies_write)
+            finally:
+                os._exit(0)
+        os.close(requests_read)
+        os.close(replies_write)
+        self._buffer = b""
+
+    def run(self, request: dict, timeout: float) -> str | None:
+        """Run `request` in a fresh fork; how it ended, or None when it ran past `timeout`."""
+        os.write(self._requests, json.dumps(request).encode() + b"\n")
+        worker = int(self._line(None) or 0)
+        status = self._line(timeout)
+        if status is None:
+            if worker:
+                os.kill(worker, signal.SIGKILL)
+            self._line(None)
+            return None
+        code = os.waitstatus_to_exitcode(int(status or 0))
+        return "ended" if code == 0 else f"exited with status {code}"
+
+    def close(self) -> None:
+        os.close(self._requests)
+        os.close(self._replies)
+        os.waitpid(self.pid, 0)
+
+    def _line(self, timeout: float | None) -> str | None:
+        """The next reply line ("" when the fork is gone), or None after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not select.select([self._replies], [], [], left)[0]:
+                return None
+            chunk = os.read(self._replies, 4096)
+            if not chunk:
+                return ""
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+
+def _serve(requests: int, replies: int) -> None:
+    """The waiting fork's loop: one forked rerun per request line, until the pipe ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the doctor handles the user's Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            chunk = os.read(requests, 65536)
+            if not chunk:
+                return
+            buffer += chunk
+        line, buffer = buffer.split(b"\n", 1)
+        worker = os.fork()
+        if worker == 0:
+            os.close(requests)
+            os.close(replies)
+            try:
+                _quiet()
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                _record(json.loads(line))
+            finally:
+                os._exit(0)
+        os.write(replies, f"{worker}\n".encode())
+        _, status = os.waitpid(worker, 0)
+        os.write(replies, f"{status}\n".encode())
+
+
+def _fresh_interpreter(start: ScriptStart, request: dict, scratch: str, timeout: float):
+    """Run `request` in a new interpreter given the start state; how it ended, or None."""
+    path = os.path.join(scratch, "request.json")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({**request, "sys_path": list(start.sys_path), "rng": start.rng}, handle)
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", __name__, path],
+            cwd=start.cwd,
+            env=start.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return "ended" if child.returncode == 0 else f"exited with status {child.returncode}"
+
+
+def _quiet() -> None:
+    """The rerun reads nothing and prints nothing (the script ran once already)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+
+
+def _record(request: dict) -> None:
+    """In the rerun's process: run the script under the recording; say so when it never
+    reached the failing update."""
     from gradient_doctor.cli.script_runner import run_script
     from gradient_doctor.torch_adapter.step_recording import StepRecording
 
-    with open(request_path, encoding="utf-8") as handle:
-        request = json.load(handle)
-    sys.path[:] = request["sys_path"]
-    start_rng.restore(request["rng"])
     recording = StepRecording(request["window_after"], request["failing"], request["out"])
     recording.install()
     try:
@@ -145,6 +262,15 @@ def main(request_path: str) -> int:
                 f"{ended} first",
             ),
         )
+
+
+def main(request_path: str) -> int:
+    """A fresh interpreter's rerun: restore the start state, then record."""
+    with open(request_path, encoding="utf-8") as handle:
+        request = json.load(handle)
+    sys.path[:] = request["sys_path"]
+    start_rng.restore(request["rng"])
+    _record(request)
     return 0
 
 
