@@ -84,7 +84,14 @@ class StepReruns:
 
     def __init__(self, script: str, args: list[str]) -> None:
         self.start = ScriptStart.now(script, args)
-        self._fork = _ForkedStart() if hasattr(os, "fork") else None
+        self._fork = None
+        if hasattr(os, "fork"):
+            # The first `torch.optim.Optimizer` made imports torch._dynamo (1-3 s here):
+            # imported before the fork, every rerun finds it loaded. The run would
+            # import it a moment later anyway, and the import draws no random number.
+            import torch._dynamo  # noqa: F401
+
+            self._fork = _ForkedStart(self.start.rng)
 
     def close(self) -> None:
         """End the waiting fork."""
@@ -132,10 +139,15 @@ class _ForkedStart:
 
     It waits on a pipe; each request (one JSON line) is run in a fork of its own, so
     every rerun starts from the same state; its process id and then its exit status
-    come back on the other pipe. The pipe's end (the doctor exiting) ends it.
+    come back on the other pipe. The pipe's end (the doctor exiting) ends it. Each
+    rerun puts the generators back to `rng` first: Python reseeds `random` in every
+    forked child.
+
+    Args:
+        rng: the generators' states before the script ran (`start_rng.read`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rng: dict) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         requests_read, self._requests = os.pipe()
@@ -145,7 +157,7 @@ class _ForkedStart:
             os.close(self._requests)
             os.close(self._replies)
             try:
-                _serve(requests_read, replies_write)
+                _serve(requests_read, replies_write, rng)
             finally:
                 os._exit(0)
         os.close(requests_read)
@@ -185,7 +197,7 @@ class _ForkedStart:
         return line.decode()
 
 
-def _serve(requests: int, replies: int) -> None:
+def _serve(requests: int, replies: int, rng: dict) -> None:
     """The waiting fork's loop: one forked rerun per request line, until the pipe ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the doctor handles the user's Ctrl-C
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -204,6 +216,7 @@ def _serve(requests: int, replies: int) -> None:
             try:
                 _quiet()
                 signal.signal(signal.SIGINT, signal.default_int_handler)
+                start_rng.restore(rng)
                 _record(json.loads(line))
             finally:
                 os._exit(0)
