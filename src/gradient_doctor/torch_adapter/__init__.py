@@ -10,4 +10,11 @@ replay), `op_names` (aten ops in the core's op vocabulary), `tensor_stats`,
 without a gradient, and where their path to the loss breaks), `trial_plans` (what each
 fix trial puts in place) and `fix_trials` (the trial runner from the last good state),
 `adapter` (`TorchAdapter`) and `watched_step` (the step wrapper that drives the session).
+
+`gradient-doctor run` on an unchanged script: `script_hooks` (every `optimizer.step()`
+checked by the global step hooks, a non-finite update skipped), `script_adapter`
+(`ScriptAdapter`: updates grouped into steps for the session), `step_rerun` (the seeded
+rerun of the script, from a fork taken before it ran), `start_rng` (the generators'
+states at the start, as JSON), `step_recording` (the failing step recorded in the rerun)
+and `step_events` (its op events as JSON).
 """
