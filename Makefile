@@ -40,5 +40,8 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "chromium is missing and could not be installed (needs root): the browser test will skip"
 
+# The tests run on two workers, a test file to each at a time (its module fixtures
+# built once); the end-to-end runs spend most of their time in one core.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(TORCH_STAMP) lint browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile

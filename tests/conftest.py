@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import os
 import subprocess
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -136,13 +137,39 @@ CONFIRMED_SCRIPTS = frozenset(
 
 @pytest.fixture(scope="session")
 def doctor_run(tmp_path_factory):
-    """Run (once per session) the doctor on a script path relative to the repository root."""
+    """Run (once per session) the doctor on a script path relative to the repository root.
+
+    Under pytest-xdist (`make test` runs two workers) the workers share each run: the
+    first to ask for a script runs it, holding a lock on it, and the others read its
+    result, so a story two test files read is still trained once.
+    """
 
     def get(relative: str) -> DoctorRun:
         if relative not in _runs:
-            tmp = tmp_path_factory.mktemp(Path(relative).stem)
-            confirm = "always" if relative in CONFIRMED_SCRIPTS else "never"
-            _runs[relative] = run_doctor(relative, tmp=tmp, options=("--confirm", confirm))
+            _runs[relative] = _shared_run(relative, tmp_path_factory)
         return _runs[relative]
 
     return get
+
+
+def _shared_run(relative: str, tmp_path_factory) -> DoctorRun:
+    """The run of `relative`, made by this worker or read from the one that made it."""
+
+    def run() -> DoctorRun:
+        tmp = tmp_path_factory.mktemp(Path(relative).stem)
+        confirm = "always" if relative in CONFIRMED_SCRIPTS else "never"
+        return run_doctor(relative, tmp=tmp, options=("--confirm", confirm))
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return run()
+    shared = tmp_path_factory.getbasetemp().parent / "shared_doctor_runs"  # all workers'
+    shared.mkdir(exist_ok=True)
+    key = relative.replace("/", "__")
+    with open(shared / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        result = shared / f"{key}.json"
+        if result.exists():
+            return DoctorRun(**json.loads(result.read_text()))
+        made = run()
+        result.write_text(json.dumps(asdict(made)))
+        return made
