@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from dataclasses import dataclass, replace
 
 import torch
@@ -38,8 +39,8 @@ from gradient_doctor.torch_adapter.trial_plans import trial_plans
 # Why a fix of an unchanged script is not trialed inside the run.
 NO_STEP_FUNCTION = (
     "an unchanged PyTorch script has no step function the doctor can call again from the "
-    "last good state; a copy of your folder with the patch applied, run again from the "
-    "start, judges it"
+    "last good state, so only a copy of your folder with the patch applied, run again from "
+    "the start, can judge it (`--confirm always`, `gradient-doctor fix`)"
 )
 
 
@@ -81,13 +82,12 @@ class ScriptAdapter(Adapter, UpdateListener):
         self.script, self.args = script, list(args)
         self.hooks = UpdateHooks(self)
         self.session = Session(self, **session)
-        self.optimizers: list[torch.optim.Optimizer] = []
+        self._optimizers: list[weakref.ref] = []  # in the order they first stepped
         self.reruns: StepReruns | None = None
         self.rerun_seconds: list[float] = []
         self._stepped: set[int] = set()  # ids of the optimizers stepped in this step
         self._checks: list[Check] = []
         self._step_after = -1  # the update after which this step began
-        self._skipped = self._updates = 0
 
     def install(self) -> None:
         """The start a rerun repeats (taken right before the script runs), then the hooks."""
@@ -100,9 +100,15 @@ class ScriptAdapter(Adapter, UpdateListener):
             self.reruns.close()
             self.reruns = None
 
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers that stepped so far and still exist (a script that makes a new
+        one per epoch does not keep the old ones' state alive through the doctor)."""
+        return [o for o in (ref() for ref in self._optimizers) if o is not None]
+
     def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
         if all(optimizer is not known for known in self.optimizers):
-            self.optimizers.append(optimizer)
+            self._optimizers = [*(weakref.ref(o) for o in self.optimizers), weakref.ref(optimizer)]
         if id(optimizer) in self._stepped:  # a new round of the optimizers: a new step
             self._end_step(index - 1)
         if not self._stepped:
@@ -113,10 +119,8 @@ class ScriptAdapter(Adapter, UpdateListener):
         if update.check is None:
             return
         self._checks.append(update.check)
-        self._updates += 1
         if not update.skipped:
             return
-        self._skipped += 1
         reading = self._reading(failed=True)
         replay = FailedUpdate(self._step_after, update.index)
         self._stepped.clear()
