@@ -7,8 +7,9 @@ in the cheap mode or between the every-k-steps samples).
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 # How a risky op's input approaches the value where the op leaves the finite range.
 # "max_input": exp-like ops; value = the largest input, limit = the overflow threshold
@@ -137,11 +138,33 @@ class StepRecord:
             field: str, a `LayerRecord` field, e.g. "grad_norm".
 
         Returns:
-            {layer: value} for the layers where the field was measured and finite.
+            {layer: value} for the layers where the field was measured and finite (a
+            new dict the caller may change).
+
+        Raises:
+            AttributeError: for a name that is not a `LayerRecord` field.
         """
-        values = {}
+        if not self.layers:
+            if field not in _MEASURED:
+                raise AttributeError(f"`LayerRecord` has no field {field!r}.")
+            return {}
+        by_field = self._finite_layer_values
+        if field not in by_field:
+            raise AttributeError(f"`LayerRecord` has no field {field!r}.")
+        return dict(by_field[field])
+
+    @functools.cached_property
+    def _finite_layer_values(self) -> dict[str, dict[str, float]]:
+        """Every measured field's finite values by layer, gathered in one pass (each is
+        read by several detectors and the run's series)."""
+        by_field: dict[str, dict[str, float]] = {field: {} for field in _MEASURED}
         for layer in self.layers:
-            value = getattr(layer, field)
-            if value is not None and math.isfinite(value):
-                values[layer.layer] = float(value)
-        return values
+            for field in _MEASURED:
+                value = getattr(layer, field)
+                if value is not None and math.isfinite(value):
+                    by_field[field][layer.layer] = float(value)
+        return by_field
+
+
+# The measured fields of a `LayerRecord` (all but its name).
+_MEASURED = tuple(field.name for field in fields(LayerRecord) if field.name != "layer")

@@ -149,29 +149,52 @@ class RunSeries:
         if not math.isfinite(value):
             return
         track = self._tracks.get(description.name)
-        if track is None:
-            shape = replace(description, steps=(), values=())
-            track = _Track(shape, ThinnedHistory(self._points), (step, value))
-            self._tracks[description.name] = track
-        elif step <= track.last[0]:
+        if track is not None:
+            self._extend(track, step, value, description.limit)
             return
-        elif description.limit != track.shape.limit:
-            track.shape = replace(track.shape, limit=description.limit)
+        shape = replace(description, steps=(), values=())
+        track = _Track(shape, ThinnedHistory(self._points), (step, value))
+        self._tracks[description.name] = track
         track.history.append((step, value))
-        track.last = (step, value)
+
+    def _extend(self, track: _Track, step: int, value: float, limit: float | None) -> None:
+        """Append a finite point to a series already collected (see `add`)."""
+        if step <= track.last[0]:
+            return
+        if limit != track.shape.limit:
+            track.shape = replace(track.shape, limit=limit)
+        point = (step, value)
+        track.history.append(point)
+        track.last = point
 
     def observe(self, record: StepRecord) -> None:
-        """Add every measured value of one step: loss, gradient norms, layers, headroom."""
+        """Add every measured value of one step: loss, gradient norms, layers, headroom.
+
+        A series already collected takes the point without its description being made
+        again (a record a step, a per-layer series per layer and field).
+        """
+        step = record.step
         if record.loss is not None:
-            self.add(LOSS, record.step, record.loss)
+            self.add(LOSS, step, record.loss)
         if record.grad_norm is not None:
-            self.add(GLOBAL_GRAD_NORM, record.step, record.grad_norm)
-        for field, (group, unit, scale) in LAYER_SERIES.items():
-            for layer, value in record.layer_values(field).items():
-                description = Series(f"{field}/{layer}", layer, group, unit, scale, about=layer)
-                self.add(description, record.step, value)
+            self.add(GLOBAL_GRAD_NORM, step, record.grad_norm)
+        if record.layers:
+            for field, (group, unit, scale) in LAYER_SERIES.items():
+                for layer, value in record.layer_values(field).items():
+                    name = f"{field}/{layer}"
+                    track = self._tracks.get(name)
+                    if track is None:
+                        self.add(Series(name, layer, group, unit, scale, about=layer), step, value)
+                    else:
+                        self._extend(track, step, value, None)
         for sample in record.headroom:
-            self.add(headroom_series(sample), record.step, sample.value)
+            track = self._tracks.get(f"headroom/{sample.key}")
+            if track is None:
+                self.add(headroom_series(sample), step, sample.value)
+                continue
+            value = float(sample.value)
+            if math.isfinite(value):
+                self._extend(track, step, value, sample.limit)
 
     def snapshot(self) -> tuple[Series, ...]:
         """Every series so far, each ending at its latest point.

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.detectors.protocol import CountedFindings
 from gradient_doctor.core.evidence import Evidence, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.forecast import robust_trend
@@ -50,7 +51,7 @@ class Explosion:
         return self.high / self.low
 
 
-class ExplodingGradientsDetector:
+class ExplodingGradientsDetector(CountedFindings):
     """Warns when gradient norms grow exponentially, naming the layers where they do.
 
     Follows each layer's gradient norm, and the global norm, on a log scale. A series
@@ -85,8 +86,10 @@ class ExplodingGradientsDetector:
                 f"Received: min_points={min_points!r}"
             )
         self._growth_factor = check_float(growth_factor, "growth_factor", 1.0)
+        self._least_range = 0.5 * math.log(self._growth_factor)
         self._setup = setup or TrainingSetup()
-        self._series: dict[str, deque[tuple[int, float]]] = {}
+        # Per series (in the order first recorded): its last steps and log norms.
+        self._series: dict[str, tuple[deque[int], deque[float]]] = {}
         self._explosions: dict[str, Explosion] = {}
         self._first_step: int | None = None
 
@@ -98,15 +101,23 @@ class ExplodingGradientsDetector:
         for layer, norm in norms.items():
             if norm <= 0:
                 continue
-            series = self._series.setdefault(layer, deque(maxlen=self._window))
-            series.append((record.step, math.log(norm)))
-            explosion = self._explosion(layer, series)
+            series = self._series.get(layer)
+            if series is None:
+                series = self._series[layer] = (
+                    deque(maxlen=self._window),
+                    deque(maxlen=self._window),
+                )
+            steps, values = series
+            steps.append(record.step)
+            values.append(math.log(norm))
+            explosion = self._explosion(layer, steps, values)
             if explosion is not None:
                 self._explosions[layer] = explosion
+                self._changed()
                 if self._first_step is None:
                     self._first_step = record.step
 
-    def findings(self) -> list[Finding]:
+    def _build_findings(self) -> list[Finding]:
         """One warning naming the layers whose gradient norms explode, or none."""
         if self._first_step is None:
             return []
@@ -127,16 +138,15 @@ class ExplodingGradientsDetector:
         """The explosions in the order their layers first appeared in the records."""
         return tuple(self._explosions[name] for name in self._series if name in self._explosions)
 
-    def _explosion(self, layer: str, series: deque[tuple[int, float]]) -> Explosion | None:
+    def _explosion(self, layer: str, steps: deque[int], values: deque[float]) -> Explosion | None:
         """The series' growth across the window when it is an explosion, else None."""
-        if len(series) < self._min_points:
+        if len(values) < self._min_points:
             return None
-        values = [value for _, value in series]
         # A line through evenly spaced points fits at most twice their range, so a series
         # whose norms span less than sqrt(growth_factor) cannot be an explosion: skip the fit.
-        if max(values) - min(values) < 0.5 * math.log(self._growth_factor):
+        if max(values) - min(values) < self._least_range:
             return None
-        trend = robust_trend([step for step, _ in series], values)
+        trend = robust_trend(list(steps), list(values))
         if trend is None or not trend.is_clear() or trend.slope <= 0:
             return None
         if trend.change < math.log(self._growth_factor):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.headroom_remedies import headroom_remedies, source_of
+from gradient_doctor.core.detectors.protocol import CountedFindings
 from gradient_doctor.core.findings import Finding, Headroom, Origin
 from gradient_doctor.core.forecast import crossing_step, robust_trend, step_spread
 from gradient_doctor.core.knowledge.wording import (
@@ -88,7 +89,7 @@ class _Track:
     warning: Finding | None = None
 
 
-class HeadroomDetector:
+class HeadroomDetector(CountedFindings):
     """Warns when a risky op's input approaches the value where the op leaves the finite range.
 
     For each op (each `HeadroomSample.key`) the detector follows the gap between the
@@ -148,7 +149,7 @@ class HeadroomDetector:
             if math.isfinite(sample.value) and math.isfinite(sample.limit):
                 self._observe_sample(record.step, sample)
 
-    def findings(self) -> list[Finding]:
+    def _build_findings(self) -> list[Finding]:
         """One warning per op that came near its limit, in the order first raised."""
         warned = [track.warning for track in self._tracks.values() if track.warning]
         return sorted(warned, key=lambda finding: finding.step)
@@ -204,6 +205,7 @@ class HeadroomDetector:
     ) -> None:
         """Raise the op's warning, or update the one already raised."""
         headroom = Headroom(limit=sample.limit, value=sample.value)
+        self._changed()
         if track.warning is not None:
             track.warning = replace(
                 track.warning, explanation=explanation, forecast_step=forecast, headroom=headroom

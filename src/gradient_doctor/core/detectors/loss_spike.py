@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, replace
 
 from gradient_doctor.core.arguments import check_float, check_int
+from gradient_doctor.core.detectors.protocol import CountedFindings
+from gradient_doctor.core.detectors.sorted_window import SortedWindow
 from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Finding
-from gradient_doctor.core.forecast import MAD_TO_SIGMA, median
+from gradient_doctor.core.forecast import MAD_TO_SIGMA
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.wording import approximately, count, format_number
 from gradient_doctor.core.records import StepRecord
@@ -53,7 +54,7 @@ class Episode:
     losses: int
 
 
-class LossSpikeDetector:
+class LossSpikeDetector(CountedFindings):
     """Warns once per episode in which the loss jumps far above its running median.
 
     Args:
@@ -87,7 +88,8 @@ class LossSpikeDetector:
         self._sigmas = check_float(sigmas, "sigmas")
         self._min_rise = check_float(min_rise, "min_rise", 0.0, math.inf, True)
         self._setup = setup or TrainingSetup()
-        self._losses: deque[float] = deque(maxlen=self._window)
+        # Kept sorted: the running median and its spread without sorting every step.
+        self._losses = SortedWindow(self._window)
         self._episodes: list[Episode] = []
         self._uncounted = 0
         self._in_episode = False
@@ -99,16 +101,20 @@ class LossSpikeDetector:
             return
         spike = False
         if len(self._losses) >= self._warmup:
-            baseline = median(self._losses)
-            spread = MAD_TO_SIGMA * median([abs(value - baseline) for value in self._losses])
-            threshold = baseline + max(self._sigmas * spread, self._min_rise * abs(baseline))
-            spike = loss > threshold
-            if spike:
-                self._extend(record.step, loss, baseline, threshold)
+            baseline = self._losses.median()
+            floor = self._min_rise * abs(baseline)
+            # The threshold is never below baseline + floor: a loss at or under it is no
+            # spike, whatever the spread (most steps; the spread is then not needed).
+            if loss > baseline + floor:
+                spread = MAD_TO_SIGMA * self._losses.median_abs_deviation(baseline)
+                threshold = baseline + max(self._sigmas * spread, floor)
+                spike = loss > threshold
+                if spike:
+                    self._extend(record.step, loss, baseline, threshold)
         self._in_episode = spike
         self._losses.append(loss)
 
-    def findings(self) -> list[Finding]:
+    def _build_findings(self) -> list[Finding]:
         """One warning for all the spikes (no warning storm), or none.
 
         It is raised at the first episode's step and describes the largest one
@@ -131,6 +137,7 @@ class LossSpikeDetector:
 
     def _extend(self, step: int, loss: float, baseline: float, threshold: float) -> None:
         """Start an episode, or extend the current one."""
+        self._changed()
         if not self._in_episode:
             if len(self._episodes) >= MAX_EPISODES:
                 self._uncounted += 1

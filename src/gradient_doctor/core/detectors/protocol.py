@@ -29,6 +29,36 @@ class Detector(Protocol):
         ...
 
 
+class CountedFindings:
+    """A base for detectors whose findings change at few records: they are built once
+    per change, and the changes are counted.
+
+    `findings()` is called after every step (to publish new warnings), while a
+    detector's findings change only when it raises or updates one. A subclass calls
+    `_changed()` whenever what `_build_findings()` reads changes; `revision` counts
+    those calls, so a suite (and the session) can tell nothing new was found without
+    asking. A detector without `revision` is asked after every record.
+    """
+
+    revision = 0  # how many times the findings changed
+    _built: tuple[Finding, ...] = ()
+    _built_at = 0  # the revision `_built` was built at
+
+    def _changed(self) -> None:
+        """Note that the findings may differ from the last ones built."""
+        self.revision += 1
+
+    def findings(self) -> list[Finding]:
+        """The findings so far (built again only after a change)."""
+        if self._built_at != self.revision:
+            self._built, self._built_at = tuple(self._build_findings()), self.revision
+        return list(self._built)
+
+    def _build_findings(self) -> list[Finding]:
+        """The findings as the detector's state stands."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Standing:
     """A warning whose condition still held at the detector's latest record.

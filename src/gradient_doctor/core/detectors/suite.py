@@ -53,16 +53,33 @@ class DetectorSuite:
                     f"Received: detectors[{index}]={detector!r}"
                 )
         self._detectors = chosen
+        # Whether every detector counts its changes (`CountedFindings.revision`).
+        self._counted = all(hasattr(detector, "revision") for detector in chosen)
+        self._found: tuple[Finding, ...] = ()
+        self._found_at: int | None = None  # the revision `_found` was gathered at
 
     def observe(self, record: StepRecord) -> None:
         """Hand the record to every detector."""
         for detector in self._detectors:
             detector.observe(record)
 
+    @property
+    def revision(self) -> int | None:
+        """A count that moves whenever any detector's findings may have changed; None
+        when some detector does not count its changes (its findings may change at any
+        record)."""
+        if not self._counted:
+            return None
+        return sum([detector.revision for detector in self._detectors])
+
     def findings(self) -> list[Finding]:
         """Every detector's findings, ordered by the step at which they were first raised."""
-        found = [finding for detector in self._detectors for finding in detector.findings()]
-        return sorted(found, key=lambda finding: -1 if finding.step is None else finding.step)
+        revision = self.revision
+        if revision is None or revision != self._found_at:
+            found = [finding for detector in self._detectors for finding in detector.findings()]
+            found.sort(key=lambda finding: -1 if finding.step is None else finding.step)
+            self._found, self._found_at = tuple(found), revision
+        return list(self._found)
 
     def standing(self) -> list[Standing]:
         """The standing warnings of the detectors of lasting conditions (`Standing`)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
-from gradient_doctor.core.detectors.protocol import Standing
+from gradient_doctor.core.detectors.protocol import CountedFindings, Standing
 from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.knowledge.wording import approximately, listing
 from gradient_doctor.core.records import StepRecord
@@ -32,7 +32,7 @@ class Stuck:
     fraction: float
 
 
-class SustainedFractionDetector:
+class SustainedFractionDetector(CountedFindings):
     """Warns when a `LayerRecord` fraction stays above a threshold for `window` records.
 
     Subclasses set `FIELD` (the `LayerRecord` field), `CATEGORY`, `UNITS` and `STATE`
@@ -72,6 +72,8 @@ class SustainedFractionDetector:
 
     def observe(self, record: StepRecord) -> None:
         """Take in the layers' fractions of one step; layers without the field are skipped."""
+        if not record.layers:
+            return
         self._trained.update(record.layer_values("weight_norm"))
         fractions = record.layer_values(self.FIELD)
         if fractions:
@@ -85,10 +87,11 @@ class SustainedFractionDetector:
             self._streaks[layer] = (since, length + 1)
             if length + 1 >= self._window:
                 self._stuck[layer] = Stuck(layer, since, fraction)
+                self._changed()
                 if self._first_step is None:
                     self._first_step = record.step
 
-    def findings(self) -> list[Finding]:
+    def _build_findings(self) -> list[Finding]:
         """One warning naming the stuck layers, or none."""
         if self._first_step is None:
             return []

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
-from gradient_doctor.core.detectors.protocol import Standing
+from gradient_doctor.core.detectors.protocol import CountedFindings, Standing
+from gradient_doctor.core.detectors.sorted_window import SortedWindow
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.forecast import median
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
@@ -30,7 +30,7 @@ class Vanishing:
 
     Attributes:
         layer: the layer's name.
-        step: the step of the last record judged.
+        step: the step of the last record whose norms were judged.
         norm: the layer's median gradient norm over the window.
         others: the median gradient norm of the other layers over the window.
     """
@@ -41,7 +41,7 @@ class Vanishing:
     others: float
 
 
-class VanishingGradientsDetector:
+class VanishingGradientsDetector(CountedFindings):
     """Warns when a layer's gradient norm stays orders of magnitude below the others'.
 
     A layer whose gradient norm is exactly 0 over the whole window is left to the
@@ -62,18 +62,29 @@ class VanishingGradientsDetector:
         self._window = check_int(window, "window", 3)
         self._ratio = check_float(ratio, "ratio", 0.0, 1.0)
         self._floor = check_float(floor, "floor")
-        self._series: dict[str, deque[float]] = {}
+        # Each layer's last norms, kept sorted for their running median.
+        self._series: dict[str, SortedWindow] = {}
         self._vanished: dict[str, Vanishing] = {}
         self._first_step: int | None = None
         # Layers judged vanishing at the latest evaluation -> the first step of their
         # unbroken run of such evaluations (a layer not judged then is not standing).
         self._standing_since: dict[str, int] = {}
         self._judged_at: int | None = None
+        # The windows were judged (at least two full) and have not changed since.
+        self._judged = False
 
     def observe(self, record: StepRecord) -> None:
         """Take in the layers' gradient norms of one step; skips missing and non-finite ones."""
-        for layer, norm in record.layer_values("grad_norm").items():
-            self._series.setdefault(layer, deque(maxlen=self._window)).append(norm)
+        norms = record.layer_values("grad_norm")
+        if not norms:
+            self._judge_again(record.step)
+            return
+        for layer, norm in norms.items():
+            series = self._series.get(layer)
+            if series is None:
+                series = self._series[layer] = SortedWindow(self._window)
+            series.append(norm)
+        self._judged = False
         full = {
             layer: series
             for layer, series in self._series.items()
@@ -81,7 +92,7 @@ class VanishingGradientsDetector:
         }
         if len(full) < 2:
             return
-        medians = {layer: median(series) for layer, series in full.items()}
+        medians = {layer: series.median() for layer, series in full.items()}
         standing = {}
         for layer, series in full.items():
             others = median([value for name, value in medians.items() if name != layer])
@@ -89,12 +100,20 @@ class VanishingGradientsDetector:
             floored = sum(series) / len(series) < self._floor <= others
             if low or floored:
                 self._vanished[layer] = Vanishing(layer, record.step, medians[layer], others)
+                self._changed()
                 standing[layer] = self._standing_since.get(layer, record.step)
                 if self._first_step is None:
                     self._first_step = record.step
         self._standing_since, self._judged_at = standing, record.step
+        self._judged = True
 
-    def findings(self) -> list[Finding]:
+    def _judge_again(self, step: int) -> None:
+        """Judge the unchanged windows at a record without gradient norms: the verdict
+        is the last one (the same windows give the same medians), now as of `step`."""
+        if self._judged:
+            self._judged_at = step
+
+    def _build_findings(self) -> list[Finding]:
         """One warning naming the layers whose gradients vanish, or none."""
         if self._first_step is None:
             return []

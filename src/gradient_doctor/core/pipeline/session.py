@@ -100,6 +100,7 @@ class Session:
         # name the learning rate and clipping).
         self._detectors: DetectorSuite | None = None
         self._warned: set[tuple] = set()
+        self._warnings_seen_at: int | None = None  # the detectors' revision last looked at
         # Groups of variables already reported without gradients (missing or zero).
         self._disconnected_seen: set[frozenset[str]] = set()
         self._pending_stop: Finding | None = None
@@ -291,6 +292,10 @@ class Session:
             self.series.observe(record)
         if self.on_record is not None and records:
             self.on_record(records[-1])
+        revision = self._detectors.revision
+        if revision is not None and revision == self._warnings_seen_at:
+            return  # no detector's findings changed since the last look
+        self._warnings_seen_at = revision
         for warning in self.warnings:
             key = (warning.category, warning.origin.op_name if warning.origin else None)
             if key not in self._warned:

@@ -1,0 +1,34 @@
+"""The sorted window's median and median absolute deviation are exactly `forecast.median`'s."""
+
+import random
+
+import pytest
+
+from gradient_doctor.core.detectors.sorted_window import SortedWindow
+from gradient_doctor.core.forecast import median
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7, 100])
+def test_the_running_statistics_equal_those_of_the_window_sorted_afresh(size):
+    rng = random.Random(size)
+    window, recent = SortedWindow(size), []
+    for step in range(600):
+        # Ties, repeats of the median itself, and values far apart.
+        value = rng.choice([rng.gauss(0.0, 1.0), float(rng.randint(-3, 3)), 1e6 * rng.random()])
+        window.append(value)
+        recent = (recent + [value])[-size:]
+        center = median(recent)
+        assert len(window) == len(recent)
+        assert window.median() == center
+        for around in (center, center + 0.5, recent[0], -1e9, 1e9):
+            expected = median([abs(v - around) for v in recent])
+            assert window.median_abs_deviation(around) == expected, (step, around)
+
+
+def test_an_empty_window_has_no_median():
+    with pytest.raises(ValueError, match="empty"):
+        SortedWindow(3).median()
+    with pytest.raises(ValueError, match="empty"):
+        SortedWindow(3).median_abs_deviation(0.0)
+    with pytest.raises(ValueError, match="`size` must be an int of at least 1"):
+        SortedWindow(0)
