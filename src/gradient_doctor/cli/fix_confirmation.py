@@ -87,15 +87,19 @@ def _confirmed(
 
 
 def _rerun_only(fix: Fix, held: bool, why: str, baseline) -> Fix:
-    """A patch no trial ran, judged by its rerun against the unchanged copy's."""
-    before = f"{fix.evidence}; " if fix.evidence else "not tried inside the run; "
+    """A patch no trial ran, judged by its rerun against the unchanged copy's; the
+    evidence leads with what the reruns showed, then why no trial inside the run tried it."""
+    untried = (
+        fix.evidence.removeprefix("not tried: ").removeprefix("not tried") if fix.evidence else ""
+    )
+    inside = f" (not tried inside the run: {untried})" if untried else " (not tried inside the run)"
     if baseline.held:
         note = f"{why}, but {baseline.why} too, so the rerun cannot tell"
-        return dataclasses.replace(fix, evidence=before + note)
+        return dataclasses.replace(fix, evidence=note + inside)
     if held:
-        note = f"{why}, where {baseline.why}"
-        return dataclasses.replace(fix, verified=True, evidence=before + note)
-    return dataclasses.replace(fix, verified=False, evidence=f"{before}applied, {why}")
+        note = f"confirmed: {why}, where {baseline.why}"
+        return dataclasses.replace(fix, verified=True, evidence=note + inside)
+    return dataclasses.replace(fix, verified=False, evidence=f"applied, {why}{inside}")
 
 
 def _judged(fix: Fix, held: bool, why: str) -> Fix:
