@@ -35,6 +35,12 @@ for step in range(200):
 """
 
 
+def _line(source: str, text: str) -> int:
+    """The 1-based line of `source` holding `text`."""
+    (number,) = [n for n, line in enumerate(source.splitlines(), 1) if text in line]
+    return number
+
+
 @pytest.mark.parametrize("start", ["fork", "fresh interpreter"])
 def test_an_unseeded_scripts_failing_step_is_reproduced_by_its_rerun(start, tmp_path, monkeypatch):
     script = tmp_path / "unseeded.py"
@@ -52,10 +58,55 @@ def test_an_unseeded_scripts_failing_step_is_reproduced_by_its_rerun(start, tmp_
     assert outcome.stopped
     (finding,) = adapter.session.problems
     assert finding.category == "forward_domain", finding.explanation
-    assert (finding.origin.op, finding.origin.source.line) == ("Sqrt", 12)
+    line = _line(_UNSEEDED, "spread = torch.sqrt(scale + noise)")
+    assert (finding.origin.op, finding.origin.source.line) == ("Sqrt", line)
     assert finding.origin.inputs[0].min < 0  # the draw that failed, drawn again
     assert len(adapter.rerun_seconds) == 1
     # The rerun drew, step by step up to the failing one, exactly what the run drew.
     draws = (tmp_path / "draws.txt").read_text().splitlines()
     steps = finding.step + 1
     assert len(draws) == 2 * steps and draws[:steps] == draws[steps:]
+
+
+# The first step fails: the rerun records from the script's start, the model made inside it.
+_FIRST_STEP = """
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+        nn.init.constant_(self.linear.bias, -1.0)
+
+    def forward(self, x):
+        return torch.log(torch.relu(self.linear(x)))
+
+
+model = Head()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.zeros(4, 2)).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_failing_first_step_is_recorded_from_the_scripts_start(tmp_path, monkeypatch):
+    script = tmp_path / "first_step.py"
+    script.write_text(_FIRST_STEP)
+    monkeypatch.chdir(tmp_path)
+    adapter = ScriptAdapter(script.name, [], trial_steps=0)
+    adapter.install()
+    try:
+        assert run_script(script.name, []).stopped
+    finally:
+        adapter.uninstall()
+    (finding,) = adapter.session.problems
+    assert (finding.step, finding.category, finding.phase) == (0, "forward_domain", "forward")
+    origin = finding.origin
+    line = _line(_FIRST_STEP, "return torch.log(torch.relu(self.linear(x)))")
+    assert (origin.op, origin.layer, origin.source.line) == ("Log", "Head", line)
+    assert origin.inputs[0].zeros == 4 and origin.outputs[0].neg_inf == 4

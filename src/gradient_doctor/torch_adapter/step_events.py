@@ -27,7 +27,6 @@ class RecordedStep:
         events: the ops from the end of the previous step to the failing update.
         bad_ids: the non-finite tensors among the update's loss and gradients.
         stats: each tensor value's summary, by id.
-        loss: the loss the rerun's check read at the failing update (None: none).
         why: what happened, in words, when the failing update was not reached.
     """
 
@@ -35,7 +34,6 @@ class RecordedStep:
     events: tuple[OpEvent, ...] = ()
     bad_ids: tuple[int, ...] = ()
     stats: dict[int, TensorStats] = dataclasses.field(default_factory=dict)
-    loss: float | None = None
     why: str = ""
 
 
@@ -46,7 +44,6 @@ def write(path: str, step: RecordedStep) -> None:
         "events": [dataclasses.asdict(event) for event in step.events],
         "bad_ids": list(step.bad_ids),
         "stats": {str(key): dataclasses.asdict(value) for key, value in step.stats.items()},
-        "loss": step.loss,
         "why": step.why,
     }
     with open(path, "w", encoding="utf-8") as handle:
@@ -62,7 +59,6 @@ def read(path: str) -> RecordedStep:
         events=tuple(_event(event) for event in data["events"]),
         bad_ids=tuple(data["bad_ids"]),
         stats={int(key): _stats(value) for key, value in data["stats"].items()},
-        loss=data["loss"],
         why=data["why"],
     )
 

@@ -91,24 +91,20 @@ class StepRecording(UpdateListener):
     def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
         if optimizer not in self._optimizers:
             self._optimizers.append(optimizer)
-        if self.recorder is None:
+        if index < self.failing:
+            if self.recorder is not None:  # an update inside the window: applied, unrecorded
+                self._paused.enter_context(self.recorder.paused())
             return
-        if index < self.failing:  # an update inside the window: applied, not recorded
-            self._paused.enter_context(self.recorder.paused())
-            return
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            why = f"the rerun of your script never ended update {self.window_after}"
+            step_events.write(self.out, RecordedStep(False, why=why))
+            raise StepRecorded(index)
         root = self.hooks.last_root
-        self.recorder.mark_bad([*([root] if root is not None else []), *dense_grads(optimizer)])
-        with self.recorder.paused(), torch.no_grad():
-            loss = float(root.detach().sum()) if root is not None else None
-        recorder = self.recorder
+        recorder.mark_bad([*([root] if root is not None else []), *dense_grads(optimizer)])
         self._window.close()
-        self.recorder = None
-        step_events.write(
-            self.out,
-            RecordedStep(
-                True, tuple(recorder.events), tuple(recorder.bad_ids), recorder.stats, loss
-            ),
-        )
+        step = RecordedStep(True, tuple(recorder.events), tuple(recorder.bad_ids), recorder.stats)
+        step_events.write(self.out, step)
         raise StepRecorded(index)
 
     def after_update(self, update: Update) -> None:
