@@ -225,3 +225,23 @@ def test_a_skipped_update_is_said(exp_problem):
         in (lines)
     )
     assert not any("skipped" in line for line in format_finding_lines(exp_problem))
+
+
+def test_the_summary_after_shown_problems_gives_each_fixs_final_verdict(exp_problem):
+    confirmed = dataclasses.replace(exp_problem.fixes[0], verified=True)
+    failed = dataclasses.replace(
+        exp_problem.fixes[0], family="clip_input_domain", verified=False, patch=""
+    )
+    untried = dataclasses.replace(exp_problem.fixes[0], family="normalize_input", verified=None)
+    finding = dataclasses.replace(exp_problem, fixes=(confirmed, failed, untried))
+    report = Report(script="train.py", steps_watched=1831, problems=(finding,))
+    console = Console(record=True, width=100, no_color=True, file=io.StringIO())
+    render_report(report, console, problems_shown=True)
+    lines = console.export_text().splitlines()
+    assert lines[1] == "problem 1: forward_overflow at step 1830 (details above)"
+    assert lines[2] == "  verified: stable_softmax [patch]; not verified: clip_input_domain"
+    none_verified = dataclasses.replace(finding, fixes=(failed, untried))
+    report = dataclasses.replace(report, problems=(none_verified,))
+    console = Console(record=True, width=100, no_color=True, file=io.StringIO())
+    render_report(report, console, problems_shown=True)
+    assert "  no fix verified; not verified: clip_input_domain" in console.export_text()

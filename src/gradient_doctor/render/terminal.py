@@ -23,6 +23,7 @@ from gradient_doctor.render.text import (
     header_line,
     more_fixes_lines,
     patch_lines,
+    verdicts_line,
     warning_lines,
 )
 
@@ -65,6 +66,8 @@ def render_report(
     for number, finding in enumerate(report.problems, start=1):
         if problems_shown:
             console.print(Text(f"problem {number}: {finding_title(finding)} (details above)"))
+            if finding.fixes:
+                console.print(Text(f"  {verdicts_line(finding)}"))
         else:
             console.print(finding_panel(finding, f"problem {number}: {finding_title(finding)}"))
     if report.warnings:

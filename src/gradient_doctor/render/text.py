@@ -72,6 +72,20 @@ def finding_title(finding: Finding) -> str:
     return f"{finding.category}{at_step(finding.step)}"
 
 
+def verdicts_line(finding: Finding) -> str:
+    """The fixes' verdicts in one line, as they stand at the end of the run (the reruns
+    that confirm a fix come after its finding was printed): "verified: safe_log [patch],
+    not verified: clip_input_domain", or "no fix verified"."""
+    verified = [
+        f"{fix.family}{' [patch]' if fix.patch else ''}" for fix in finding.fixes if fix.verified
+    ]
+    failed = [fix.family for fix in finding.fixes if fix.verified is False]
+    parts = [f"verified: {', '.join(verified)}"] if verified else ["no fix verified"]
+    if failed:
+        parts.append(f"not verified: {', '.join(failed)}")
+    return "; ".join(parts)
+
+
 def format_finding_lines(finding: Finding) -> list[str]:
     """Write a whole finding as plain text lines, fix code included.
 
