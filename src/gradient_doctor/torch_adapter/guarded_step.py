@@ -13,7 +13,7 @@ import torch
 from gradient_doctor.torch_adapter import backward_roots
 from gradient_doctor.torch_adapter.gradient_paths import CutWatch
 from gradient_doctor.torch_adapter.op_recorder import OpRecorder
-from gradient_doctor.torch_adapter.step_check import Check, check
+from gradient_doctor.torch_adapter.step_check import Check, check, dense_grads
 
 # The instance attribute a guarded optimizer's own `step` is kept under.
 _UNGUARDED = "_gradient_doctor_unguarded_step"
@@ -94,7 +94,7 @@ class StepGuard:
         """The guarded `optimizer.step(...)`."""
         if args or kwargs:  # a closure recomputes the loss inside the step: not checked
             return unguarded(*args, **kwargs)
-        grads = _dense_grads(optimizer)
+        grads = dense_grads(optimizer)
         losses = backward_roots.take()
         if self.recorder is not None:
             self.recorder.mark_bad([*losses, *grads])
@@ -122,13 +122,3 @@ class StepGuard:
         if not self.checks:
             return None
         return math.sqrt(sum(c.grad_norm**2 for c in self.checks))
-
-
-def _dense_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The gradients the optimizer is about to apply (sparse ones are not checked)."""
-    return [
-        p.grad
-        for group in optimizer.param_groups
-        for p in group["params"]
-        if p.grad is not None and p.grad.layout == torch.strided
-    ]

@@ -24,7 +24,12 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from gradient_doctor.torch_adapter.step_check import Check, check
+from gradient_doctor.torch_adapter.step_check import (
+    Check,
+    check,
+    dense_grads,
+    parameters_with_grads,
+)
 
 
 @dataclass
@@ -131,13 +136,3 @@ class UpdateHooks:
         for parameter, grad in update.hidden:
             parameter.grad = grad
         self.listener.after_update(update)
-
-
-def parameters_with_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The optimizer's parameters that hold a gradient now."""
-    return [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-
-
-def dense_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The gradients the optimizer is about to apply (sparse ones are not checked)."""
-    return [p.grad for p in parameters_with_grads(optimizer) if p.grad.layout == torch.strided]

@@ -71,3 +71,13 @@ def _confirmed(losses, grads, loss: float | None, grad_norm: float) -> Check:
         if finite and grads:
             grad_norm = math.sqrt(sum(float(g.double().square().sum()) for g in grads))
     return Check(finite, loss, grad_norm)
+
+
+def parameters_with_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's parameters that hold a gradient now."""
+    return [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+
+
+def dense_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The gradients the optimizer is about to apply (sparse ones are not checked)."""
+    return [p.grad for p in parameters_with_grads(optimizer) if p.grad.layout == torch.strided]

@@ -27,12 +27,8 @@ from gradient_doctor.errors import DoctorError, TrainingStopped
 from gradient_doctor.torch_adapter import step_events
 from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names, parameter_names
 from gradient_doctor.torch_adapter.op_recorder import OpRecorder
-from gradient_doctor.torch_adapter.script_hooks import (
-    Update,
-    UpdateHooks,
-    UpdateListener,
-    dense_grads,
-)
+from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
+from gradient_doctor.torch_adapter.step_check import dense_grads
 from gradient_doctor.torch_adapter.step_events import RecordedStep
 
 # `window_after` for a failing step that is the run's first: record from the start.
