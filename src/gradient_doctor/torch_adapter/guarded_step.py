@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import types
 from collections.abc import Iterator, Sequence
 
@@ -13,7 +12,7 @@ import torch
 from gradient_doctor.torch_adapter import backward_roots
 from gradient_doctor.torch_adapter.gradient_paths import CutWatch
 from gradient_doctor.torch_adapter.op_recorder import OpRecorder
-from gradient_doctor.torch_adapter.step_check import Check, check, dense_grads
+from gradient_doctor.torch_adapter.step_check import Check, check, combined, dense_grads
 
 # The instance attribute a guarded optimizer's own `step` is kept under.
 _UNGUARDED = "_gradient_doctor_unguarded_step"
@@ -113,12 +112,9 @@ class StepGuard:
     @property
     def call_loss(self) -> float | None:
         """The current call's last checked loss."""
-        losses = [c.loss for c in self.checks if c.loss is not None]
-        return losses[-1] if losses else None
+        return combined(self.checks)[0]
 
     @property
     def call_grad_norm(self) -> float | None:
         """The global gradient norm over the current call's updates."""
-        if not self.checks:
-            return None
-        return math.sqrt(sum(c.grad_norm**2 for c in self.checks))
+        return combined(self.checks)[1]

@@ -13,7 +13,6 @@ front end's confirmation reruns a patched copy of the folder from the start.
 
 from __future__ import annotations
 
-import math
 import sys
 import weakref
 from dataclasses import dataclass, replace
@@ -32,7 +31,7 @@ from gradient_doctor.torch_adapter import source_lines
 from gradient_doctor.torch_adapter.adapter import FRAMEWORK, training_setup_of
 from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE
 from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
-from gradient_doctor.torch_adapter.step_check import Check
+from gradient_doctor.torch_adapter.step_check import Check, combined
 from gradient_doctor.torch_adapter.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.trial_plans import trial_plans
 
@@ -151,15 +150,13 @@ class ScriptAdapter(Adapter, UpdateListener):
 
     def _reading(self, failed: bool) -> StepReading:
         """The step's reading: the last checked loss, the global norm over its updates."""
-        losses = [c.loss for c in self._checks if c.loss is not None]
-        norm = math.sqrt(sum(c.grad_norm**2 for c in self._checks)) if self._checks else None
-        updates = len(self._checks)
+        loss, norm = combined(self._checks)
         return StepReading(
             failed=failed,
-            loss=losses[-1] if losses else None,
+            loss=loss,
             grad_norm=norm,
             skipped=1 if failed else 0,
-            updates=updates,
+            updates=len(self._checks),
         )
 
     def localize(

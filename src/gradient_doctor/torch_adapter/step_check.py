@@ -56,6 +56,14 @@ def check(losses: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> Chec
     return _confirmed(losses, grads, loss, grad_norm)
 
 
+def combined(checks: Sequence[Check]) -> tuple[float | None, float | None]:
+    """What several updates' checks (a GAN's two in one step) read together: the last
+    loss seen, and the global gradient norm over all of them (None with no check)."""
+    losses = [c.loss for c in checks if c.loss is not None]
+    norm = math.sqrt(sum(c.grad_norm**2 for c in checks)) if checks else None
+    return (losses[-1] if losses else None), norm
+
+
 def _stacked(values: Sequence[torch.Tensor]) -> torch.Tensor:
     """0-d tensors stacked on the first one's device, in float64 when dtypes differ."""
     first = values[0]
