@@ -110,3 +110,76 @@ def test_a_failing_first_step_is_recorded_from_the_scripts_start(tmp_path, monke
     line = _line(_FIRST_STEP, "return torch.log(torch.relu(self.linear(x)))")
     assert (origin.op, origin.layer, origin.source.line) == ("Log", "Head", line)
     assert origin.inputs[0].zeros == 4 and origin.outputs[0].neg_inf == 4
+
+
+# Two models, each with its optimizer; at step 2, between the generator's update and the
+# critic's forward, the critic's head is pushed to where its hand-written log-sigmoid is
+# log(0): the op is named by its module's path, the model's class first.
+_TWO_MODELS = """
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 1)
+
+    def forward(self, h):
+        return torch.log(torch.sigmoid(self.linear(h)))
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(2, 4)
+        self.head = Head()
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(x)))
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(2, 2)
+
+    def forward(self, z):
+        return self.net(z)
+
+
+torch.manual_seed(0)
+generator, critic = Generator(), Critic()
+g_optimizer = torch.optim.SGD(generator.parameters(), lr=0.1)
+c_optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+for step in range(4):
+    g_loss = -critic(generator(torch.randn(8, 2))).mean()
+    g_optimizer.zero_grad()
+    g_loss.backward()
+    g_optimizer.step()
+    if step == 2:
+        with torch.no_grad():
+            critic.head.linear.bias.fill_(-200.0)
+    c_loss = critic(generator(torch.randn(8, 2)).detach()).mean()
+    c_optimizer.zero_grad()
+    c_loss.backward()
+    c_optimizer.step()
+"""
+
+
+def test_two_models_ops_are_named_by_their_module_path(tmp_path, monkeypatch):
+    script = tmp_path / "two_models.py"
+    script.write_text(_TWO_MODELS)
+    monkeypatch.chdir(tmp_path)
+    adapter = ScriptAdapter(script.name, [], trial_steps=0)
+    adapter.install()
+    try:
+        assert run_script(script.name, []).stopped
+    finally:
+        adapter.uninstall()
+    (finding,) = adapter.session.problems
+    assert finding.step == 2  # one step per round of the two optimizers
+    origin = finding.origin
+    line = _line(_TWO_MODELS, "return torch.log(torch.sigmoid(self.linear(h)))")
+    assert (origin.op, origin.layer, origin.source.line) == ("Log", "Critic.head", line)
+    assert origin.inputs[0].zeros == 8 and origin.outputs[0].neg_inf == 8
