@@ -18,6 +18,7 @@ Setups:
 - ``full, warnings standing``: the same run, where a loss spike and a layer of dead
   units raised early warnings in the first steps (their findings then stand for the
   rest of the run);
+- ``full monitoring, 16 layers``: the full records of a deeper model;
 - ``TF Watcher.after_step`` (with `--tf`): the TensorFlow watcher's own per-step path
   (the guard's statistics as Keras fetched them, read into a `StepReading`, the
   session, the layer statistics and headroom read back from the step's variables,
@@ -65,6 +66,8 @@ SEED = 1234
 EVERY = 10
 # A four-layer ReLU MLP with a softmax head of the user's (one risky exp).
 LAYERS = ("dense", "dense_1", "dense_2", "dense_3")
+# A deeper model's layers: what grows with the number of layers.
+DEEP_LAYERS = 16
 PROFILE_TOP = 12
 
 
@@ -118,7 +121,10 @@ def healthy_readings(steps: int, rng: random.Random, spike_at: int | None) -> li
 
 
 def full_records(
-    readings: Sequence[StepReading], rng: random.Random, dead_layer: str | None
+    readings: Sequence[StepReading],
+    rng: random.Random,
+    dead_layer: str | None,
+    names: Sequence[str] = LAYERS,
 ) -> list[tuple[StepRecord, ...]]:
     """The records of the TensorFlow watcher's full mode for each step.
 
@@ -138,7 +144,7 @@ def full_records(
                 past,
                 layers=tuple(
                     LayerRecord(layer, grad_norm=math.exp(rng.gauss(-1.0 - i, 0.3)))
-                    for i, layer in enumerate(LAYERS)
+                    for i, layer in enumerate(names)
                 ),
             )
             for past in range(first, step + 1)
@@ -151,13 +157,13 @@ def full_records(
                 activation_max_abs=5.0 + rng.random(),
                 dead_fraction=(
                     None
-                    if i == len(LAYERS) - 1
+                    if i == len(names) - 1
                     else 0.97
                     if layer == dead_layer
                     else 0.1 * rng.random()
                 ),
             )
-            for i, layer in enumerate(LAYERS)
+            for i, layer in enumerate(names)
         )
         headroom = (
             HeadroomSample(
@@ -180,11 +186,13 @@ def full_records(
 
 
 def make_runs(steps: int) -> list[Run]:
-    """The benchmark's three synthetic runs, each seeded."""
+    """The benchmark's four synthetic runs, each seeded."""
     rng = random.Random(SEED)
     cheap = healthy_readings(steps, rng, None)
     full = healthy_readings(steps, rng, None)
     warned = healthy_readings(steps, rng, spike_at=200)
+    deep = healthy_readings(steps, rng, None)
+    many = tuple(f"dense_{i}" for i in range(DEEP_LAYERS))
     return [
         Run("loss + grad norm (PyTorch; TF cheap mode)", tuple(cheap), None),
         Run(
@@ -196,6 +204,11 @@ def make_runs(steps: int) -> list[Run]:
             "full, a loss-spike and a dead-units warning standing",
             tuple(warned),
             tuple(full_records(warned, rng, "dense_1")),
+        ),
+        Run(
+            f"full monitoring, {DEEP_LAYERS} layers",
+            tuple(deep),
+            tuple(full_records(deep, rng, None, many)),
         ),
     ]
 
@@ -418,7 +431,8 @@ def page(options, timings: Sequence[Timing], text: str, profiles: list[str], beg
         f"{EVERY} steps, the per-layer gradient norms of each step since the last read and "
         "one record with the other per-layer statistics and one risky op's headroom, as the "
         "TensorFlow watcher does; the third run has a loss spike and a layer of dead units "
-        "early, so two warnings stand for the rest of it."
+        "early, so two warnings stand for the rest of it; the fourth has "
+        f"{DEEP_LAYERS} layers."
         + (
             f" The TF row calls the watcher's `after_step` ({options.tf_steps} steps a round, "
             f"{options.tf_rounds} rounds) on a tiny Keras model after a `fit` traced its "

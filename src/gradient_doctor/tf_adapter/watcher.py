@@ -205,7 +205,8 @@ class Watcher(Adapter):
             The new finding, or None when the step was finite.
         """
         reading = self._reading(self.guard.read(fetched_stats), steps, step_base)
-        return self.session.after_step(reading, _Replay(replay_call, named_inputs), batch)
+        replay = _Replay(replay_call, named_inputs) if reading.failed else None
+        return self.session.after_step(reading, replay, batch)
 
     def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:
         """Diagnose an update asked for with `None` gradients (once per group of variables).
@@ -357,19 +358,21 @@ class Watcher(Adapter):
         """The step's loss and gradient norm; every `HEADROOM_EVERY` steps also the risky
         ops' headroom and the per-layer statistics, after the per-layer gradient norms of
         each step since the last read (kept inside the step)."""
-        record = StepRecord(step, loss=reading.loss, grad_norm=reading.grad_norm)
-        earlier: list[StepRecord] = []
-        if step % HEADROOM_EVERY == 0:
-            if self.guard.headroom_sites:
-                record = replace(record, headroom=samples(self.guard.read_headroom()))
-            if self.guard.layer_stats is not None:
-                record = replace(record, layers=self.guard.layer_stats.read())
-                history = self.guard.layer_stats.read_grad_norms()
-                earlier = [
-                    StepRecord(step - len(history) + 1 + offset, layers=layers)
-                    for offset, layers in enumerate(history)
-                ]
-        return (*earlier, record)
+        if step % HEADROOM_EVERY:
+            return (StepRecord(step, loss=reading.loss, grad_norm=reading.grad_norm),)
+        guard = self.guard
+        headroom = samples(guard.read_headroom()) if guard.headroom_sites else ()
+        if guard.layer_stats is None:
+            return (StepRecord(step, reading.loss, reading.grad_norm, headroom=headroom),)
+        layers = guard.layer_stats.read()
+        history = guard.layer_stats.read_grad_norms()
+        return (
+            *(
+                StepRecord(step - len(history) + 1 + offset, layers=norms)
+                for offset, norms in enumerate(history)
+            ),
+            StepRecord(step, reading.loss, reading.grad_norm, layers, headroom),
+        )
 
     def zero_gradients(self, window: int) -> tuple[str, ...]:
         """The variables the guard counted exactly zero for `window` steps (counts restart)."""

@@ -51,6 +51,33 @@ class Explosion:
         return self.high / self.low
 
 
+class _LogNorms:
+    """One series' latest log norms and their steps, with the window's range kept as
+    they arrive (the largest and smallest are found again only when one drops out)."""
+
+    __slots__ = ("steps", "values", "high", "low")
+
+    def __init__(self, size: int) -> None:
+        self.steps: deque[int] = deque(maxlen=size)
+        self.values: deque[float] = deque(maxlen=size)
+        self.high = -math.inf
+        self.low = math.inf
+
+    def append(self, step: int, value: float) -> None:
+        """Add one finite log norm, dropping the oldest when the window is full."""
+        values = self.values
+        oldest = values[0] if len(values) == values.maxlen else None
+        self.steps.append(step)
+        values.append(value)
+        if oldest is not None and (oldest == self.high or oldest == self.low):
+            self.high, self.low = max(values), min(values)
+            return
+        if value > self.high:
+            self.high = value
+        if value < self.low:
+            self.low = value
+
+
 class ExplodingGradientsDetector(CountedFindings):
     """Warns when gradient norms grow exponentially, naming the layers where they do.
 
@@ -88,8 +115,7 @@ class ExplodingGradientsDetector(CountedFindings):
         self._growth_factor = check_float(growth_factor, "growth_factor", 1.0)
         self._least_range = 0.5 * math.log(self._growth_factor)
         self._setup = setup or TrainingSetup()
-        # Per series (in the order first recorded): its last steps and log norms.
-        self._series: dict[str, tuple[deque[int], deque[float]]] = {}
+        self._series: dict[str, _LogNorms] = {}  # in the order first recorded
         self._explosions: dict[str, Explosion] = {}
         self._first_step: int | None = None
 
@@ -103,14 +129,9 @@ class ExplodingGradientsDetector(CountedFindings):
                 continue
             series = self._series.get(layer)
             if series is None:
-                series = self._series[layer] = (
-                    deque(maxlen=self._window),
-                    deque(maxlen=self._window),
-                )
-            steps, values = series
-            steps.append(record.step)
-            values.append(math.log(norm))
-            explosion = self._explosion(layer, steps, values)
+                series = self._series[layer] = _LogNorms(self._window)
+            series.append(record.step, math.log(norm))
+            explosion = self._explosion(layer, series)
             if explosion is not None:
                 self._explosions[layer] = explosion
                 self._changed()
@@ -138,15 +159,15 @@ class ExplodingGradientsDetector(CountedFindings):
         """The explosions in the order their layers first appeared in the records."""
         return tuple(self._explosions[name] for name in self._series if name in self._explosions)
 
-    def _explosion(self, layer: str, steps: deque[int], values: deque[float]) -> Explosion | None:
+    def _explosion(self, layer: str, series: _LogNorms) -> Explosion | None:
         """The series' growth across the window when it is an explosion, else None."""
-        if len(values) < self._min_points:
+        if len(series.values) < self._min_points:
             return None
         # A line through evenly spaced points fits at most twice their range, so a series
         # whose norms span less than sqrt(growth_factor) cannot be an explosion: skip the fit.
-        if max(values) - min(values) < self._least_range:
+        if series.high - series.low < self._least_range:
             return None
-        trend = robust_trend(list(steps), list(values))
+        trend = robust_trend(list(series.steps), list(series.values))
         if trend is None or not trend.is_clear() or trend.slope <= 0:
             return None
         if trend.change < math.log(self._growth_factor):

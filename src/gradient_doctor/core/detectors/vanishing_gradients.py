@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.protocol import CountedFindings, Standing
 from gradient_doctor.core.detectors.sorted_window import SortedWindow
 from gradient_doctor.core.findings import Finding
-from gradient_doctor.core.forecast import median
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.remedies.not_fixes import vanishing_not_fixes
 from gradient_doctor.core.knowledge.wording import approximately, listing
@@ -93,11 +93,12 @@ class VanishingGradientsDetector(CountedFindings):
         if len(full) < 2:
             return
         medians = {layer: series.median() for layer, series in full.items()}
+        ordered = sorted(medians.values())
         standing = {}
         for layer, series in full.items():
-            others = median([value for name, value in medians.items() if name != layer])
+            others = _median_without(ordered, medians[layer])
             low = medians[layer] < self._ratio * others
-            floored = sum(series) / len(series) < self._floor <= others
+            floored = not low and others >= self._floor and sum(series) / len(series) < self._floor
             if low or floored:
                 self._vanished[layer] = Vanishing(layer, record.step, medians[layer], others)
                 self._changed()
@@ -143,6 +144,19 @@ class VanishingGradientsDetector(CountedFindings):
                 remedies.activation_change("relu", "it does not saturate for positive inputs"),
             ),
         )
+
+
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of the sorted `ordered` less one occurrence of `value` (one of them),
+    as `forecast.median` gives it for those values in any order."""
+    skip = bisect_left(ordered, value)
+    count = len(ordered) - 1
+    middle = count // 2
+    upper = ordered[middle] if middle < skip else ordered[middle + 1]
+    if count % 2:
+        return upper
+    lower = ordered[middle - 1] if middle - 1 < skip else ordered[middle]
+    return 0.5 * (lower + upper)
 
 
 def explain(vanished: tuple[Vanishing, ...], window: int) -> str:

@@ -1,10 +1,12 @@
-"""The sorted window's median and median absolute deviation are exactly `forecast.median`'s."""
+"""The detectors' running medians are exactly `forecast.median` of the same values: the sorted
+window's median and median absolute deviation, and the median of the other layers' medians."""
 
 import random
 
 import pytest
 
 from gradient_doctor.core.detectors.sorted_window import SortedWindow
+from gradient_doctor.core.detectors.vanishing_gradients import _median_without
 from gradient_doctor.core.forecast import median
 
 
@@ -32,3 +34,14 @@ def test_an_empty_window_has_no_median():
         SortedWindow(3).median_abs_deviation(0.0)
     with pytest.raises(ValueError, match="`size` must be an int of at least 1"):
         SortedWindow(0)
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 16, 51])
+def test_the_median_of_the_others_is_the_median_of_the_list_less_one(count):
+    rng = random.Random(count)
+    for _ in range(200):
+        values = [rng.choice([rng.random(), float(rng.randint(0, 2))]) for _ in range(count)]
+        ordered = sorted(values)
+        for index, value in enumerate(values):
+            others = values[:index] + values[index + 1 :]
+            assert _median_without(ordered, value) == median(others)
