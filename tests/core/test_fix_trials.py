@@ -228,3 +228,16 @@ def test_a_loss_above_the_one_before_counts_only_where_it_fell_on_the_repeated_f
         repeated, losses=huge[:3] + (3e20, 5e20, 5e20, 6e20, 6e20, 7e20, 8e20)
     )
     assert _judged_fix(rising, reference=2.4).verified is False
+
+
+def test_a_clamp_of_a_large_share_that_held_is_not_verified_but_says_why():
+    clamp = Fix("clip_input_domain", "clamp", "code", patch=_PATCH, clamped_share=0.31)
+    finding = dataclasses.replace(_finding(), fixes=(clamp,))
+    judged = _fix(
+        judge(finding, FAILED_BASELINE, [_outcome("clip_input_domain")]), "clip_input_domain"
+    )
+    assert judged.verified is None
+    assert "all 4 steps finite" in judged.evidence
+    assert "its clamp changes 31% of the values at the failing step" in judged.evidence
+    failing = judge(finding, FAILED_BASELINE, [_outcome("clip_input_domain", failed_at=1)])
+    assert _fix(failing, "clip_input_domain").verified is False

@@ -73,6 +73,9 @@ FIX_FAMILIES = (
     "clip_by_value",
     # Added: the library's sigmoid / softplus for a hand-written one that overflows.
     "library_function",
+    # Added: a root or fractional power of the magnitude, for a base negative by design
+    # (a signed difference), where a clamp would silence a large share of the values.
+    "magnitude",
     # Added: a literal its dtype cannot hold (-1e9 in float16) written as one it can.
     "dtype_safe_constant",
     # Added: a weight or statistic that was NaN or Inf before training (a broken
@@ -190,6 +193,11 @@ class Fix:
             value): ("learning_rate", 0.005), ("global_clipnorm", 0.6),
             ("kernel_constraint", 3.0), ("kernel_initializer", "he_normal"); None
             otherwise.
+        clamped_share: for a clamp into an op's domain, the share of the failing step's
+            values outside it (which the clamp changes, their gradient then 0), when it
+            is so large that the values look out of the domain by design; None otherwise.
+            A trial that holds cannot verify such a clamp: it rewrites what the code
+            computes, and the loss it lowers is the rewritten one.
     """
 
     family: str
@@ -201,6 +209,7 @@ class Fix:
     edits: tuple[Edit, ...] = ()
     patch: str | None = None
     trial_setting: tuple[str, float | str] | None = None
+    clamped_share: float | None = None
 
 
 @dataclass(frozen=True)

@@ -370,6 +370,14 @@ def _judged_fix(
                 f"; it acts on the updates, and the trouble built up from step "
                 f"{outcome.start} to {start}: it may only delay the failure past this window"
             )
+        if verified and fix.clamped_share is not None:
+            verified = None  # held, but what it held is a rewritten computation
+            evidence += (
+                f"; but its clamp changes {fix.clamped_share:.0%} of the values at the "
+                "failing step (their gradient is 0 there): it rewrites what the code "
+                "computes, and the loss that fell is the rewritten one, so a trial cannot "
+                "verify it is what you meant"
+            )
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
 
 

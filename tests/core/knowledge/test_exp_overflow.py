@@ -168,7 +168,7 @@ def test_a_negative_base_to_a_fractional_power_is_pow_s_domain(make_evidence, ma
         op="Pow",
         code="y = tf.pow(h, 0.5)",
         inputs=(make_stats(min=-2.0, max=3.0), make_stats(min=0.5, max=0.5)),
-        outputs=(make_stats(min=0.0, max=1.7, nan=40),),
+        outputs=(make_stats(min=0.0, max=1.7, nan=4),),  # a few: an edge case, not by design
         reduction_axis=None,
     )
     diagnosis = diagnose(evidence)

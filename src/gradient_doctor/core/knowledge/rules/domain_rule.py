@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import (
     input_at,
@@ -17,12 +18,20 @@ from gradient_doctor.core.knowledge.facts import (
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
 from gradient_doctor.core.knowledge.wording import (
+    at_step,
     count,
     explain_input,
     format_number,
     from_data_note,
     rounding_note,
 )
+
+# A share of an op's values below its domain above which they look negative by design
+# (the root of a signed difference), not by accident (a variance rounded below zero, a
+# probability that underflowed): a clamp would then rewrite what the code computes.
+BY_DESIGN_SHARE = 0.05
+# The magnitude fix: the op applied to |x| (kept off 0, where a root's gradient is inf).
+_MAGNITUDE = "{maximum}({abs}({arg}), 1e-12)"
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,8 @@ class Domain:
         extreme: "min" when the smallest value matters, "magnitude" for the largest |x|.
         boundary: the domain's edge, for noting overshoots that come from rounding.
         digits: significant digits to show the value with.
+        signed: the op is often fed a signed value on purpose (a root of a difference):
+            a large share of negatives then gets the root of the magnitude first.
     """
 
     rule: str
@@ -46,6 +57,7 @@ class Domain:
     extreme: str = "min"
     boundary: float | None = None
     digits: int = 4
+    signed: bool = False
 
 
 def diagnose_domain(
@@ -75,13 +87,54 @@ def diagnose_domain(
     if value is not None and domain.boundary is not None:
         reached += rounding_note(abs(value - domain.boundary))
     subject = "The input to" if domain.argument == 0 else "The second argument of"
-    guard = guard_fix(
-        domain.family, domain.title, source_code(evidence), origin.op, focus=source_focus(evidence)
-    )
+    focus = source_focus(evidence)
+    guard = guard_fix(domain.family, domain.title, source_code(evidence), origin.op, focus=focus)
+    explanation = explain_input(origin, evidence.step, subject, reached, domain.rule)
+    fixes: tuple[Fix, ...] = (guard, *extra_fixes)
+    share = below_domain_share(origin, domain, value)
+    if share is not None and share > BY_DESIGN_SHARE:
+        explanation += by_design_note(origin, evidence.step, share)
+        fixes = (replace(guard, clamped_share=share), *extra_fixes)
+        if domain.signed:
+            magnitude = guard_fix(
+                "magnitude",
+                "Take the root of the magnitude, if a signed value is what it is meant for",
+                source_code(evidence),
+                origin.op,
+                template=_MAGNITUDE,
+                focus=focus,
+            )
+            fixes = (magnitude, *fixes)
     return Diagnosis(
         category="forward_domain",
-        explanation=explain_input(origin, evidence.step, subject, reached, domain.rule)
-        + from_data_note(evidence.weights_upstream),
+        explanation=explanation + from_data_note(evidence.weights_upstream),
         not_fixes=forward_not_fixes(f"the invalid input to {origin.op}", evidence.weights_upstream),
-        fixes=(guard, *extra_fixes),
+        fixes=fixes,
+    )
+
+
+def below_domain_share(origin: Origin, domain: Domain, value: float | None) -> float | None:
+    """The share of the op's values that fell below a domain starting at 0, from the NaN
+    its elementwise output holds there; None when unknown, or when the lowest value is
+    only a rounding past 0."""
+    if domain.extreme != "min" or domain.boundary != 0 or not origin.outputs:
+        return None
+    if value is None or value >= 0 or rounding_note(abs(value)):
+        return None
+    output = origin.outputs[0]
+    size = output.size or (
+        math.prod(output.shape) if all(d is not None for d in output.shape) else 0
+    )
+    return output.nan / size if size else None
+
+
+def by_design_note(origin: Origin, step: int | None, share: float) -> str:
+    """Say that so many values below the domain look meant, and what a clamp would do."""
+    output = origin.outputs[0]
+    size = output.size or math.prod(d or 1 for d in output.shape)
+    return (
+        f" {output.nan} of {size} values ({share:.0%}) were below 0{at_step(step)}: so many "
+        "suggests a value negative by design (a signed difference, say), not by accident; "
+        "a clamp would set each of them to the edge of the domain, with gradient 0 there, "
+        "which rewrites what the code computes."
     )

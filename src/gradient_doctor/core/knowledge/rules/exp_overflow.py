@@ -9,6 +9,7 @@ from gradient_doctor.core.evidence import Evidence, Reduction
 from gradient_doctor.core.findings import Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import (
+    framework_of,
     input_at,
     largest_magnitude,
     limits_of,
@@ -40,6 +41,7 @@ _POW_DOMAIN = Domain(
     "clip_input_domain",
     "Keep the base of the power positive",
     boundary=0,
+    signed=True,
 )
 
 
@@ -119,14 +121,25 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     names, focus = call_names(origin.op), source_focus(evidence)
     fixes: list[Fix | None] = []
     if origin_dtype(origin) in HALF_PRECISION:
-        fixes.append(remedies.float32_island(code, names, focus))
+        fixes.append(remedies.float32_island(code, names, focus, evidence.setup.framework))
     library = library_form(code, focus) if origin.op in _EXP_LIKE else None
     if origin.op in _EXP_LIKE:
         fixes += [stable_logsumexp(code, focus), library]
         if reduction is not None or looks_like_softmax(code):
             base = input_at(origin, 0)
             minus_infinity = base is not None and base.neg_inf > 0
-            fixes.append(stable_softmax(code, reduction, focus, limits_of(origin), minus_infinity))
+            rank = len(origin.outputs[0].shape) if origin.outputs else None
+            fixes.append(
+                stable_softmax(
+                    code,
+                    reduction,
+                    focus,
+                    limits_of(origin),
+                    minus_infinity,
+                    framework=framework_of(evidence),
+                    rank=rank,
+                )
+            )
     fixes += remedies.upstream_remedies(evidence)
     if library is None:  # the library's version is exact; a clip would only bend it
         fixes.append(clip_exp_input(code, origin.op, limits_of(origin), focus))

@@ -8,7 +8,9 @@ from gradient_doctor.core.knowledge.rules.domain_rule import Domain, diagnose_do
 
 _TITLE = "Keep the square root's argument positive (this also keeps its gradient finite)"
 _DOMAINS = {
-    "Sqrt": Domain("the square root of a negative number is NaN", "safe_sqrt", _TITLE, boundary=0),
+    "Sqrt": Domain(
+        "the square root of a negative number is NaN", "safe_sqrt", _TITLE, boundary=0, signed=True
+    ),
     "Rsqrt": Domain(
         "1 / sqrt(0) is inf and 1 / sqrt of a negative number NaN", "safe_sqrt", _TITLE, boundary=0
     ),

@@ -1,0 +1,69 @@
+"""A root or fractional power fed a large share of negatives: the values look negative by
+design, so the root of the magnitude comes first and the clamp is marked as rewriting."""
+
+from gradient_doctor.core.knowledge import diagnose
+
+
+def test_a_power_of_a_signed_difference_gets_the_magnitude_first(make_evidence, make_stats):
+    evidence = make_evidence(
+        op="Pow",
+        code="return tf.reduce_mean(tf.pow(y_true - y_pred, 0.5))",
+        inputs=(make_stats(min=-6.5, max=7.3, size=64), make_stats(min=0.5, max=0.5, size=1)),
+        outputs=(make_stats(min=0.2, max=2.7, nan=20, size=64),),
+        step=0,
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "forward_domain"
+    assert "20 of 64 values (31%) were below 0 at step 0" in diagnosis.explanation
+    magnitude, clamp = diagnosis.fixes[:2]
+    assert magnitude.family == "magnitude" and magnitude.clamped_share is None
+    assert (
+        magnitude.code
+        == "return tf.reduce_mean(tf.pow(tf.maximum(tf.abs(y_true - y_pred), 1e-12), 0.5))"
+    )
+    assert clamp.family == "clip_input_domain"
+    assert abs(clamp.clamped_share - 20 / 64) < 1e-12
+
+
+def test_a_root_in_torch_spells_the_magnitude_in_torch(make_evidence, make_stats):
+    evidence = make_evidence(
+        op="Sqrt",
+        code="spread = torch.sqrt(a - b)",
+        inputs=(make_stats(min=-1.0, max=3.0, size=256),),
+        outputs=(make_stats(min=0.0, max=1.8, nan=100, size=256),),
+    )
+    fixes = diagnose(evidence).fixes
+    assert [fix.family for fix in fixes[:2]] == ["magnitude", "safe_sqrt"]
+    assert fixes[0].code == "spread = torch.sqrt(torch.clamp_min(torch.abs(a - b), 1e-12))"
+
+
+def test_a_few_negatives_or_a_rounding_are_an_edge_case_for_the_clamp(make_evidence, make_stats):
+    few = make_evidence(
+        op="Sqrt",
+        code="std = tf.sqrt(var)",
+        inputs=(make_stats(min=-0.5, max=4.0, size=256),),
+        outputs=(make_stats(min=0.0, max=2.0, nan=3, size=256),),
+    )
+    rounded = make_evidence(
+        op="Sqrt",
+        code="std = tf.sqrt(mean_sq - tf.square(mean))",
+        inputs=(make_stats(min=-2e-7, max=4.0, size=256),),
+        outputs=(make_stats(min=0.0, max=2.0, nan=200, size=256),),
+    )
+    for evidence in (few, rounded):
+        diagnosis = diagnose(evidence)
+        assert [fix.family for fix in diagnosis.fixes] == ["safe_sqrt"]
+        assert diagnosis.fixes[0].clamped_share is None
+        assert "by design" not in diagnosis.explanation
+
+
+def test_zeros_at_a_logs_edge_are_not_negatives_by_design(make_evidence, make_stats):
+    evidence = make_evidence(
+        op="Log",
+        code="log_probs = tf.math.log(probs)",
+        inputs=(make_stats(min=0.0, max=1.0, zeros=120, size=256),),
+        outputs=(make_stats(min=-30.0, max=0.0, inf=120, size=256),),
+    )
+    diagnosis = diagnose(evidence)
+    assert all(fix.clamped_share is None for fix in diagnosis.fixes)
+    assert "magnitude" not in [fix.family for fix in diagnosis.fixes]
