@@ -170,3 +170,24 @@ def test_rnn_blow_up_is_traced_to_the_recurrent_cell_not_the_loss(tmp_path):
     families = [f["family"] for f in problem["fixes"]]
     assert families[:2] == ["constrain_weights", "better_init"]
     assert "simple_rnn" in problem["fixes"][0]["title"]  # ...the cell is where it began
+
+
+def test_a_root_of_a_signed_difference_gets_the_magnitude_and_no_verified_clamp(doctor_run):
+    script = "tests/scripts/signed_root_loss.py"
+    problem = doctor_run(script).problem
+    assert problem["category"] == "forward_domain"
+    assert problem["step"] == 0
+    assert problem["origin"]["op"] == "Pow"
+    assert problem["origin"]["line"] == line_of(script, "tf.pow(")
+    assert "were below 0 at step 0" in problem["explanation"]
+    fixes = {fix["family"]: fix for fix in problem["fixes"]}
+    assert problem["fixes"][0]["family"] == "magnitude"
+    assert fixes["magnitude"]["verified"] is True, fixes["magnitude"]["evidence"]
+    assert (
+        "+    return tf.reduce_mean(tf.pow(tf.maximum(tf.abs(y_true - y_pred)"
+        in (fixes["magnitude"]["patch"])
+    )
+    clamp = fixes["clip_input_domain"]
+    assert clamp["verified"] is None
+    assert "all 200 steps finite" in clamp["evidence"]
+    assert "its clamp changes" in clamp["evidence"]
