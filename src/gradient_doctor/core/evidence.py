@@ -64,12 +64,17 @@ class TrainingSetup:
         loss_scale: the dynamic loss scale at the failing step, when a loss-scaling
             optimizer (mixed precision) applies the updates; None otherwise.
         xla: the failing step was compiled with XLA (`jit_compile=True`).
+        framework: the framework the user trains with, "tf" or "torch" (as
+            `PathBreak.framework`): the remedies are spelled in it.
+        optimizer: the class of the user's (first) optimizer, e.g. "SGD", when known.
     """
 
     learning_rate: float | None = None
     clipping: str | None = None
     loss_scale: float | None = None
     xla: bool = False
+    framework: str = "tf"
+    optimizer: str | None = None
 
 
 @dataclass(frozen=True)

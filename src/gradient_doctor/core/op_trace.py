@@ -31,6 +31,9 @@ class OpEvent:
         input_values: a few of the input values, for the report.
         source_kind: what `source` is (`SOURCE_KINDS` in `findings`): "op", or
             "layer_creation" for an op a library layer's own code ran.
+        axes: the axes the op reduced or scattered along when the framework passes
+            them as arguments, not tensors (PyTorch's `dim` of `sum`, `index_add_`),
+            as the call wrote them; None otherwise (TensorFlow's are an input tensor).
     """
 
     index: int
@@ -47,6 +50,7 @@ class OpEvent:
     source: SourceLine | None
     input_values: tuple[tuple[float, ...], ...] = ()
     source_kind: str = "op"
+    axes: tuple[int, ...] | None = None
 
 
 def weights_upstream(

@@ -15,6 +15,7 @@ from gradient_doctor.core.op_trace import (
     weights_upstream,
     where_values_grew,
 )
+from gradient_doctor.core.summed_groups import find_reduction
 
 # Ops that pick values from one of two branches: a non-finite value in the branch
 # not taken does not reach their output, but still poisons the gradient.
@@ -177,6 +178,10 @@ def trace_evidence(
             None: only what the events say.
         input_values: a few values of each input of an event, for the report; None
             takes the event's own `input_values`.
+
+    The reduction that sums the origin's output next is found here when the events
+    carry their axes (`summed_groups`); an adapter whose reductions take their axes
+    as tensors adds its own.
     """
     search = find_origin(list(events), list(bad_ids))
     event = search.origin
@@ -188,6 +193,7 @@ def trace_evidence(
     if foreign:
         event = search.first_reader
     forward = search.forward_op
+    reduction = find_reduction(events, event) if event is not None else None
     evidence = Evidence(
         step=step,
         phase=event.phase if event is not None else None,
@@ -195,6 +201,10 @@ def trace_evidence(
         forward_outputs=forward.outputs if forward is not None else (),
         masked_by_select=search.masked_by_select,
         nonfinite_constant=foreign,
+        reduction=reduction,
+        reduction_axis=reduction.axis
+        if reduction is not None and reduction.kind == "axis"
+        else None,
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}),
     )
     return TracedOrigin(event, foreign, evidence)

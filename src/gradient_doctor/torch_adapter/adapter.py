@@ -187,11 +187,13 @@ class TorchAdapter(Adapter):
 
 
 def training_setup_of(optimizers: Sequence[torch.optim.Optimizer]) -> TrainingSetup:
-    """The first optimizer's learning rate (clipping is the user's own call in PyTorch)."""
+    """The first optimizer's class and learning rate (clipping is the user's own call in
+    PyTorch), the remedies spelled in PyTorch."""
     if not optimizers:
-        return TrainingSetup()
+        return TrainingSetup(framework="torch")
+    kind = type(optimizers[0]).__name__
     rate = optimizers[0].param_groups[0].get("lr")
     try:
-        return TrainingSetup(learning_rate=float(rate))
+        return TrainingSetup(learning_rate=float(rate), framework="torch", optimizer=kind)
     except (TypeError, ValueError):
-        return TrainingSetup()
+        return TrainingSetup(framework="torch", optimizer=kind)

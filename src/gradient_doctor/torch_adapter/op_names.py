@@ -37,9 +37,11 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "AddV2": ("add", "add_"),
     "Sub": ("sub", "sub_", "rsub"),
     "Square": ("square",),
-    "Sum": ("sum",),
-    "Mean": ("mean",),
+    "Sum": ("sum", "nansum"),
+    "Mean": ("mean", "nanmean"),
     "Prod": ("prod",),
+    "Max": ("amax", "max"),
+    "Min": ("amin", "min"),
     "Cumsum": ("cumsum", "cumsum_"),
     "Conv2D": ("convolution", "_convolution", "conv2d"),
     "EuclideanNorm": ("linalg_vector_norm", "norm"),
@@ -67,11 +69,26 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "Neg": ("neg", "neg_"),
     "Abs": ("abs", "abs_"),
     "ScatterAdd": ("scatter_add", "scatter_add_", "index_add", "index_add_"),
+    "ScatterReduce": ("scatter_reduce", "scatter_reduce_", "index_reduce", "index_reduce_"),
     "GatherV2": ("index_select", "gather", "embedding"),
     "Multinomial": ("multinomial",),
     "BinaryCrossEntropy": ("binary_cross_entropy",),
     "BinaryCrossEntropyWithLogits": ("binary_cross_entropy_with_logits",),
 }
+# Aten ops whose second argument is the dims they reduce or scatter along (an int or a
+# list of ints): the recorder notes them as the event's `axes`.
+ALONG_DIMS = frozenset(
+    {
+        *_VOCABULARY["Sum"],
+        *_VOCABULARY["Mean"],
+        *_VOCABULARY["Prod"],
+        *_VOCABULARY["Max"],
+        *_VOCABULARY["Min"],
+        *_VOCABULARY["Logsumexp"],
+        *_VOCABULARY["ScatterAdd"],
+        *_VOCABULARY["ScatterReduce"],
+    }
+)
 OP_TYPES: dict[str, str] = {
     aten: op_type for op_type, names in _VOCABULARY.items() for aten in names
 }

@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_leaves
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.torch_adapter.module_scope import ModuleScope
-from gradient_doctor.torch_adapter.op_names import op_type
+from gradient_doctor.torch_adapter.op_names import ALONG_DIMS, op_type
 from gradient_doctor.torch_adapter.source_lines import user_line
 from gradient_doctor.torch_adapter.tensor_stats import first_values, summarize
 
@@ -133,6 +133,7 @@ class OpRecorder(TorchDispatchMode):
             outputs=output_stats,
             source=forward.source if forward is not None else user_line(),
             input_values=values,
+            axes=_dims(args) if name in ALONG_DIMS else None,
         )
         self.events.append(event)
         self._pending.extend((t, event.index) for t in outputs)
@@ -180,6 +181,18 @@ class OpRecorder(TorchDispatchMode):
                     self._forward_of[grad_fn] = self.events[index]
             self._pending.clear()
         return self._forward_of.get(node)
+
+
+def _dims(args: tuple) -> tuple[int, ...] | None:
+    """The dims an op reduces or scatters along: its second argument (`sum(x, [-1])`,
+    `index_add_(x, 0, ...)`) as the call passed it; None for a reduction of every
+    entry (`sum(x)`, `sum(x, [])`)."""
+    dims = args[1] if len(args) > 1 else None
+    if isinstance(dims, int) and not isinstance(dims, bool):
+        return (dims,)
+    if isinstance(dims, list | tuple) and dims and all(isinstance(d, int) for d in dims):
+        return tuple(dims)
+    return None
 
 
 def _is_tensor(value: object) -> bool:

@@ -73,6 +73,7 @@ def _event(data: dict) -> OpEvent:
             "outputs": tuple(_stats(s) for s in data["outputs"]),
             "source": SourceLine(**data["source"]) if data["source"] is not None else None,
             "input_values": tuple(tuple(values) for values in data["input_values"]),
+            "axes": tuple(data["axes"]) if data.get("axes") is not None else None,
         }
     )
 

@@ -7,6 +7,13 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Origin, TensorStats
 
 
+def framework_of(evidence: Evidence) -> str:
+    """The framework the user trains with, "tf" or "torch": the remedies are spelled in it."""
+    if evidence.path_break is not None and evidence.path_break.framework == "torch":
+        return "torch"
+    return evidence.setup.framework
+
+
 def source_code(evidence: Evidence) -> str:
     """The user's line that created the origin op, or "" when none is known."""
     origin = evidence.origin

@@ -39,7 +39,7 @@ def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     name, scale = evidence.input_scale
     fixes = [fix for fix in diagnosis.fixes if fix.family != "normalize_input"]
     existing = [fix for fix in diagnosis.fixes if fix.family == "normalize_input"]
-    fixes.insert(0, existing[0] if existing else remedies.normalize_input())
+    fixes.insert(0, existing[0] if existing else remedies.normalize_input(evidence.setup.framework))
     note = (
         f" The input `{name}` reaches {format_number(scale)}: features that far from unit "
         "scale make the first layers' outputs and gradients that large."

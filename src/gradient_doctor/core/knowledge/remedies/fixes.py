@@ -1,21 +1,35 @@
-"""Fixes that several rules propose, built from the evidence so they name the user's setup."""
+"""Fixes that several rules propose, built from the evidence so they name the user's setup.
+
+Each is spelled in the framework the user trains with (`framework`, "tf" or "torch";
+`TrainingSetup.framework` for those built from the setup): Keras's layers and
+optimizers for TensorFlow, PyTorch's modules, `torch.nn.utils` and the user's own
+optimizer class for PyTorch.
+"""
 
 from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence, TrainingSetup
 from gradient_doctor.core.findings import Fix, Origin
-from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
-from gradient_doctor.core.knowledge.source.spelling import spell
+from gradient_doctor.core.knowledge.rewrites.layer import MAX_NORM
+from gradient_doctor.core.knowledge.source.calls import Call, find_call, is_identifier, replace_span
+from gradient_doctor.core.knowledge.source.spelling import namespace, spell
 from gradient_doctor.core.knowledge.wording import format_number
 
 
-def constrain_weights(origin: Origin, weights_layer: str | None = None) -> Fix:
+def constrain_weights(
+    origin: Origin, weights_layer: str | None = None, framework: str = "tf"
+) -> Fix:
     """Bound the kernel of the layer whose output feeds the op.
+
+    In PyTorch, which has no kernel constraint, each unit's incoming weights are
+    renormalised to the same bound after every update (`renorm_` along the output
+    dim of a `Linear`'s weight is Keras's `MaxNorm` on its kernel's units).
 
     Args:
         origin: the op's `Origin`.
         weights_layer: the layer whose weights the replay saw feeding the op; None
             names the op's own layer, as the layer "in" which the feeding layer is.
+        framework: "tf" or "torch".
     """
     if weights_layer:
         title = f"Bound the weights of `{weights_layer}`, whose output feeds {origin.op}"
@@ -24,6 +38,18 @@ def constrain_weights(origin: Origin, weights_layer: str | None = None) -> Fix:
         where = f" in `{origin.layer}`" if origin.layer else ""
         title = f"Bound the weights of the layer{where} whose output feeds {origin.op}"
         comment = f"# on the Dense layer{where} that feeds {origin.op}:"
+    if framework == "torch":
+        module = weights_layer or origin.layer
+        layer = f'model.get_submodule("{module}")' if module else "layer"
+        return Fix(
+            "constrain_weights",
+            title,
+            f"# after each optimizer.step(), on {f'`{module}`' if module else 'the layer'}"
+            f" that feeds {origin.op} (model: your model):\n"
+            "with torch.no_grad():\n"
+            f"    {layer}.weight.renorm_(2, 0, {MAX_NORM})"
+            "  # each unit's incoming weights to norm <= 3",
+        )
     return Fix(
         "constrain_weights",
         title,
@@ -38,16 +64,25 @@ def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
     When the replay traced the op's inputs to the batch alone, no weight lies
     between, so bounding weights cannot help and only the data remedy is offered.
     """
+    framework = evidence.setup.framework
     if evidence.weights_upstream is False:
-        return (normalize_input(),)
+        return (normalize_input(framework),)
     # The layer where the values blew up, when the replay saw them grow on the way.
     grew = evidence.growth[0] if evidence.growth else None
     layer = grew or evidence.weights_layer
-    return (constrain_weights(evidence.origin, layer), normalize_input())
+    return (constrain_weights(evidence.origin, layer, framework), normalize_input(framework))
 
 
-def normalize_input() -> Fix:
+def normalize_input(framework: str = "tf") -> Fix:
     """Standardise the input features so that no feature dominates."""
+    if framework == "torch":
+        return Fix(
+            "normalize_input",
+            "Standardise the input features so no feature drives the activations up",
+            "# once, from the training features (a tensor of shape [examples, features]):\n"
+            "mean, std = train_x.mean(0), train_x.std(0) + 1e-7\n"
+            "x = (x - mean) / std  # each batch, before it goes into the model",
+        )
     return Fix(
         "normalize_input",
         "Standardise the input features so no feature drives the activations up",
@@ -57,8 +92,15 @@ def normalize_input() -> Fix:
     )
 
 
-def batch_normalization(target: str) -> Fix:
+def batch_normalization(target: str, framework: str = "tf") -> Fix:
     """Normalise the activations that feed `target` (e.g. "MatMul", "each hidden layer")."""
+    if framework == "torch":
+        return Fix(
+            "batch_normalization",
+            f"Normalise the activations that feed {target}",
+            "nn.Sequential(nn.Linear(d_in, units), nn.BatchNorm1d(units), nn.ReLU())"
+            "  # or nn.LayerNorm(units)",
+        )
     return Fix(
         "batch_normalization",
         f"Normalise the activations that feed {target}",
@@ -67,8 +109,15 @@ def batch_normalization(target: str) -> Fix:
     )
 
 
-def better_init() -> Fix:
+def better_init(framework: str = "tf") -> Fix:
     """Initialise weights with a variance scaled to the layer size."""
+    if framework == "torch":
+        return Fix(
+            "better_init",
+            "Initialise weights with a variance scaled to the layer size",
+            'torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")'
+            "  # xavier_uniform_ for tanh",
+        )
     return Fix(
         "better_init",
         "Initialise weights with a variance scaled to the layer size",
@@ -77,7 +126,10 @@ def better_init() -> Fix:
 
 
 def lower_learning_rate(setup: TrainingSetup) -> Fix:
-    """Lower the learning rate tenfold, from the user's rate when it is known."""
+    """Lower the learning rate tenfold, from the user's rate when it is known (with the
+    user's own optimizer class in PyTorch)."""
+    if setup.framework == "torch":
+        return _torch_lower_learning_rate(setup)
     if setup.learning_rate is None:
         return Fix(
             "lower_learning_rate",
@@ -92,8 +144,32 @@ def lower_learning_rate(setup: TrainingSetup) -> Fix:
     )
 
 
+def _torch_lower_learning_rate(setup: TrainingSetup) -> Fix:
+    kind = setup.optimizer or "Adam"
+    if setup.learning_rate is None:
+        return Fix(
+            "lower_learning_rate",
+            "Lower the learning rate 10x",
+            f"optimizer = torch.optim.{kind}(model.parameters(), lr=1e-4)  # 10x lower than now",
+        )
+    was, lower = format_number(setup.learning_rate), format_number(setup.learning_rate / 10)
+    return Fix(
+        "lower_learning_rate",
+        f"Lower the learning rate 10x, from {was} to {lower}",
+        f"optimizer = torch.optim.{kind}(model.parameters(), lr={lower})  # was {was}",
+    )
+
+
 def gradient_clipping(setup: TrainingSetup) -> Fix:
     """Clip the global gradient norm, noting clipping that is already on."""
+    if setup.framework == "torch":
+        return Fix(
+            "gradient_clipping",
+            "Clip the global gradient norm",
+            "loss.backward()\n"
+            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n"
+            "optimizer.step()",
+        )
     rate = format_number(setup.learning_rate) if setup.learning_rate is not None else "1e-3"
     title = "Clip the global gradient norm"
     if setup.clipping:
@@ -105,16 +181,24 @@ def gradient_clipping(setup: TrainingSetup) -> Fix:
     )
 
 
-def float32_island(code: str, names: tuple[str, ...], focus: tuple[int, int] | None = None) -> Fix:
+def float32_island(
+    code: str,
+    names: tuple[str, ...],
+    focus: tuple[int, int] | None = None,
+    framework: str = "tf",
+) -> Fix:
     """Compute the op in float32 even when the model runs in half precision.
 
     Args:
         code: str, the user's line ("" when unknown).
         names: tuple of str, the function names that create the op, e.g. ("exp",).
         focus: where on the line the op was made (`SourceLine.span`).
+        framework: "tf" or "torch" (PyTorch's line casts with `.float()`).
     """
     title = "Compute this op in float32 under mixed precision"
     call = find_call(code, names, focus) if names else None
+    if framework == "torch" or namespace(call) == "torch":
+        return _torch_float32_island(code, call, title)
     if call is None or not call.args:
         snippet = 'keras.layers.Dense(units, dtype="float32")  # this layer computes in float32'
         return Fix("float32_island", title, snippet)
@@ -126,22 +210,79 @@ def float32_island(code: str, names: tuple[str, ...], focus: tuple[int, int] | N
     )
 
 
-def loss_scaling() -> Fix:
+def _torch_float32_island(code: str, call: Call | None, title: str) -> Fix:
+    """The op's inputs cast to float32 on the user's line, or autocast turned off."""
+    if call is None or not call.args:
+        snippet = (
+            'with torch.autocast(device_type="cuda", enabled=False):  # this op in float32\n'
+            "    y = op(x.float())"
+        )
+        return Fix("float32_island", title, snippet)
+    cast = call.render(tuple(f"{_bracketed(arg)}.float()" for arg in call.args))
+    rewritten = replace_span(code, call.start, call.end, cast)
+    return Fix(
+        "float32_island", title, f"{rewritten}  # the result is float32", rewrite=(rewritten,)
+    )
+
+
+def _bracketed(arg: str) -> str:
+    return arg if all(map(is_identifier, arg.split("."))) else f"({arg})"
+
+
+_LOSS_SCALING = (
+    "Use dynamic loss scaling: it skips steps whose gradients overflow and lowers the scale"
+)
+
+
+def loss_scaling(framework: str = "tf") -> Fix:
     """Scale the loss dynamically so half-precision gradients stay in range."""
+    if framework == "torch":
+        return Fix(
+            "loss_scaling",
+            _LOSS_SCALING,
+            "scaler = torch.amp.GradScaler()  # once\n"
+            "scaler.scale(loss).backward()\n"
+            "scaler.step(optimizer)\n"
+            "scaler.update()",
+        )
     return Fix(
         "loss_scaling",
-        "Use dynamic loss scaling: it skips steps whose gradients overflow and lowers the scale",
+        _LOSS_SCALING,
         "optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3))",
     )
 
 
-def activation_change(activation: str, why: str) -> Fix:
+# Keras's activation names -> PyTorch's modules.
+_TORCH_ACTIVATIONS = {
+    "relu": "nn.ReLU()",
+    "leaky_relu": "nn.LeakyReLU(0.01)",
+    "elu": "nn.ELU()",
+    "selu": "nn.SELU()",
+    "gelu": "nn.GELU()",
+    "silu": "nn.SiLU()",
+    "swish": "nn.SiLU()",
+    "tanh": "nn.Tanh()",
+    "sigmoid": "nn.Sigmoid()",
+}
+
+
+def activation_change(activation: str, why: str, framework: str = "tf") -> Fix:
     """Use another activation in the hidden layers.
 
     Args:
         activation: str, the Keras name of the activation to use, e.g. "leaky_relu".
         why: str, what it avoids, e.g. "its units keep a small gradient when inactive".
+        framework: "tf" or "torch" (PyTorch's module for it).
     """
+    module = _TORCH_ACTIVATIONS.get(activation)
+    if framework == "torch" and module is not None:
+        init = "leaky_relu" if activation == "leaky_relu" else "relu"
+        return Fix(
+            "activation_change",
+            f"Use {module} in the hidden layers: {why}",
+            f"nn.Sequential(nn.Linear(d_in, units), {module})"
+            f'  # with torch.nn.init.kaiming_normal_(weight, nonlinearity="{init}")',
+        )
     return Fix(
         "activation_change",
         f'Use activation="{activation}" in the hidden layers: {why}',

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from dataclasses import dataclass
 
 from gradient_doctor.core.dtype_limits import DtypeLimits, dtype_limits
 from gradient_doctor.core.evidence import Reduction
@@ -19,7 +20,12 @@ from gradient_doctor.core.knowledge.source.calls import (
     replace_span,
 )
 from gradient_doctor.core.knowledge.source.operands import risky_operand
-from gradient_doctor.core.knowledge.source.spelling import fill, namespace, spell
+from gradient_doctor.core.knowledge.source.spelling import (
+    fill,
+    namespace,
+    reduce_keywords,
+    spell,
+)
 from gradient_doctor.core.knowledge.wording import format_number
 
 _SHIFT_TITLES = {
@@ -43,6 +49,8 @@ def stable_softmax(
     focus: tuple[int, int] | None = None,
     limits: DtypeLimits | None = None,
     minus_infinity: bool = False,
+    framework: str = "tf",
+    rank: int | None = None,
 ) -> Fix:
     """Shift the exp's input by the maximum of each group its result is normalised over.
 
@@ -63,33 +71,93 @@ def stable_softmax(
             of only -inf finite). Defaults to float32's.
         minus_infinity: the exp's input held -inf (a mask written before exp): a
             slice of only -inf must not be shifted by -inf into NaN.
+        framework: the framework the user trains with ("tf" or "torch"): a PyTorch
+            tensor's method (`scores.exp()`) is rewritten in PyTorch.
+        rank: the number of dims of the exp's result, when known (a PyTorch
+            segment max scatters over every dim after the first).
 
     Returns:
         A `stable_softmax` fix; a generic one when the line has no parsable exp call.
     """
     call = find_call(code, ("exp",), focus)
     reduction = reduction or _written_reduction(code, call)
-    if call is None or not call.args:
-        axis = reduction.axis if reduction.axis is not None else -1
-        return Fix(
-            "stable_softmax",
-            _SHIFT_TITLES["axis"],
-            f"x = x - tf.reduce_max(x, axis={axis}, keepdims=True)  # just before exp(x)\n"
-            "# or, for a softmax, let the library do it:\n"
-            f"probs = tf.nn.softmax(x, axis={axis})",
-        )
-    arg = call.args[0]
+    arg = _exp_argument(call, framework)
+    if arg is None:
+        return _generic_shift(call, reduction, framework)
+    spelling = _Spelling(call, framework, rank)
     limits = limits or dtype_limits("float32")
-    argument = _shifted(call, arg, reduction, limits, minus_infinity)
+    argument = _shifted(spelling, arg, reduction, limits, minus_infinity)
     # Shifted inside the call, and inside every exp of the same argument on the line
     # (a softmax written `exp(s) / sum(exp(s))` must shift both), so that no name of
     # the user's is reassigned for the lines after.
     shifted = code
-    for same in reversed([c for c in find_calls(code, ("exp",)) if c.args[:1] == (arg,)]):
-        new_call = same.with_argument(0, argument)
-        shifted = replace_span(shifted, same.start, same.end, new_call)
-    lines = [shifted, *_alternatives(code, call, arg, reduction)]
+    for same in reversed(
+        [c for c in find_calls(code, ("exp",)) if _exp_argument(c, framework) == arg]
+    ):
+        shifted = replace_span(shifted, same.start, same.end, _with_argument(same, argument))
+    lines = [shifted, *_alternatives(code, spelling, arg, reduction)]
     return Fix("stable_softmax", _title(reduction), "\n".join(lines), rewrite=(shifted,))
+
+
+@dataclass(frozen=True)
+class _Spelling:
+    """How the fix spells its helpers: the user's exp call, their framework, the
+    exp result's number of dims."""
+
+    call: Call
+    framework: str
+    rank: int | None
+
+    @property
+    def torch(self) -> bool:
+        return namespace(self.call, self.framework) == "torch"
+
+    def helper(self, name: str) -> str:
+        return spell(self.call, name, self.framework)
+
+    def reduced(self, name: str, arg: str, axis: int) -> str:
+        """`max(arg, axis=axis, keepdims=True)` in the user's namespace."""
+        axis_word, keep_word = reduce_keywords(self.call, self.framework)
+        return f"{self.helper(name)}({arg}, {axis_word}={axis}, {keep_word}=True)"
+
+
+def _exp_argument(call: Call | None, framework: str) -> str | None:
+    """The text of the exp's argument: its first argument, or, for a tensor's method
+    (`scores.exp()`, `self.scores.exp()`), the tensor it is called on."""
+    if call is None:
+        return None
+    if call.args:
+        return call.args[0]
+    receiver = call.prefix[:-1]
+    method = framework == "torch" and namespace(call) != "torch" and "ops." not in call.prefix
+    return (
+        receiver if method and receiver and all(map(is_identifier, receiver.split("."))) else None
+    )
+
+
+def _with_argument(call: Call, argument: str) -> str:
+    """The exp call computing the exp of `argument` (a method call on it, bracketed)."""
+    if call.args:
+        return call.with_argument(0, argument)
+    return f"({argument}).{call.name}()"
+
+
+def _generic_shift(call: Call | None, reduction: Reduction, framework: str) -> Fix:
+    """The shift to read, for a line whose exp cannot be rewritten in place."""
+    axis = reduction.axis if reduction.axis is not None else -1
+    if namespace(call, framework) == "torch":
+        code = (
+            f"x = x - x.amax(dim={axis}, keepdim=True)  # just before exp(x)\n"
+            "# or, for a softmax, let the library do it:\n"
+            f"probs = torch.softmax(x, dim={axis})"
+        )
+    else:
+        code = (
+            f"x = x - tf.reduce_max(x, axis={axis}, keepdims=True)  # just before exp(x)\n"
+            "# or, for a softmax, let the library do it:\n"
+            f"probs = tf.nn.softmax(x, axis={axis})"
+        )
+    return Fix("stable_softmax", _SHIFT_TITLES["axis"], code)
 
 
 def _operand(arg: str) -> str:
@@ -123,7 +191,7 @@ def _title(reduction: Reduction) -> str:
 
 
 def _shifted(
-    call: Call, arg: str, reduction: Reduction, limits: DtypeLimits, minus_infinity: bool
+    spelling: _Spelling, arg: str, reduction: Reduction, limits: DtypeLimits, minus_infinity: bool
 ) -> str:
     """The exp's new argument: `arg` less the maximum of its group, shaped like `arg`.
 
@@ -131,16 +199,42 @@ def _shifted(
     so that no masked value, however large, overflows into inf * 0 = NaN, and the
     kept entries are shifted by their own largest value.
     """
+    call = spelling.call
     if reduction.kind != "axis":
+        if spelling.torch:
+            return f"{_operand(arg)} - {_torch_segment_largest(spelling, arg, reduction)}"
         return f"{_operand(arg)} - {_segment_largest(call, arg, reduction, limits, minus_infinity)}"
-    largest, axis = spell(call, "max"), reduction.axis if reduction.axis is not None else -1
+    axis = reduction.axis if reduction.axis is not None else -1
     if reduction.mask is None:
-        row = f"{largest}({arg}, axis={axis}, keepdims=True)"
-        return f"{_operand(arg)} - {_above_lowest(call, row, limits) if minus_infinity else row}"
-    where = spell(call, "where")
+        row = spelling.reduced("max", arg, axis)
+        return (
+            f"{_operand(arg)} - {_above_lowest(spelling, row, limits) if minus_infinity else row}"
+        )
+    where = spelling.helper("where")
     keep = reduction.mask if reduction.mask_is_condition else f"{reduction.mask} != 0"
-    kept_max = f"{largest}({where}({keep}, {arg}, {_MINUS_INF}), axis={axis}, keepdims=True)"
+    kept_max = spelling.reduced("max", f"{where}({keep}, {arg}, {_MINUS_INF})", axis)
     return f"{where}({keep}, {_operand(arg)} - {kept_max}, {_MINUS_INF})"
+
+
+def _torch_segment_largest(spelling: _Spelling, arg: str, reduction: Reduction) -> str:
+    """Each segment's maximum gathered back to its entries, in PyTorch.
+
+    `scatter_reduce(..., "amax")` into a tensor filled with the dtype's lowest value
+    (so a segment of only -inf keeps a finite max), held constant (`detach`, the
+    softmax is unchanged by it), gathered back with the user's own index. An
+    `index_add_` index holds one id per entry (first dim), expanded over the other
+    dims to scatter; a `scatter_add` index already has the entries' shape.
+    """
+    ids, x = reduction.segment_ids, _operand(arg)
+    count = reduction.num_segments or f"int({ids}.max()) + 1"
+    start = f"{x}.new_full(({count}, *{x}.shape[1:]), torch.finfo({x}.dtype).min)"
+    per_entry = (reduction.function or "").startswith("scatter_add")
+    if per_entry or spelling.rank == 1:
+        index = ids
+    else:
+        index = f"{ids}.view(-1, *[1] * ({x}.dim() - 1)).expand_as({x})"
+    largest = f'{start}.scatter_reduce(0, {index}, {x}.detach(), "amax")'
+    return f"{largest}.gather(0, {ids})" if per_entry else f"{largest}[{ids}]"
 
 
 def _segment_largest(
@@ -161,16 +255,23 @@ def _segment_largest(
         return f"{prefix}take({prefix}segment_max({arg}, {ids}{options}), {ids}, axis=0)"
     if reduction.kind == "sorted_segment":
         largest = f"tf.math.segment_max({arg}, {ids})"
-        largest = _above_lowest(call, largest, limits) if minus_infinity else largest
+        largest = (
+            _above_lowest(_Spelling(call, "tf", None), largest, limits)
+            if minus_infinity
+            else largest
+        )
     else:
         count = count if count is not None else f"tf.reduce_max({ids}) + 1"
         largest = f"tf.math.unsorted_segment_max({arg}, {ids}, {count})"
     return f"tf.gather({largest}, {ids})"
 
 
-def _above_lowest(call: Call, largest: str, limits: DtypeLimits) -> str:
+def _above_lowest(spelling: _Spelling, largest: str, limits: DtypeLimits) -> str:
     """`largest` kept at or above the dtype's lowest finite value (-inf - -inf is NaN)."""
-    family = namespace(call)
+    call = spelling.call
+    family = namespace(call, spelling.framework)
+    if family == "torch":
+        return f"{largest}.clamp_min(torch.finfo(torch.{limits.name}).min)"
     if family == "tf":
         lowest = f"tf.{limits.name}.min"
     elif family == "np":
@@ -181,14 +282,15 @@ def _above_lowest(call: Call, largest: str, limits: DtypeLimits) -> str:
     return f"{spell(call, 'maximum')}({largest}, {lowest})"
 
 
-def _alternatives(code: str, call: Call, arg: str, reduction: Reduction) -> list[str]:
+def _alternatives(code: str, spelling: _Spelling, arg: str, reduction: Reduction) -> list[str]:
     """Lines to read beside the patch: the library's softmax, or the doctor's drop-in
     (`gradient_doctor.torch.ops`, which names the axis `dim`, for a PyTorch line)."""
-    torch_line = namespace(call) == "torch"
+    torch_line = spelling.torch
     drop_ins, axis = (
         ("gradient_doctor.torch.ops", "dim") if torch_line else ("gradient_doctor.ops", "axis")
     )
-    if reduction.kind == "segment" and reduction.num_segments is not None:
+    per_entry = torch_line and (reduction.function or "").startswith("scatter_add")
+    if reduction.kind == "segment" and reduction.num_segments is not None and not per_entry:
         ids, count = reduction.segment_ids, reduction.num_segments
         return [
             "# or the normalised weights in one call, with gradient-doctor's drop-in:",
@@ -204,7 +306,7 @@ def _alternatives(code: str, call: Call, arg: str, reduction: Reduction) -> list
         target = assigned_name(code) or "probs"
         return [
             "# or let the library do it:",
-            f"{target} = {spell(call, 'softmax')}({arg}, axis={reduction.axis})",
+            f"{target} = {spelling.helper('softmax')}({arg}, {axis}={reduction.axis})",
         ]
     return []
 

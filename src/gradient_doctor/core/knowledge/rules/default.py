@@ -57,7 +57,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
         fixes=(
             remedies.upstream_remedies(evidence)
             if overflow
-            else (_CLIP_DOMAIN, remedies.normalize_input())
+            else (_CLIP_DOMAIN, remedies.normalize_input(evidence.setup.framework))
         ),
     )
 

@@ -93,8 +93,8 @@ def exploding_fixes(evidence: Evidence) -> tuple[Fix, ...]:
     clipping = remedies.gradient_clipping(evidence.setup)
     fixes = (
         remedies.lower_learning_rate(evidence.setup),
-        remedies.better_init(),
-        remedies.batch_normalization("each hidden layer"),
+        remedies.better_init(evidence.setup.framework),
+        remedies.batch_normalization("each hidden layer", evidence.setup.framework),
     )
     if evidence.setup.clipping:
         return (*fixes, clipping)

@@ -30,7 +30,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if origin is None or not applies(evidence):
         return None
     island = remedies.float32_island(
-        source_code(evidence), call_names(origin.op), source_focus(evidence)
+        source_code(evidence),
+        call_names(origin.op),
+        source_focus(evidence),
+        evidence.setup.framework,
     )
     dtype = origin_dtype(origin)
     if evidence.phase == "forward":
@@ -49,5 +52,5 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         category="exploding_gradients",
         explanation=f"{explanation} Dynamic loss scaling skips such steps and lowers the scale.",
         not_fixes=(),
-        fixes=(remedies.loss_scaling(), island),
+        fixes=(remedies.loss_scaling(evidence.setup.framework), island),
     )

@@ -60,9 +60,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         )
         sigmoid = "Sigmoid" in probability or "sigmoid" in code.lower()
         call = find_call(code, call_names(op), source_focus(evidence))
-        extra = (clip, _from_logits(binary=sigmoid, torch=namespace(call) == "torch"))
+        torch = namespace(call, evidence.setup.framework) == "torch"
+        extra = (clip, _from_logits(binary=sigmoid, torch=torch))
     else:
-        extra = (_positive_activation(),)
+        extra = (_positive_activation(evidence.setup.framework),)
     return diagnose_domain(evidence, _DOMAINS[op], extra)
 
 
@@ -118,10 +119,11 @@ def _from_logits(binary: bool, torch: bool = False) -> Fix:
     )
 
 
-def _positive_activation() -> Fix:
+def _positive_activation(framework: str = "tf") -> Fix:
     """Produce a value that must be positive with an activation that guarantees it."""
+    softplus = "torch.nn.functional.softplus" if framework == "torch" else "tf.nn.softplus"
     return Fix(
         "activation_change",
         "Produce the logarithm's argument with softplus, which is always positive",
-        "x = tf.nn.softplus(pre_activation) + 1e-7  # instead of relu or a linear output",
+        f"x = {softplus}(pre_activation) + 1e-7  # instead of relu or a linear output",
     )

@@ -86,8 +86,12 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             ),
         ),
         fixes=(
-            remedies.float32_island(source_code(evidence), names, source_focus(evidence)),
-            remedies.batch_normalization("the layer whose gradient overflows"),
-            remedies.normalize_input(),
+            remedies.float32_island(
+                source_code(evidence), names, source_focus(evidence), evidence.setup.framework
+            ),
+            remedies.batch_normalization(
+                "the layer whose gradient overflows", evidence.setup.framework
+            ),
+            remedies.normalize_input(evidence.setup.framework),
         ),
     )

@@ -60,7 +60,11 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     )
     fixes: list[Fix | None] = [_safe_constant(code, literal, dtype, limit)]
     if dtype in HALF_PRECISION:
-        fixes.append(remedies.float32_island(code, call_names(origin.op), source_focus(evidence)))
+        fixes.append(
+            remedies.float32_island(
+                code, call_names(origin.op), source_focus(evidence), evidence.setup.framework
+            )
+        )
     return Diagnosis(
         category="forward_overflow",
         explanation=explanation,

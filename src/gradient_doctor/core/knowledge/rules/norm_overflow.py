@@ -50,8 +50,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     fixes = (
         remedies.lower_learning_rate(evidence.setup),
         CLIP_VALUE,
-        remedies.better_init(),
-        remedies.batch_normalization("each hidden layer"),
+        remedies.better_init(evidence.setup.framework),
+        remedies.batch_normalization("each hidden layer", evidence.setup.framework),
     )
     return Diagnosis("exploding_gradients", explanation, (GLOBAL_NORM_CLIPPING,), fixes)
 

@@ -41,9 +41,14 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         upstream = evidence.weights_upstream
         constrain, *normalize = remedies.upstream_remedies(evidence)
         # Values that blew up inside a layer: its initial scale is the first suspect.
-        init = (remedies.better_init(),) if evidence.growth else ()
+        init = (remedies.better_init(evidence.setup.framework),) if evidence.growth else ()
         fixes = (
-            (constrain, *init, remedies.batch_normalization(origin.op), *normalize)
+            (
+                constrain,
+                *init,
+                remedies.batch_normalization(origin.op, evidence.setup.framework),
+                *normalize,
+            )
             if normalize
             else (constrain,)
         )

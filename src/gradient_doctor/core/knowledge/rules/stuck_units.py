@@ -55,16 +55,20 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if stuck.kind == DEAD:
         fixes += (
             remedies.activation_change(
-                "leaky_relu", "its units keep a small gradient when inactive and can recover"
+                "leaky_relu",
+                "its units keep a small gradient when inactive and can recover",
+                evidence.setup.framework,
             ),
-            remedies.normalize_input(),
-            remedies.better_init(),
+            remedies.normalize_input(evidence.setup.framework),
+            remedies.better_init(evidence.setup.framework),
         )
     else:
         fixes += (
-            remedies.normalize_input(),
-            remedies.batch_normalization(f"the {unit} layers"),
-            remedies.activation_change("relu", "it does not saturate for positive inputs"),
+            remedies.normalize_input(evidence.setup.framework),
+            remedies.batch_normalization(f"the {unit} layers", evidence.setup.framework),
+            remedies.activation_change(
+                "relu", "it does not saturate for positive inputs", evidence.setup.framework
+            ),
         )
     return Diagnosis(
         category="dead_units" if stuck.kind == DEAD else "saturation",

@@ -49,7 +49,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         not_fixes=(),
         fixes=(
             DISABLE_XLA,
-            remedies.normalize_input(),
+            remedies.normalize_input(evidence.setup.framework),
             remedies.lower_learning_rate(evidence.setup),
         ),
     )

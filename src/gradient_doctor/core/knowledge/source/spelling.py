@@ -78,7 +78,7 @@ _SAME_IN_TF = frozenset(
 )
 
 
-def spell(call: Call | None, helper: str) -> str:
+def spell(call: Call | None, helper: str, framework: str = "tf") -> str:
     """Spell a helper ("max", "sum", "clip", "sqrt", ...) the way the user's code does.
 
     Code that calls `keras.ops.*` gets `keras.ops.*` helpers, numpy code numpy's and
@@ -89,11 +89,14 @@ def spell(call: Call | None, helper: str) -> str:
     Args:
         call: the user's call the fix rewrites, or None when the line did not parse.
         helper: the helper's generic name.
+        framework: the framework the user trains with ("tf" or "torch"): a call
+            written in no namespace of its own (a tensor's method, `s.exp()`) is
+            spelled in it.
 
     Returns:
         The helper's full name, e.g. "tf.reduce_max" or "keras.ops.max".
     """
-    family = namespace(call)
+    family = namespace(call, framework)
     prefix = {"tf": "tf.", "torch": "torch."}.get(family) or call.prefix
     spelled = _SPELLINGS[family].get(helper)
     if spelled is None and family != "torch":
@@ -103,34 +106,42 @@ def spell(call: Call | None, helper: str) -> str:
     return spelled.replace("{p}", prefix)
 
 
-def namespace(call: Call | None) -> str:
+def namespace(call: Call | None, framework: str = "tf") -> str:
     """The array namespace the user's call is written in: "keras", "np", "torch" or "tf".
 
     `keras.ops.*` (and any `ops.*`) is "keras", `np.*` and `numpy.*` are "np",
     `torch.*` and `F.*` (`torch.nn.functional`) are "torch"; anything else (`tf.*`,
-    `tf.math.*`, `K.*`, an unparsed line) is "tf".
+    `tf.math.*`, `K.*`, a tensor's method, an unparsed line) is "tf", or "torch" when
+    `framework` is "torch" (a PyTorch tensor's method, `scores.exp()`).
     """
-    prefix = call.prefix if call is not None else "tf."
+    prefix = call.prefix if call is not None else ""
     if "ops." in prefix:
         return "keras"
-    if prefix.startswith(_TORCH_PREFIXES):
-        return "torch"
+    if prefix.startswith(_TORCH_PREFIXES) or framework == "torch":
+        return "torch" if not prefix.startswith(("np.", "numpy.")) else "np"
     return "np" if prefix in ("np.", "numpy.") else "tf"
 
 
-def fill(template: str, call: Call | None, arg: str) -> str:
+def reduce_keywords(call: Call | None, framework: str = "tf") -> tuple[str, str]:
+    """The keywords a reduction takes for its axis and for keeping it: PyTorch's
+    ("dim", "keepdim") for a PyTorch call, ("axis", "keepdims") elsewhere."""
+    return ("dim", "keepdim") if namespace(call, framework) == "torch" else ("axis", "keepdims")
+
+
+def fill(template: str, call: Call | None, arg: str, framework: str = "tf") -> str:
     """Fill a guard template such as "{clip}({arg}, 1e-7, 1.0)" for the user's call.
 
     Args:
         template: str, with "{arg}" for the argument and "{helper}" for each helper.
         call: the user's call, which decides the namespace (see `spell`).
         arg: str, the argument's text.
+        framework: the framework the user trains with (see `spell`).
 
     Returns:
         The filled template, e.g. "tf.clip_by_value(p, 1e-7, 1.0)".
     """
     helpers = {field for _, field, _, _ in Formatter().parse(template) if field}
-    names = {helper: spell(call, helper) for helper in helpers - {"arg"}}
+    names = {helper: spell(call, helper, framework) for helper in helpers - {"arg"}}
     return template.format(arg=arg, **names)
 
 
