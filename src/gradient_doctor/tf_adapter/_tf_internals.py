@@ -41,7 +41,9 @@ What each is for (and the modules that use it):
   (localize/backward_marks).
 - `learning_rate_variable`: an optimizer's learning-rate variable, swapped during a trial
   (trials/trial_plans).
-- `trainable_variables_of`: the variables an optimizer was built for (step/guard).
+- `trainable_variables_of`, `updated_variables`: the variables an optimizer was built for,
+  and those an `apply` call updates (step/guard, hooks/run_patches, trials/fix_sites,
+  trials/snapshots).
 - `clipped_gradients`: gradients as an optimizer's own clipping leaves them, before its
   update (step/clipping).
 - `gradient_registry`, `set_gradient_registry`: the op type -> gradient function table both
@@ -115,6 +117,7 @@ __all__ = [
     "tape_flags",
     "tf_stack",
     "trainable_variables_of",
+    "updated_variables",
 ]
 
 
@@ -132,6 +135,14 @@ def set_learning_rate_variable(optimizer, value) -> None:
 def trainable_variables_of(optimizer) -> list:
     """The variables `optimizer` was built for, in its slots' order (empty before build)."""
     return list(getattr(optimizer, "_trainable_variables", None) or [])
+
+
+def updated_variables(optimizer, trainable_variables=None) -> list:
+    """The variables an `optimizer.apply(grads, trainable_variables)` call updates: those
+    passed, else (Keras's `apply(grads)`) the ones the optimizer was built for."""
+    if trainable_variables is not None:
+        return list(trainable_variables)
+    return trainable_variables_of(optimizer)
 
 
 def clipped_gradients(optimizer, gradients: list) -> list:

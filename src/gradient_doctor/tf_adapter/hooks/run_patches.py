@@ -11,7 +11,11 @@ import tensorflow as tf
 
 from gradient_doctor.core.source_frames import is_user_file, user_frame, user_line
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.tf_adapter._tf_internals import BaseOptimizer, polymorphic_function
+from gradient_doctor.tf_adapter._tf_internals import (
+    BaseOptimizer,
+    polymorphic_function,
+    updated_variables,
+)
 from gradient_doctor.tf_adapter.hooks import creation_sites, eager_trace, state_writes
 from gradient_doctor.tf_adapter.hooks.callback import Doctor
 from gradient_doctor.tf_adapter.hooks.custom_loop import call_watched_step
@@ -162,18 +166,12 @@ def _guarded_apply(watcher: Watcher, original_apply):
             and step_context.current_scope() is None
             and step_context.current_recorder() is None
         ):
-            variables = _updated_variables(optimizer, trainable_variables)
+            variables = updated_variables(optimizer, trainable_variables)
             _check_eager_update(watcher, trace, grads, variables)
         return result
 
     setattr(apply, GUARDED, True)
     return apply
-
-
-def _updated_variables(optimizer, trainable_variables) -> list:
-    if trainable_variables is not None:
-        return list(trainable_variables)
-    return list(getattr(optimizer, "_trainable_variables", None) or [])
 
 
 def _check_eager_update(watcher: Watcher, trace, grads: list, variables: list) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from gradient_doctor.tf_adapter._tf_internals import keras_backend, updated_variables
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.step import loss_scale, random_draws, replicas
 from gradient_doctor.tf_adapter.step.clipping import clipped_finite, clipping_of
@@ -253,7 +254,7 @@ class Guard:
         self.optimizers.add(id(optimizer))
         grads = list(grads)
         loss, tape_window = step_context.take_loss()
-        variables = _variables_of(optimizer, trainable_variables)
+        variables = updated_variables(optimizer, trainable_variables)
         missing = [v for g, v in zip(grads, variables) if g is None]
         if missing and self.on_missing is not None:
             if self.on_missing(missing, len(missing) == len(grads), loss, tape_window):
@@ -572,19 +573,13 @@ def _guarded_update():
         _updating.depth -= 1
 
 
-def _variables_of(optimizer, trainable_variables) -> list:
-    if trainable_variables is not None:
-        return list(trainable_variables)
-    return list(getattr(optimizer, "_trainable_variables", None) or [])
-
-
 def _build_optimizer(optimizer, grads, trainable_variables) -> None:
     """Create the optimizer's slots now: a `cond` branch may not create variables."""
     if getattr(optimizer, "built", True) or trainable_variables is None:
         return
-    from keras.src import backend  # the same scope Keras builds optimizers in
-
-    with backend.name_scope(optimizer.name, caller=optimizer):
+    with keras_backend.name_scope(  # the same scope Keras builds optimizers in
+        optimizer.name, caller=optimizer
+    ):
         optimizer.build(list(trainable_variables))
     optimizer.built = True
 

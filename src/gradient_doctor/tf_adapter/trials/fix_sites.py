@@ -8,6 +8,7 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
+from gradient_doctor.tf_adapter._tf_internals import trainable_variables_of
 from gradient_doctor.tf_adapter.hooks.creation_sites import (
     creation_line,
     layer_at,
@@ -78,7 +79,7 @@ def trained_layers(optimizer) -> list:
     """The layers owning the variables `optimizer` trains, once each, in order."""
     inner = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
     layers = []
-    for variable in getattr(inner, "_trainable_variables", None) or ():
+    for variable in trainable_variables_of(inner) if inner is not None else ():
         layer = layer_of_variable(variable)
         if layer is not None and all(layer is not seen for seen in layers):
             layers.append(layer)

@@ -29,6 +29,7 @@ from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_trials import TrialOutcome
 from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
+from gradient_doctor.tf_adapter._tf_internals import DistributedValues
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.trials.patched_source import PatchedSource
 from gradient_doctor.tf_adapter.trials.snapshots import Snapshot, SnapshotRing
@@ -141,8 +142,6 @@ class TrialSource:
 
 def _distributed(optimizer) -> bool:
     """True when the optimizer's variables are spread over replicas (tf.distribute)."""
-    from tensorflow.python.distribute.values import DistributedValues
-
     variables = getattr(optimizer, "variables", None) or []
     return any(isinstance(getattr(v, "value", v), DistributedValues) for v in variables)
 

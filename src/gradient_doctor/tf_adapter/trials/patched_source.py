@@ -14,11 +14,10 @@ import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from tensorflow.python.framework import op_callbacks
-
 from gradient_doctor.core import patched_source as core_patched_source
 from gradient_doctor.core.findings import Edit
 from gradient_doctor.core.patched_source import NotPatchable, PatchedSource
+from gradient_doctor.tf_adapter._tf_internals import op_callbacks
 
 __all__ = ["NotPatchable", "PatchedSource", "patched_functions"]
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import tensorflow as tf
 
+from gradient_doctor.tf_adapter._tf_internals import trainable_variables_of
 from gradient_doctor.tf_adapter.step.doctor_variables import DOCTOR_PREFIX
 
 # Take a copy every this many steps; keep this many recent ones (plus the first).
@@ -176,6 +177,6 @@ def optimizer_state(optimizers: Iterable[weakref.ref]) -> list:
             continue
         inner = getattr(optimizer, "inner_optimizer", None)
         for opt in (optimizer, inner) if inner is not None else (optimizer,):
-            found += list(getattr(opt, "_trainable_variables", None) or [])
+            found += trainable_variables_of(opt)
             found += list(getattr(opt, "variables", None) or [])
     return found

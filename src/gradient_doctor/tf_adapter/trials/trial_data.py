@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.tf_adapter._tf_internals import get_data_adapter
 
 DEFAULT_BATCH_SIZE = 32  # Keras's own default for `fit`
 
@@ -72,8 +73,6 @@ def fit_batches(x, y=None, sample_weight=None, batch_size=None) -> Callable[[], 
         return lambda: iter(x)
     if not _is_array_tree(x) or (y is not None and not _is_array_tree(y)):
         return None
-    from keras.src.trainers.data_adapters import get_data_adapter
-
     adapter = get_data_adapter(
         x=x, y=y, sample_weight=sample_weight, batch_size=batch_size or DEFAULT_BATCH_SIZE
     )
