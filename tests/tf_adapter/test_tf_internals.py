@@ -113,3 +113,21 @@ def test_the_keras_layer_path_is_read_inside_a_layer_call():
 
     keras.Sequential([keras.Input((2,)), Probe(name="probe")])(tf.ones((1, 2)))
     assert seen and all("probe" in path for path in seen)
+
+
+def test_no_other_module_of_the_doctor_imports_a_private_module():
+    from pathlib import Path
+
+    package = Path(internals.__file__).resolve().parents[1]
+    private = ("tensorflow.python", "keras.src")
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "_tf_internals.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            words = line.split()
+            if words[:1] in (["from"], ["import"]) and any(
+                words[1] == name or words[1].startswith(name + ".") for name in private
+            ):
+                offenders.append(f"{path.relative_to(package)}:{number}: {line.strip()}")
+    assert not offenders, "import them through _tf_internals:\n" + "\n".join(offenders)
