@@ -1,5 +1,6 @@
 """gradient-doctor for PyTorch: `watch` a training step; its non-finite updates are skipped
-and diagnosed (the op, its module, your line, the cause and the fix)."""
+and diagnosed (the op, its module, your line, the cause and the fix). `ops` holds safe
+drop-ins with finite gradients at their singular points (`gradient_doctor.torch.ops`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import torch
 
 from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
 from gradient_doctor.render.terminal import render_finding, render_warning
+from gradient_doctor.torch import ops
 from gradient_doctor.torch_adapter.adapter import TorchAdapter
 from gradient_doctor.torch_adapter.watched_step import WatchedStep
 
-__all__ = ["WatchedStep", "watch"]
+__all__ = ["WatchedStep", "ops", "watch"]
 
 # The names users know the accepted types by.
 _PUBLIC_NAMES = {torch.optim.Optimizer: "torch.optim.Optimizer", torch.nn.Module: "torch.nn.Module"}
