@@ -30,6 +30,31 @@ def test_value_clipping_of_huge_finite_gradients_is_judged_as_keras_applies_it()
     assert all(np.isfinite(v.numpy()).all() for v in model.trainable_variables)
 
 
+class _RootGate(keras.layers.Layer):
+    """x * sqrt(w), w starting at 0: the gradient of w is inf (finite upstream / 0)."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(), initializer="zeros")
+
+    def call(self, x):
+        return x * tf.sqrt(self.w) + x
+
+
+def test_value_clipping_does_not_hide_an_infinite_gradient():
+    keras.utils.set_random_seed(0)
+    x = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
+    model = keras.Sequential([keras.Input((4,)), _RootGate(), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(1e-2, clipvalue=1.0), loss="mse")
+    doctor = Doctor(verbose=False, trial_steps=0)
+    model.fit(
+        x, np.ones((32, 1), "float32"), batch_size=32, epochs=1, verbose=0, callbacks=[doctor]
+    )
+    # Keras would clip the inf to 1.0 and train on; the doctor still stops the update.
+    problems = doctor.report().problems
+    assert problems and problems[0].step == 0 and problems[0].phase == "backward"
+    assert float(model.layers[0].w.numpy()) == 0.0  # the update was skipped
+
+
 def test_global_norm_clipping_of_an_overflowing_norm_still_fails():
     _, report = _fit_scaled(keras.optimizers.Adam(1e-3, global_clipnorm=1.0), trial_steps=0)
     # Keras's clip_by_global_norm turns every gradient NaN when the norm overflows.

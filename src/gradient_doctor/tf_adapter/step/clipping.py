@@ -27,12 +27,16 @@ def clipping_of(optimizer) -> dict[str, float]:
 
 
 def clipped_finite(optimizer, gradients: list) -> tf.Tensor | None:
-    """Whether every gradient is finite once `optimizer` has clipped it, or None when the
-    optimizer does not clip (its update then sees the gradients as they are).
+    """Whether the update `optimizer` would apply is finite, judged on the gradients as
+    it clips them, or None when the optimizer does not clip (its update then sees the
+    gradients as they are).
 
     Global-norm clipping turns every gradient NaN when the norm overflows (Keras's
     `clip_by_global_norm`), norm clipping turns an overflowing variable's gradient to
     zero, value clipping maps +-inf to the bound and keeps NaN: this reads the result.
+    A gradient that is itself inf or NaN still fails, though value clipping would map
+    an inf to the bound: it is a numerical failure of the step (a root's gradient at 0,
+    say), which clipping would hide, not a large gradient clipping is there to bound.
 
     Args:
         optimizer: the Keras optimizer that will apply the update.
@@ -40,7 +44,8 @@ def clipped_finite(optimizer, gradients: list) -> tf.Tensor | None:
     """
     if not clipping_of(optimizer) or not isinstance(optimizer, BaseOptimizer):
         return None
-    clipped = clipped_gradients(optimizer, gradients)
+    present = [g for g in gradients if g is not None]
+    clipped = [g for g in clipped_gradients(optimizer, present) if g is not None]
     return tf.reduce_all(
-        tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in clipped if g is not None])
+        tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in (*present, *clipped)])
     )
