@@ -16,8 +16,9 @@ Two parts, a cheap one every update and an expensive one when it trips:
   step never read the parameter. The core groups the parameters by break
   (`core.gradient_paths.find_breaks`); the session turns each group into a finding.
 
-`gradient-doctor run` calls the same two: `missing_gradients` (or a `CutWatch`) at an
-optimizer's step, then the step run again under a `PathRecorder` and `find_path_breaks`.
+`gradient-doctor run` calls the same two: a `CutWatch` at each optimizer step, then the
+step run again under a `PathRecorder` in the seeded rerun, whose record comes back as
+JSON (`RecordedPaths`) for `breaks_in`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch.utils._pytree import tree_leaves
 
-from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.findings import SourceLine, TensorStats
 from gradient_doctor.core.gradient_paths import Node, PathBreak, find_breaks
+from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.torch_adapter.module_scope import ModuleScope
 from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder
 from gradient_doctor.torch_adapter.source_lines import user_line
@@ -104,6 +106,26 @@ class CutWatch:
         """The (optimizer, parameters without a gradient) noted since the last call."""
         found, self._found = self._found, []
         return found
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedPaths:
+    """What a `PathRecorder` recorded, as plain data (the attributes it has itself).
+
+    Attributes:
+        events: the recorded ops.
+        stats: each tensor value's summary, by id.
+        grad_enabled: event index -> gradients were on while it ran.
+        carries: event index -> whether each output carries autograd history.
+        exits: `(ops recorded before it, method, id of the tensor read, line)` of each
+            `.tolist()` or `.numpy()` call.
+    """
+
+    events: Sequence[OpEvent]
+    stats: Mapping[int, TensorStats]
+    grad_enabled: Mapping[int, bool]
+    carries: Mapping[int, tuple[bool, ...]]
+    exits: Sequence[tuple[int, str, int, SourceLine | None]]
 
 
 class PathRecorder(OpRecorder):
@@ -190,16 +212,30 @@ def find_path_breaks(
         One `PathBreak` per group of parameters cut at the same place, `framework`
         "torch"; `never_read` for those the step never read.
     """
-    nodes = _nodes(recorder)
+    names = [recorder.parameter_names.get(id(p), f"param{i}") for i, p in enumerate(parameters)]
+    loss_ids = tuple(recorder.key(t) for t in losses if _is_tensor(t))
+    return breaks_in(recorder, names, loss_ids)
+
+
+def breaks_in(
+    recorded: RecordedPaths, names: Sequence[str], loss_ids: Sequence[int]
+) -> list[PathBreak]:
+    """`find_path_breaks` on what a `PathRecorder` recorded, by name and id: the form the
+    seeded rerun of `gradient-doctor run` hands back as JSON (`step_events`).
+
+    Args:
+        recorded: the recorder, or its record read back (`RecordedPaths`).
+        names: the parameters without a gradient, as the recorder named them.
+        loss_ids: the recorder's ids of the tensors `backward()` was called on.
+    """
+    nodes = _nodes(recorded)
     reads = {
         event.op_name: event.output_ids
-        for event in recorder.events
+        for event in recorded.events
         if event.op_type == READ_VARIABLE and event.phase == "forward"
     }
-    names = [recorder.parameter_names.get(id(p), f"param{i}") for i, p in enumerate(parameters)]
     variable_reads = {name: reads.get(name, ()) for name in names}
-    loss_ids = tuple(recorder.key(t) for t in losses if _is_tensor(t))
-    breaks = find_breaks(nodes, loss_ids, variable_reads, _fresh_values(recorder, nodes))
+    breaks = find_breaks(nodes, tuple(loss_ids), variable_reads, _fresh_values(recorded, nodes))
     return [dataclasses.replace(b, framework=FRAMEWORK) for b in _by_line(breaks)]
 
 
@@ -223,7 +259,7 @@ def _by_line(breaks: Sequence[PathBreak]) -> list[PathBreak]:
     return list(merged.values())
 
 
-def _nodes(recorder: PathRecorder) -> list[Node]:
+def _nodes(recorder: RecordedPaths) -> list[Node]:
     """The step's forward ops as the core's dataflow nodes, exits included."""
     nodes = []
     for event in recorder.events:
@@ -270,7 +306,7 @@ def _nodes(recorder: PathRecorder) -> list[Node]:
     return nodes
 
 
-def _fresh_values(recorder: PathRecorder, nodes: Sequence[Node]) -> dict[int, tuple]:
+def _fresh_values(recorder: RecordedPaths, nodes: Sequence[Node]) -> dict[int, tuple]:
     """Values made from Python data by `torch.tensor(...)` after a value left for Python:
     where a round trip through `.item()`, `.tolist()` or `.numpy()` may have come back."""
     exits = [node.index for node in nodes if node.leaves_framework]
