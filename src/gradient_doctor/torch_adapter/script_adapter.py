@@ -7,6 +7,11 @@ two updates are one step; a critic stepping five times per generator step makes 
 or at a skipped update, which is diagnosed at once. The failing step is localized by
 the seeded rerun (`step_rerun`): the script run again in a child process, the step
 recorded there, its events walked to the origin here by the core's `trace_evidence`.
+Each update is also counted for parameters left without a gradient (`CutWatch`); a new
+set of them is localized by the same rerun, recording that step under the path
+recorder (`gradient_paths.breaks_in` here, on what it hands back): a whole optimizer
+cut off is a problem and training stops at the step's end, a part of one is recorded
+and training goes on.
 With no step function to call again, the fixes are not trialed inside the run: the
 front end's confirmation reruns a patched copy of the folder from the start.
 """
@@ -14,6 +19,7 @@ front end's confirmation reruns a patched copy of the folder from the start.
 from __future__ import annotations
 
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass, replace
 
@@ -26,9 +32,15 @@ from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.core.pipeline import Adapter, Localized, Session, StepReading
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.trial_plans import TrialPlan
-from gradient_doctor.errors import StepLimitReached, TrainingStopped
+from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter import source_lines
 from gradient_doctor.torch_adapter.adapter import FRAMEWORK, training_setup_of
+from gradient_doctor.torch_adapter.gradient_paths import (
+    CutWatch,
+    RecordedPaths,
+    breaks_in,
+    trainable_count,
+)
 from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE
 from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.step_check import Check, combined
@@ -41,6 +53,10 @@ NO_STEP_FUNCTION = (
     "last good state, so only a copy of your folder with the patch applied, run again from "
     "the start, can judge it (`--confirm always`, `gradient-doctor fix`)"
 )
+# Reruns spent on where gradient paths break, at most: each new set of parameters left
+# without a gradient costs a run of the script up to it (a set that changes every step,
+# a branch taken at random, would rerun the script once a step).
+MAX_PATH_RERUNS = 3
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,8 @@ class ScriptAdapter(Adapter, UpdateListener):
         self._stepped: set[int] = set()  # ids of the optimizers stepped in this step
         self._checks: list[Check] = []
         self._step_after = -1  # the update after which this step began
+        self.cuts = CutWatch()  # parameters left without a gradient
+        self._path_reruns = 0
 
     def install(self) -> None:
         """The start a rerun repeats (taken right before the script runs), then the hooks."""
@@ -118,6 +136,9 @@ class ScriptAdapter(Adapter, UpdateListener):
         if update.check is None:
             return
         self._checks.append(update.check)
+        self.cuts.observe(update.optimizer, update.present)
+        for optimizer, cut in self.cuts.take():
+            self._disconnected(update.index, optimizer, cut)
         if not update.skipped:
             return
         reading = self._reading(failed=True)
@@ -135,7 +156,7 @@ class ScriptAdapter(Adapter, UpdateListener):
         if self._checks:
             try:
                 self._end_step(self.hooks.updates - 1)
-            except StepLimitReached:
+            except TrainingStopped:  # the step limit, or a cut found in the last step
                 pass
         self.session.finish(None)
 
@@ -146,7 +167,49 @@ class ScriptAdapter(Adapter, UpdateListener):
         self._checks.clear()
         self._step_after = last
         if reading.updates:
-            self.session.after_step(reading, None)
+            finding = self.session.after_step(reading, None)
+            if finding is not None and self.session.stop_on_problem:
+                raise TrainingStopped(finding)  # every parameter of an optimizer cut off
+
+    def _disconnected(
+        self, index: int, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor]
+    ) -> None:
+        """Record where the paths to `cut`, the parameters update `index` left without a
+        gradient, break: the script run again, seeded, recording that step's paths."""
+        step = self.session.steps_watched
+        if self.reruns is None or self._path_reruns >= MAX_PATH_RERUNS:
+            _say(
+                f"{len(cut)} parameters of {type(optimizer).__name__} got no gradient at step "
+                f"{step}; {MAX_PATH_RERUNS} reruns were spent on such sets already, so where "
+                "their path breaks is not looked for"
+            )
+            return
+        self._path_reruns += 1
+        _say(
+            f"{len(cut)} parameters of {type(optimizer).__name__} got no gradient at step "
+            f"{step}; running your script again, seeded as it started, to find where their "
+            "path to the loss breaks"
+        )
+        try:
+            recorded, seconds = self.reruns.record(self._step_after, index, paths=True)
+            self.rerun_seconds.append(seconds)
+            paths = recorded.paths
+            if not recorded.reached or paths is None:
+                _say(f"{recorded.why or 'the rerun recorded no paths'}; the break is not named")
+                return
+            if not self.session.disconnected_first_seen(paths.parameters):
+                return
+            record = RecordedPaths(
+                recorded.events, recorded.stats, paths.grad_enabled, paths.carries, paths.exits
+            )
+            breaks = breaks_in(record, paths.parameters, paths.loss_ids)
+            self.session.record_path_breaks(breaks, len(cut) == trainable_count(optimizer))
+        except Exception as error:  # never let the doctor's analysis break the user's run
+            warnings.warn(
+                "gradient-doctor could not trace where the gradients of "
+                f"{len(cut)} parameters are lost ({type(error).__name__}: {error}).",
+                stacklevel=2,
+            )
 
     def _reading(self, failed: bool) -> StepReading:
         """The step's reading: the last checked loss, the global norm over its updates."""

@@ -41,6 +41,8 @@ class Update:
         optimizer: the optimizer that stepped.
         check: what the check read, or None for a step with a closure (LBFGS: its
             loss is computed inside the step, so it is not checked).
+        present: how many dense gradients the update was about to apply (0 with a
+            closure): a change tells the owner to look for parameters left without one.
         hidden: the gradients hidden from the optimizer while a non-finite update
             ran, `(parameter, gradient)`, put back after it.
     """
@@ -48,6 +50,7 @@ class Update:
     index: int
     optimizer: torch.optim.Optimizer
     check: Check | None
+    present: int = 0
     hidden: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     @property
@@ -123,7 +126,7 @@ class UpdateHooks:
         grads = dense_grads(optimizer)
         root, self.last_root = self.last_root, None
         result = check([root] if root is not None else [], grads)
-        update = self._current = Update(index, optimizer, result)
+        update = self._current = Update(index, optimizer, result, len(grads))
         if not result.finite:
             update.hidden = [(p, p.grad) for p in parameters_with_grads(optimizer)]
             for parameter, _ in update.hidden:

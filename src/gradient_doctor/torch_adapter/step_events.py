@@ -2,9 +2,12 @@
 
 The rerun child records the failing step under the op recorder and hands the parent
 what the origin walk needs: the `OpEvent`s, the non-finite tensors that matter, and each
-tensor value's summary. Only numbers and strings cross the process boundary, as JSON
-(never a pickle of anything the user's code made). NaN and infinities among the quoted
-values are written as Python's `json` writes them (`NaN`, `Infinity`) and read back so.
+tensor value's summary; for a step whose update left parameters without a gradient,
+what the path search needs besides (`CutPaths`: what autograd made of each op, the
+values handed to Python, the parameters cut and the loss). Only numbers and strings cross
+the process boundary, as JSON (never a pickle of anything the user's code made). NaN and
+infinities among the quoted values are written as Python's `json` writes them (`NaN`,
+`Infinity`) and read back so.
 """
 
 from __future__ import annotations
@@ -18,6 +21,27 @@ from gradient_doctor.core.op_trace import OpEvent
 
 
 @dataclass(frozen=True)
+class CutPaths:
+    """What a `PathRecorder` noted of a step whose update left parameters without a
+    gradient, beyond its events (`gradient_paths.RecordedPaths` with them).
+
+    Attributes:
+        grad_enabled: event index -> gradients were on while it ran.
+        carries: event index -> whether each output carries autograd history.
+        exits: `(ops recorded before it, method, id of the tensor read, line)` of each
+            `.tolist()` or `.numpy()` call.
+        parameters: the names of the update's parameters left without a gradient.
+        loss_ids: the ids of the tensors `backward()` was called on before the update.
+    """
+
+    grad_enabled: dict[int, bool]
+    carries: dict[int, tuple[bool, ...]]
+    exits: tuple[tuple[int, str, int, SourceLine | None], ...]
+    parameters: tuple[str, ...]
+    loss_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class RecordedStep:
     """What the rerun recorded of the failing step.
 
@@ -28,6 +52,8 @@ class RecordedStep:
         bad_ids: the non-finite tensors among the update's loss and gradients.
         stats: each tensor value's summary, by id.
         why: what happened, in words, when the failing update was not reached.
+        paths: for a step recorded for its parameters without a gradient, what the
+            path search needs besides the events (None otherwise).
     """
 
     reached: bool
@@ -35,6 +61,7 @@ class RecordedStep:
     bad_ids: tuple[int, ...] = ()
     stats: dict[int, TensorStats] = dataclasses.field(default_factory=dict)
     why: str = ""
+    paths: CutPaths | None = None
 
 
 def write(path: str, step: RecordedStep) -> None:
@@ -45,6 +72,7 @@ def write(path: str, step: RecordedStep) -> None:
         "bad_ids": list(step.bad_ids),
         "stats": {str(key): dataclasses.asdict(value) for key, value in step.stats.items()},
         "why": step.why,
+        "paths": None if step.paths is None else _paths_data(step.paths),
     }
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(data, handle)
@@ -60,6 +88,33 @@ def read(path: str) -> RecordedStep:
         bad_ids=tuple(data["bad_ids"]),
         stats={int(key): _stats(value) for key, value in data["stats"].items()},
         why=data["why"],
+        paths=_paths(data["paths"]) if data.get("paths") is not None else None,
+    )
+
+
+def _paths_data(paths: CutPaths) -> dict:
+    return {
+        "grad_enabled": {str(key): value for key, value in paths.grad_enabled.items()},
+        "carries": {str(key): list(value) for key, value in paths.carries.items()},
+        "exits": [
+            [before, method, key, None if line is None else dataclasses.asdict(line)]
+            for before, method, key, line in paths.exits
+        ],
+        "parameters": list(paths.parameters),
+        "loss_ids": list(paths.loss_ids),
+    }
+
+
+def _paths(data: dict) -> CutPaths:
+    return CutPaths(
+        grad_enabled={int(key): bool(value) for key, value in data["grad_enabled"].items()},
+        carries={int(key): tuple(value) for key, value in data["carries"].items()},
+        exits=tuple(
+            (before, method, key, None if line is None else SourceLine(**line))
+            for before, method, key, line in data["exits"]
+        ),
+        parameters=tuple(data["parameters"]),
+        loss_ids=tuple(data["loss_ids"]),
     )
 
 

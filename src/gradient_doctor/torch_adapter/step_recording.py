@@ -6,6 +6,9 @@ skips the same updates and follows the same trajectory). After update `window_af
 scope followed; updates inside the window (a GAN's other optimizer, stepping first)
 are applied unrecorded. At the pre-hook of update `failing` the check's loss and
 gradients are marked, the events written, and the script stopped (`StepRecorded`).
+A step recorded for the parameters its update left without a gradient (`paths`) runs
+under the `PathRecorder` instead, and hands back what the path search needs
+(`step_events.CutPaths`): those parameters by name and the update's loss.
 
 The models are not handed over as in `watch(model=...)`: every module whose `forward`
 is called while no other module runs is a root, and those that hold parameters are
@@ -25,11 +28,12 @@ from torch.nn.modules.module import (
 
 from gradient_doctor.errors import DoctorError, TrainingStopped
 from gradient_doctor.torch_adapter import step_events
+from gradient_doctor.torch_adapter.gradient_paths import PathRecorder, missing_gradients
 from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names, parameter_names
 from gradient_doctor.torch_adapter.op_recorder import OpRecorder
 from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.step_check import dense_grads
-from gradient_doctor.torch_adapter.step_events import RecordedStep
+from gradient_doctor.torch_adapter.step_events import CutPaths, RecordedStep
 
 # `window_after` for a failing step that is the run's first: record from the start.
 FROM_START = -1
@@ -50,12 +54,15 @@ class StepRecording(UpdateListener):
         window_after: the update after which the step began (`FROM_START` for the first).
         failing: the failing update's index.
         out: the JSON file written.
+        paths: record where the paths to the update's parameters without a gradient
+            break, rather than its non-finite values.
     """
 
-    def __init__(self, window_after: int, failing: int, out: str) -> None:
+    def __init__(self, window_after: int, failing: int, out: str, paths: bool = False) -> None:
         self.window_after = window_after
         self.failing = failing
         self.out = out
+        self.paths = paths
         self.hooks = UpdateHooks(self)
         self.recorder: OpRecorder | None = None
         self._roots: list[torch.nn.Module] = []  # modules first called at depth 0
@@ -97,11 +104,31 @@ class StepRecording(UpdateListener):
             step_events.write(self.out, RecordedStep(False, why=why))
             raise StepRecorded(index)
         root = self.hooks.last_root
-        recorder.mark_bad([*([root] if root is not None else []), *dense_grads(optimizer)])
+        losses = [root] if root is not None else []
+        if self.paths:
+            self._write_paths(recorder, optimizer, losses)
+            raise StepRecorded(index)
+        recorder.mark_bad([*losses, *dense_grads(optimizer)])
         self._window.close()
         step = RecordedStep(True, tuple(recorder.events), tuple(recorder.bad_ids), recorder.stats)
         step_events.write(self.out, step)
         raise StepRecorded(index)
+
+    def _write_paths(self, recorder: PathRecorder, optimizer, losses: list) -> None:
+        """Write the step's events and what the path search needs for the parameters
+        `optimizer` is about to update without a gradient."""
+        with recorder.paused():
+            cut = missing_gradients(optimizer)
+            names = tuple(self._parameters.get(id(p), f"param{i}") for i, p in enumerate(cut))
+            loss_ids = tuple(recorder.key(t) for t in losses)
+        self._window.close()  # the recorder reads its last outputs' autograd history
+        paths = CutPaths(
+            dict(recorder.grad_enabled), dict(recorder.carries), tuple(recorder.exits), names,
+            loss_ids,
+        )  # fmt: skip
+        step_events.write(
+            self.out, RecordedStep(True, tuple(recorder.events), (), recorder.stats, paths=paths)
+        )
 
     def after_update(self, update: Update) -> None:
         self._paused.close()
@@ -114,7 +141,11 @@ class StepRecording(UpdateListener):
         self._module_names.update(module_names(models))
         self._parameters.update(parameter_names(models, self._optimizers))
         scope = ModuleScope(self._module_names)
-        self.recorder = OpRecorder(scope, self._parameters)
+        if self.paths:
+            self.recorder = PathRecorder(scope, self._parameters)
+            self._window.enter_context(self.recorder.exits_noted())
+        else:
+            self.recorder = OpRecorder(scope, self._parameters)
         self._window.enter_context(scope.hooked())
         self._window.enter_context(self.recorder)
 

@@ -99,12 +99,16 @@ class StepReruns:
             self._fork.close()
             self._fork = None
 
-    def record(self, window_after: int, failing: int) -> tuple[RecordedStep, float]:
+    def record(
+        self, window_after: int, failing: int, paths: bool = False
+    ) -> tuple[RecordedStep, float]:
         """Run the script again from its start and record the step ending at update `failing`.
 
         Args:
             window_after: the update after which the failing step began (-1: the first).
             failing: the failing update's index (over every optimizer of the run).
+            paths: record where the paths to the parameters that update leaves without
+                a gradient break (`StepRecording`'s `paths`).
 
         Returns:
             What the rerun recorded, and how long it took (wall seconds).
@@ -119,6 +123,7 @@ class StepReruns:
                 "args": list(self.start.args),
                 "window_after": window_after,
                 "failing": failing,
+                "paths": paths,
                 "out": os.path.join(scratch, "step.json"),
             }
             if self._fork is not None:
@@ -259,7 +264,9 @@ def _record(request: dict) -> None:
     from gradient_doctor.cli.script_runner import run_script
     from gradient_doctor.torch_adapter.step_recording import StepRecording
 
-    recording = StepRecording(request["window_after"], request["failing"], request["out"])
+    recording = StepRecording(
+        request["window_after"], request["failing"], request["out"], request.get("paths", False)
+    )
     recording.install()
     try:
         outcome = run_script(request["script"], request["args"])
