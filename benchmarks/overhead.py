@@ -59,12 +59,13 @@ from gradient_doctor.tf_adapter.watcher import Watcher  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from page_sections import sections_from  # noqa: E402
 
-# The sections of docs/performance.md that `step_pieces.py` and `eager_loop.py` write.
+# The sections of docs/performance.md that the other benchmarks write (kept on a rewrite).
 KEPT_SECTIONS = (
     "## What each piece costs (`benchmarks/step_pieces.py`)",
     "## Inline eager loops (`benchmarks/eager_loop.py`)",
     "## Snapshot ring (`benchmarks/snapshot_ring.py`)",
     "## PyTorch (`benchmarks/torch_overhead.py`)",
+    "## The session's Python work per step (`benchmarks/session_step.py`)",
 )
 
 SEED = 1234
