@@ -147,13 +147,15 @@ def test_a_healthy_run_is_bit_identical_to_plain_python(torch_run):
     assert run.report["steps_watched"] == 24  # 16 batches an epoch, 2 per update, 3 epochs
 
 
-# Its data depends on a file the first run writes: its rerun cannot fail the same way.
+# Its data depends on a file the first run writes outside its folder (what it made in its
+# folder a rerun's copy leaves out): its rerun cannot fail the same way.
 _CHANGING_DATA = """
 import os
+import sys
 import torch
 
-first = not os.path.exists("seen")
-open("seen", "w").close()
+first = not os.path.exists(sys.argv[1])
+open(sys.argv[1], "w").close()
 torch.manual_seed(0)
 weight = torch.nn.Parameter(torch.ones(3))
 optimizer = torch.optim.SGD([weight], lr=0.1)
@@ -169,9 +171,10 @@ for step in range(6):
 
 
 def test_a_rerun_that_does_not_fail_the_same_way_says_so(tmp_path):
-    script = tmp_path / "changing_data.py"
+    (tmp_path / "folder").mkdir()
+    script = tmp_path / "folder" / "changing_data.py"
     script.write_text(_CHANGING_DATA)
-    run = run_doctor(script.name, tmp=tmp_path, cwd=tmp_path)
+    run = run_doctor(script.name, str(tmp_path / "seen"), tmp=tmp_path, cwd=script.parent)
     assert run.exit_code == 1, run.stderr[-3000:]
     problem = run.problem
     assert problem["step"] == 3 and problem["origin"] is None

@@ -98,6 +98,8 @@ def fix_command(
         _say(f"{candidate.family}: rerunning a patched copy from the start ({candidate.title})")
         rerun = rerun_patched(relative, args, candidate.patch, failed_at, steps_past)
         _say(f"{candidate.family}: {rerun.why}")
+        if rerun.blocked:  # every rerun would write the same file of yours
+            break
         if rerun.held:
             _write_patch(out, candidate, relative)
             _say(

@@ -61,38 +61,57 @@ def _confirmed(
 ) -> Finding:
     """Each verified patch rerun from the start; and each patch no trial inside the run
     could try (module-level code, say), rerun too, against the unchanged copy rerun
-    the same way (it must fail again, or the rerun cannot tell)."""
+    the same way (it must fail again, or the rerun cannot tell). Once a rerun was stopped
+    from writing the user's files, the rest are not run: each would write the same."""
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
     step = problem.step or 0
-    fixes, done, baseline = [], 0, None
+    fixes, done, baseline, stopped = [], 0, None, None
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
         if fix.patch and (fix.verified is True or untried) and done < MAX_CONFIRMED:
             done += 1
-            if untried and baseline is None:
+            if untried and baseline is None and stopped is None:
                 _say("the unchanged script: running a copy of your folder from the start")
                 baseline = rerun_patched(script, args, None, step, steps_past, timeout)
                 _say(f"the unchanged script: {baseline.why}")
-            _say(f"{fix.family}: running a patched copy of your folder from the start")
-            rerun = rerun_patched(script, args, fix.patch, step, steps_past, timeout)
-            _say(f"{fix.family}: {rerun.why}")
-            fix = (
-                _judged(fix, rerun.held, rerun.why)
-                if not untried
-                else _rerun_only(fix, rerun.held, rerun.why, baseline)
-            )
+                stopped = baseline if baseline.blocked else None
+            rerun = stopped
+            if rerun is None:
+                _say(f"{fix.family}: running a patched copy of your folder from the start")
+                rerun = rerun_patched(script, args, fix.patch, step, steps_past, timeout)
+                _say(f"{fix.family}: {rerun.why}")
+                stopped = rerun if rerun.blocked else None
+            if rerun.blocked:
+                fix = _not_confirmed(fix, rerun.why, untried)
+            elif untried:
+                fix = _rerun_only(fix, rerun.held, rerun.why, baseline)
+            else:
+                fix = _judged(fix, rerun.held, rerun.why)
         fixes.append(fix)
     return ranked(dataclasses.replace(problem, fixes=tuple(fixes)))
+
+
+def _not_confirmed(fix: Fix, why: str, untried: bool) -> Fix:
+    """A fix whose rerun was stopped from writing the user's files: its verdict stays as
+    the run gave it (a stopped rerun proves nothing either way), and it says why."""
+    if untried:
+        return dataclasses.replace(fix, evidence=f"not confirmed: {why}{_untried_note(fix)}")
+    return dataclasses.replace(fix, evidence=f"{fix.evidence}; not confirmed: {why}")
+
+
+def _untried_note(fix: Fix) -> str:
+    """Why no trial inside the run tried `fix`, in brackets, from its evidence."""
+    untried = (
+        fix.evidence.removeprefix("not tried: ").removeprefix("not tried") if fix.evidence else ""
+    )
+    return f" (not tried inside the run: {untried})" if untried else " (not tried inside the run)"
 
 
 def _rerun_only(fix: Fix, held: bool, why: str, baseline) -> Fix:
     """A patch no trial ran, judged by its rerun against the unchanged copy's; the
     evidence leads with what the reruns showed, then why no trial inside the run tried it."""
-    untried = (
-        fix.evidence.removeprefix("not tried: ").removeprefix("not tried") if fix.evidence else ""
-    )
-    inside = f" (not tried inside the run: {untried})" if untried else " (not tried inside the run)"
+    inside = _untried_note(fix)
     if baseline.held:
         note = f"{why}, but {baseline.why} too, so the rerun cannot tell"
         return dataclasses.replace(fix, evidence=note + inside)

@@ -1,43 +1,26 @@
 """Run a copy of the user's folder, with one patch applied, from the start under the doctor.
 
 This is the proof behind "verified": not the trial inside the failing run, but the
-patched script itself training again, in a scratch copy (the user's files are never
-touched), past the step where the original failed. `gradient-doctor run` confirms
-each verified fix this way when the run was short, and `gradient-doctor fix` keeps
-the patch that passes it.
+patched script itself training again, in a scratch copy (`scratch_copy`: the user's
+files are never touched), past the step where the original failed. `gradient-doctor
+run` confirms each verified fix this way when the run was short, and `gradient-doctor
+fix` keeps the patch that passes it. The copy's process runs under its write guard
+(`write_guard`): a rerun that tried to write one of the user's own files through a link
+of the copy, or by an absolute path, is stopped, and judges nothing (`Rerun.blocked`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 
+from gradient_doctor.cli.scratch_copy import copy_folder
+from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
 from gradient_doctor.core.patches import PatchError, apply_unified_diff
-
-# Folders never copied into the scratch folder: tools' caches and environments.
-_SKIPPED_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        ".venv",
-        "venv",
-        "env",
-        "__pycache__",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".mypy_cache",
-        "node_modules",
-        ".ipynb_checkpoints",
-    }
-)
-# Files larger than this are linked into the scratch folder instead of copied (data).
-_LINK_ABOVE_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True)
@@ -48,11 +31,14 @@ class Rerun:
         held: it trained past the original failing step with nothing wrong.
         steps: how many steps it trained.
         why: what happened, in words (for the evidence).
+        blocked: it was stopped from writing one of the user's own files (or found one
+            changed through a link of the copy): it judges nothing, `why` says what.
     """
 
     held: bool
     steps: int
     why: str
+    blocked: bool = False
 
 
 def untried_patch(verified: bool | None, evidence: str | None) -> bool:
@@ -75,12 +61,11 @@ def rerun_patched(
     `script` is relative to the working folder, which is what gets copied; `patch`
     None runs the copy unchanged (the baseline a patch is judged against).
     """
-    with tempfile.TemporaryDirectory(prefix="gradient-doctor-rerun-") as scratch:
-        root = os.path.join(scratch, "copy")
-        _copy_tree(os.getcwd(), root)
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}rerun-") as scratch:
+        copy = copy_folder(os.getcwd(), os.path.join(scratch, "copy"))
         try:
             for path, text in apply_unified_diff(patch or "", os.getcwd()).items():
-                target = os.path.join(root, path)
+                target = os.path.join(copy.root, path)
                 if os.path.islink(target):
                     os.unlink(target)
                 with open(target, "w", encoding="utf-8", newline="") as handle:
@@ -89,7 +74,13 @@ def rerun_patched(
             return Rerun(False, 0, f"the patch did not apply ({error})")
         limit = failed_at + 1 + steps_past
         options = ["--trial-steps", "0", "--progress", "0", "--stop-after", str(limit)]
-        report = doctor_report(script, args, root, scratch, options, timeout)
+        guard = copy.guard(os.path.join(scratch, "refused.log"))
+        guarded = guard.save(os.path.join(scratch, "guard.json"))
+        report = doctor_report(script, args, copy.root, scratch, options, timeout, guard=guarded)
+        trespass = copy.trespass(guard)
+    if trespass is not None:
+        steps = report.get("steps_watched", 0) if report else 0
+        return Rerun(False, steps, trespass, blocked=True)
     return _judged(report, failed_at, "the patched copy" if patch else "the unchanged copy")
 
 
@@ -130,10 +121,15 @@ def doctor_report(
     options: list[str],
     timeout: float | None = None,
     quiet: bool = True,
+    guard: str | None = None,
 ) -> dict | None:
-    """Run `gradient-doctor run` on `script` in `cwd`; its JSON report, or None."""
+    """Run `gradient-doctor run` on `script` in `cwd`; its JSON report, or None.
+
+    `guard`: a saved `WriteGuard` the run's process installs before anything runs.
+    """
     report = os.path.join(scratch, f"report-{len(os.listdir(scratch))}.json")
-    command = [sys.executable, "-m", "gradient_doctor", "run", "--report", report, *options]
+    doctor = ["gradient_doctor"] if guard is None else ["gradient_doctor.cli.write_guard", guard]
+    command = [sys.executable, "-m", *doctor, "run", "--report", report, *options]
     output = subprocess.DEVNULL if quiet else None
     try:
         subprocess.run(
@@ -159,21 +155,3 @@ def relative_script(script: str) -> str | None:
     if relative.startswith(os.pardir + os.sep) or os.path.isabs(relative):
         return None
     return relative
-
-
-def _copy_tree(source: str, target: str) -> None:
-    """Copy the working folder (caches and environments left out; big files linked)."""
-
-    def copy(src: str, dst: str) -> None:
-        if os.path.getsize(src) > _LINK_ABOVE_BYTES:
-            os.symlink(os.path.abspath(src), dst)
-        else:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(
-        source,
-        target,
-        symlinks=True,
-        ignore=lambda _, names: [n for n in names if n in _SKIPPED_DIRS],
-        copy_function=copy,
-    )

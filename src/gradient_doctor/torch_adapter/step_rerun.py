@@ -12,6 +12,15 @@ follows the run's trajectory under the same update hooks, records the failing st
 (`step_recording`), writes its op events as JSON and stops. A script that does not repeat
 itself (it reads the clock, unseeded CUDA draws, data that changed) reruns differently:
 the answer then says the failure was not reached or not reproduced.
+
+The rerun runs in a scratch copy of the working folder (`cli.scratch_copy`), never in the
+user's: what the script writes before the failing step (a log it appends to, checkpoints,
+events files) is written there, once more, and the user's files hold what one run wrote.
+The copy leaves out what the run made (the folder was listed before the script ran: a
+checkpoint the script resumes from when present is not there to resume from); the rerun
+changes into it, with the import path's entries into the folder and the script's path
+pointed at the copy's, and runs under the copy's write guard (`cli.write_guard`), which
+stops a write to the user's own files through the copy's links or by absolute paths.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from gradient_doctor.cli import write_guard
+from gradient_doctor.cli.scratch_copy import copy_folder, folder_listing
 from gradient_doctor.torch_adapter import start_rng, step_events
 from gradient_doctor.torch_adapter.step_events import RecordedStep
 
@@ -84,6 +95,7 @@ class StepReruns:
 
     def __init__(self, script: str, args: list[str]) -> None:
         self.start = ScriptStart.now(script, args)
+        self._listing = folder_listing(self.start.cwd)  # what a rerun's copy may hold
         self._fork = None
         if hasattr(os, "fork"):
             # The first `torch.optim.Optimizer` made imports torch._dynamo (1-3 s here):
@@ -117,26 +129,36 @@ class StepReruns:
             RERUN_TIME_FACTOR * (time.monotonic() - self.start.started), RERUN_MIN_SECONDS
         )
         began = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="gradient-doctor-step-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=f"{write_guard.SCRATCH_PREFIX}step-") as scratch:
+            copy = copy_folder(self.start.cwd, os.path.join(scratch, "copy"), self._listing)
+            guard = copy.guard(os.path.join(scratch, "refused.log"))
             request = {
-                "script": self.start.script,
+                "script": copy.mapped(self.start.script),
                 "args": list(self.start.args),
+                "cwd": copy.root,
+                "sys_path": [copy.mapped(path) for path in self.start.sys_path],
+                "guard": guard.save(os.path.join(scratch, "guard.json")),
                 "window_after": window_after,
                 "failing": failing,
-                "paths": paths,
                 "out": os.path.join(scratch, "step.json"),
             }
             if self._fork is not None:
                 ended = self._fork.run(request, timeout)
             else:
                 ended = _fresh_interpreter(self.start, request, scratch, timeout)
-            seconds = time.monotonic() - began
             if ended is None:
                 why = f"the rerun of your script ran past {timeout:.0f} s and was stopped"
-                return RecordedStep(False, why=why), seconds
-            if os.path.exists(request["out"]):
-                return step_events.read(request["out"]), seconds
-            return RecordedStep(False, why=f"the rerun of your script {ended}"), seconds
+                recorded = RecordedStep(False, why=why)
+            elif os.path.exists(request["out"]):
+                recorded = step_events.read(request["out"])
+            else:
+                recorded = RecordedStep(False, why=f"the rerun of your script {ended}")
+            trespass = copy.trespass(guard)
+        if trespass is not None and not recorded.reached:
+            recorded = RecordedStep(False, why=trespass)
+        elif trespass is not None:  # recorded all the same: said, never passed over
+            print(f"gradient-doctor: {trespass}", file=sys.stderr, flush=True)
+        return recorded, time.monotonic() - began
 
 
 class _ForkedStart:
@@ -234,11 +256,11 @@ def _fresh_interpreter(start: ScriptStart, request: dict, scratch: str, timeout:
     """Run `request` in a new interpreter given the start state; how it ended, or None."""
     path = os.path.join(scratch, "request.json")
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump({**request, "sys_path": list(start.sys_path), "rng": start.rng}, handle)
+        json.dump({**request, "rng": start.rng}, handle)
     try:
         child = subprocess.run(
             [sys.executable, "-m", __name__, path],
-            cwd=start.cwd,
+            cwd=request["cwd"],
             env=start.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -259,10 +281,14 @@ def _quiet() -> None:
 
 
 def _record(request: dict) -> None:
-    """In the rerun's process: run the script under the recording; say so when it never
-    reached the failing update."""
+    """In the rerun's process: move into the copy, guard the user's files, run the script
+    under the recording; say so when it never reached the failing update."""
     from gradient_doctor.cli.script_runner import run_script
     from gradient_doctor.torch_adapter.step_recording import StepRecording
+
+    os.chdir(request["cwd"])
+    sys.path[:] = request["sys_path"]
+    write_guard.install(write_guard.WriteGuard.load(request["guard"]))
 
     recording = StepRecording(
         request["window_after"], request["failing"], request["out"], request.get("paths", False)
@@ -288,7 +314,6 @@ def main(request_path: str) -> int:
     """A fresh interpreter's rerun: restore the start state, then record."""
     with open(request_path, encoding="utf-8") as handle:
         request = json.load(handle)
-    sys.path[:] = request["sys_path"]
     start_rng.restore(request["rng"])
     _record(request)
     return 0
