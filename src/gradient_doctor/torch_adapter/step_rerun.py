@@ -140,6 +140,7 @@ class StepReruns:
                 "guard": guard.save(os.path.join(scratch, "guard.json")),
                 "window_after": window_after,
                 "failing": failing,
+                "paths": paths,
                 "out": os.path.join(scratch, "step.json"),
             }
             if self._fork is not None:
