@@ -15,9 +15,10 @@ NumPy's, pickle's, Keras 3's `.keras` archive, the csv logger's), truncation, re
 removals and new links or folders. What it cannot see: files opened by C/C++ code, which
 raises no audit event: `torch.save` to a path (PyTorch's C++ zip writer), TensorFlow's
 own file system (checkpoints, SavedModel, summaries, TFRecord writers), HDF5 (h5py),
-safetensors, Arrow. `scratch_copy` therefore copies, never links, files with checkpoint
-suffixes, and after each rerun compares every linked file's size and modification time
-with what they were, to say loudly when one changed anyway.
+safetensors, Arrow; nor programs the script starts (a `cp` in a shell; a process started
+by `spawn` rather than forked has no hook). `scratch_copy` therefore copies, never
+links, files with checkpoint suffixes, and after each rerun compares every linked file's
+size and modification time with what they were, to say loudly when one changed anyway.
 """
 
 from __future__ import annotations
