@@ -187,5 +187,6 @@ def test_a_patch_of_module_level_code_is_proved_by_the_rerun_against_the_unchang
     problem = doctor_run("tests/scripts/inline_eager_log_domain.py").problem
     safe = next(fix for fix in problem["fixes"] if fix["family"] == "safe_log")
     assert safe["verified"] is True
-    assert safe["evidence"].startswith("not tried")
+    assert safe["evidence"].startswith("confirmed: the patched copy of your files trained")
     assert "where the unchanged copy, run from the start, found forward_domain" in safe["evidence"]
+    assert "(not tried inside the run" in safe["evidence"]
