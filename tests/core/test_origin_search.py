@@ -119,3 +119,20 @@ def test_an_exp_overflowing_beside_a_minus_infinity_mask_is_the_origin():
     events[0] = event(0, "Log", [(1, FINITE)], [(4, PLUS_INF)])
     events[1] = event(1, "Exp", [(4, PLUS_INF)], [(5, PLUS_INF)])
     assert find_origin(events, [7]).origin.op_type == "Log"
+
+
+def test_the_origins_other_forward_calls_of_its_op_come_with_the_evidence():
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    near_zero = TensorStats("float32", (4,), 0.0, 0.9, nan=0, inf=0, zeros=1)
+    events = [
+        event(0, "Log", [(1, near_zero)], [(2, INF)]),
+        event(1, "Log", [(3, FINITE)], [(4, FINITE)]),
+        event(2, "Exp", [(5, FINITE)], [(6, FINITE)]),
+        event(3, "LogGrad", [(7, FINITE)], [(8, FINITE)], phase="backward", forward_index=1),
+        event(4, "AddV2", [(2, INF), (4, FINITE)], [(9, INF)]),
+    ]
+    evidence = trace_evidence(events, [9], step=3).evidence
+    assert evidence.origin.source.line == 1
+    assert [(call.op, call.source.line) for call in evidence.same_op_calls] == [("Log", 2)]
+    assert evidence.same_op_calls[0].inputs == (FINITE,)

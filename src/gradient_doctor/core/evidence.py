@@ -116,6 +116,26 @@ class Reduction:
 
 
 @dataclass(frozen=True)
+class SameOpCall:
+    """Another call of the origin's op in the failing step's forward pass, as the replay
+    saw it: a rule that guards the origin guards such a call too when its input stood in
+    the same risky range (the other bare log of a hand-written cross-entropy).
+
+    Attributes:
+        op: the op type, the origin's.
+        source: the user's line that made it, with the call's span on that line.
+        inputs: its inputs' summaries at the failing step.
+        source_kind: what `source` is (`SOURCE_KINDS` in `findings`): "op" for a call
+            the line wrote, "layer_creation" for an op a library layer's code ran.
+    """
+
+    op: str
+    source: SourceLine
+    inputs: tuple[TensorStats, ...]
+    source_kind: str = "op"
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything known about one failing step, framework-neutral.
 
@@ -168,6 +188,8 @@ class Evidence:
             read the step's check until the end of the run); 0 when not counted.
         stuck_units: for gradients that stayed exactly zero, the layers whose units
             all died or saturated (then there is no `path_break`), else None.
+        same_op_calls: for a forward origin, the step's other forward calls of the
+            origin's op (each place once per run of it), in execution order.
     """
 
     step: int | None
@@ -194,3 +216,4 @@ class Evidence:
     broken_state: BrokenState | None = None
     skipped_updates: int = 0
     stuck_units: StuckUnits | None = None
+    same_op_calls: tuple[SameOpCall, ...] = ()

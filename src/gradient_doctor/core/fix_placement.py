@@ -75,15 +75,13 @@ def place_fixes(
     """
     sites = sites or FixSites()
 
+    def mine(file: str) -> bool:
+        return _inside_root(file) and (user_file is None or user_file(os.path.join(root, file)))
+
     def users(fix: Fix | None) -> Fix | None:
         if fix is None:
             return None
-        if not all(_inside_root(edit.file) for edit in fix.edits):
-            return None
-        if user_file is None:
-            return fix
-        mine = all(user_file(os.path.join(root, edit.file)) for edit in fix.edits)
-        return fix if mine else None
+        return fix if all(mine(edit.file) for edit in fix.edits) else None
 
     source = finding.origin.source if finding.origin is not None else None
     origin_lines = read_lines(os.path.join(root, source.file)) if source is not None else None
@@ -92,7 +90,9 @@ def place_fixes(
         placed = None
         if fix.rewrite and origin_lines is not None:
             edit = replace_line(source, fix.rewrite, origin_lines)
-            placed = with_edits(fix, (edit,), root) if edit is not None else None
+            others = _other_lines(fix.edits, root, mine)
+            placed = with_edits(fix, (edit, *others), root) if edit is not None else None
+            fix = dataclasses.replace(fix, edits=())
         elif fix.family in _OPTIMIZER_FIXES and sites.optimizer is not None:
             placed = _optimizer_fix(fix, sites.optimizer, root, history)
         elif fix.family in _LAYER_FIXES:
@@ -113,6 +113,23 @@ def place_fixes(
         for item in finding.not_fixes
     )
     return dataclasses.replace(finding, fixes=tuple(fixes), not_fixes=not_fixes)
+
+
+def _other_lines(edits: tuple[Edit, ...], root: str, mine: Callable[[str], bool]) -> list[Edit]:
+    """A rewrite fix's edits of lines other than the origin's (the rule writes them
+    stripped, before placement: the same op's other risky calls), each placed on its
+    line as `rewrite` is; one in a file not the user's, or whose line changed, is left
+    out, and the origin's rewrite keeps its patch."""
+    placed = []
+    for edit in edits:
+        lines = read_lines(os.path.join(root, edit.file)) if mine(edit.file) else None
+        if lines is None or not edit.old_lines:
+            continue
+        at = SourceLine(edit.file, edit.line, edit.old_lines[0])
+        made = replace_line(at, edit.new_lines, lines)
+        if made is not None:
+            placed.append(made)
+    return placed
 
 
 # Fix families that change the lines building the user's layers, and what the trial sets.

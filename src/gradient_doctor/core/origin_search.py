@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.evidence import Evidence, SameOpCall
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
     OpEvent,
@@ -205,6 +205,7 @@ def trace_evidence(
         reduction_axis=reduction.axis
         if reduction is not None and reduction.kind == "axis"
         else None,
+        same_op_calls=same_op_calls(events, event) if event is not None else (),
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}),
     )
     return TracedOrigin(event, foreign, evidence)
@@ -221,6 +222,32 @@ def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stat
         "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats),
         "growth": _growth(events, origin),
     }
+
+
+def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[SameOpCall, ...]:
+    """The step's other forward calls of a forward origin's op that a user's line made.
+
+    A rule guarding the origin reads their inputs to guard those in the same risky
+    range too: the step that failed on one bare log often holds another one a step
+    away from failing. A call met more than once (a loop) is listed each time.
+    """
+    if origin.phase != "forward" or origin.source is None:
+        return ()
+    here = _place(origin.source)
+    return tuple(
+        SameOpCall(event.op_type, event.source, event.inputs, event.source_kind)
+        for event in events
+        if event.phase == "forward"
+        and event.op_type == origin.op_type
+        and event.source is not None
+        and event.index != origin.index
+        and _place(event.source) != here
+    )
+
+
+def _place(source) -> tuple:
+    """Where a call stands: its file, line and span on the line."""
+    return (source.file, source.line, source.column, source.end_column)
 
 
 def _growth(events, origin: OpEvent) -> tuple[str | None, str, float] | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.findings import Edit, Fix, SourceLine
 from gradient_doctor.core.knowledge.source.operands import risky_operand
 from gradient_doctor.core.knowledge.source.spelling import fill
 
@@ -45,6 +47,8 @@ def guard_fix(
     op: str,
     template: str | None = None,
     focus: tuple[int, int] | None = None,
+    at: SourceLine | None = None,
+    also: Sequence[SourceLine] = (),
 ) -> Fix:
     """A fix that wraps the op's risky operand on the user's line in its guard.
 
@@ -55,17 +59,106 @@ def guard_fix(
         op: str, the op type whose operand is guarded; a key of `GUARDS`.
         template: str, a template to use instead of the op's own guard.
         focus: where on the user's line the op was made (`SourceLine.span`).
+        at: the user's line itself (to tell which of `also` stand on it).
+        also: other calls of the op to guard in the same patch, each a user's line
+            with the call's span: those on `at`'s line join its rewrite, the others
+            become the fix's `edits`, one per line (stripped, as `rewrite` is; the
+            fix's placement indents them), so the patch guards every one at once.
 
     Returns:
         The fix, rewriting the user's line, or the op's generic line when the user's
         line has no call to the op.
     """
     guard = GUARDS[op]
-    for users, line, at in ((True, code, focus), (False, guard.fallback, None)):
-        operand = risky_operand(line, op, at)
-        if operand is not None:
-            guarded = operand.replaced(
-                line, fill(template or guard.template, operand.call, operand.text)
-            )
-            return Fix(family, title, guarded, rewrite=(guarded,) if users else ())
-    return Fix(family, title, guard.fallback)
+    text = template or guard.template
+    here = (at.file, at.line) if at is not None else None
+    same_line = [call.span for call in also if (call.file, call.line) == here]
+    guarded = guard_calls(code, op, text, (focus, *same_line)) if code else None
+    if guarded is None:
+        operand = risky_operand(guard.fallback, op)
+        if operand is None:
+            return Fix(family, title, guard.fallback)
+        return Fix(
+            family, title, operand.replaced(guard.fallback, fill(text, operand.call, operand.text))
+        )
+    edits = _other_lines(op, text, [call for call in also if (call.file, call.line) != here])
+    shown = "\n".join((guarded, *(edit.new_lines[0] for edit in edits)))
+    return Fix(family, title, shown, rewrite=(guarded,), edits=edits)
+
+
+def _other_lines(op: str, template: str, calls: Sequence[SourceLine]) -> tuple[Edit, ...]:
+    """One unplaced edit per line of `calls`, guarding each of its calls."""
+    by_line: dict[tuple[str, int], list[SourceLine]] = {}
+    for call in calls:
+        by_line.setdefault((call.file, call.line), []).append(call)
+    edits = []
+    for (file, line), on_line in by_line.items():
+        code = on_line[0].code.strip()
+        guarded = guard_calls(code, op, template, [call.span for call in on_line])
+        if guarded is not None and guarded != code:
+            edits.append(Edit(file, line, line, (guarded,), (code,)))
+    return tuple(edits)
+
+
+def guard_calls(
+    code: str, op: str, template: str, spans: Sequence[tuple[int, int] | None]
+) -> str | None:
+    """`code` with the operand of each call of `op` at `spans` wrapped in `template`.
+
+    The calls are rewritten right to left, so that each one's span still points at it;
+    one whose span overlaps a call already rewritten (a log of a log) is left alone.
+
+    Args:
+        code: the user's line.
+        op: the op type.
+        template: a `spelling.fill` template for the guarded operand.
+        spans: where each call stands on the line; the first is the call that must be
+            guarded (None: the line's first call of the op), the others are guarded too
+            when each has its span.
+
+    Returns:
+        The rewritten line, or None when the first call is not found on it.
+    """
+    first, *others = spans
+    chosen = [first, *(span for span in others if span is not None and first is not None)]
+    done: list[tuple[int, int]] = []
+    for span in sorted(set(chosen), key=lambda s: -1 if s is None else s[0], reverse=True):
+        if span is not None and any(span[0] < end and start < span[1] for start, end in done):
+            continue
+        operand = risky_operand(code, op, span)
+        if operand is None:
+            if span == first:
+                return None
+            continue
+        code = operand.replaced(code, fill(template, operand.call, operand.text))
+        if span is not None:
+            done.append(span)
+    return code
+
+
+# Calls whose result is already kept off an op's edge (a clamp or a softplus).
+_CLAMPS = frozenset({"maximum", "clip_by_value", "clip", "clamp", "clamp_min", "softplus"})
+
+
+def already_guarded(code: str, op: str, span: tuple[int, int] | None) -> bool:
+    """Whether the operand of the call of `op` at `span` is kept off its edge as written:
+    a clamp of it (`tf.maximum(p, 1e-7)`) or a positive constant added (`p + 1e-7`)."""
+    operand = risky_operand(code, op, span)
+    if operand is None:
+        return False
+    try:
+        tree = ast.parse(operand.text.strip(), mode="eval").body
+    except SyntaxError:
+        return False
+    if isinstance(tree, ast.Call):
+        func = tree.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in _CLAMPS
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
+        return any(
+            isinstance(side, ast.Constant)
+            and isinstance(side.value, int | float)
+            and side.value > 0
+            for side in (tree.left, tree.right)
+        )
+    return False

@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Fix, Origin
+from gradient_doctor.core.evidence import Evidence, SameOpCall
+from gradient_doctor.core.findings import Fix, Origin, SourceLine
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import (
     input_at,
@@ -16,7 +16,7 @@ from gradient_doctor.core.knowledge.facts import (
     source_focus,
 )
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
-from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
+from gradient_doctor.core.knowledge.rewrites.guards import already_guarded, guard_fix
 from gradient_doctor.core.knowledge.wording import (
     at_step,
     count,
@@ -30,6 +30,9 @@ from gradient_doctor.core.knowledge.wording import (
 # (the root of a signed difference), not by accident (a variance rounded below zero, a
 # probability that underflowed): a clamp would then rewrite what the code computes.
 BY_DESIGN_SHARE = 0.05
+# A call of the origin's op whose input came this close to the domain's edge at the
+# failing step is guarded with it: one step from failing the same way.
+NEAR_EDGE = 1e-3
 # The magnitude fix: the op applied to |x| (kept off 0, where a root's gradient is inf).
 _MAGNITUDE = "{maximum}({abs}({arg}), 1e-12)"
 
@@ -60,8 +63,101 @@ class Domain:
     signed: bool = False
 
 
+@dataclass(frozen=True)
+class Sibling:
+    """Another call of the origin's op, guarded with it.
+
+    Attributes:
+        source: its line, with the call's span.
+        reached: the lowest value its risky argument took at the failing step.
+    """
+
+    source: SourceLine
+    reached: float
+
+
+def risky_siblings(
+    evidence: Evidence,
+    domain: Domain,
+    upper: float | None = None,
+    near: float | None = NEAR_EDGE,
+) -> tuple[Sibling, ...]:
+    """The step's other calls of the origin's op whose argument stood where the origin's
+    did: finite values within `near` of the domain's edge (or past it; None: at any
+    distance above it, for a range the guard leaves alone away from its edge), none
+    above `upper` when given (a log of a probability: a regression's output above 1 is
+    not one), made by the user's own line and not already guarded as written.
+
+    A call met several times in the step (a loop) counts once, and only when no run of
+    it left the range.
+    """
+    if domain.boundary is None or domain.extreme != "min" or evidence.origin is None:
+        return ()
+    by_place: dict[tuple, list[SameOpCall]] = {}
+    for call in evidence.same_op_calls:
+        place = (call.source.file, call.source.line, call.source.span)
+        by_place.setdefault(place, []).append(call)
+    found = []
+    for calls in by_place.values():
+        lows = [_in_range(call, domain, upper) for call in calls]
+        source = calls[0].source
+        if any(low is None for low in lows) or source.span is None:
+            continue
+        if near is not None and min(lows) - domain.boundary >= near:
+            continue
+        if already_guarded(source.code.strip(), calls[0].op, source.span):
+            continue
+        found.append(Sibling(source, min(lows)))
+    return tuple(found)
+
+
+def _in_range(call: SameOpCall, domain: Domain, upper: float | None) -> float | None:
+    """The lowest finite value of `call`'s risky argument, or None when the call is not
+    one to guard with the origin (a library's op, values not finite or above `upper`)."""
+    if call.source_kind != "op" or domain.argument >= len(call.inputs):
+        return None
+    stats = call.inputs[domain.argument]
+    if not stats.finite or stats.min is None:
+        return None
+    if upper is not None and (stats.max is None or stats.max > upper):
+        return None
+    return stats.min
+
+
+def siblings_note(evidence: Evidence, siblings: Sequence[Sibling], digits: int = 4) -> str:
+    """ " Also guarded: the log at line 51, whose input reached 0.0002 at this step." """
+    if not siblings:
+        return ""
+    origin = evidence.origin.source if evidence.origin is not None else None
+    name = evidence.origin.op.lower() if evidence.origin is not None else "call"
+    parts = []
+    for sibling in siblings:
+        source = sibling.source
+        where = f"line {source.line}"
+        if origin is not None and source.file != origin.file:
+            where += f" of {source.file}"
+        other = (
+            "other "
+            if origin is not None
+            and (source.file, source.line)
+            == (
+                origin.file,
+                origin.line,
+            )
+            else ""
+        )
+        parts.append(
+            f"the {other}{name} at {where}, whose input reached "
+            f"{format_number(sibling.reached, digits)} at this step"
+        )
+    return " Also guarded: " + "; ".join(parts) + "."
+
+
 def diagnose_domain(
-    evidence: Evidence, domain: Domain, extra_fixes: Sequence[Fix] = ()
+    evidence: Evidence,
+    domain: Domain,
+    extra_fixes: Sequence[Fix] = (),
+    siblings: Sequence[Sibling] = (),
 ) -> Diagnosis | None:
     """Explain a forward op that went non-finite outside its domain; decline in backward.
 
@@ -69,6 +165,7 @@ def diagnose_domain(
         evidence: the failing step's `Evidence`.
         domain: the op's `Domain`.
         extra_fixes: fixes proposed after the guard.
+        siblings: other calls of the op that the guard guards too (`risky_siblings`).
 
     Returns:
         A `forward_domain` diagnosis, or None for a backward origin.
@@ -88,8 +185,18 @@ def diagnose_domain(
         reached += rounding_note(abs(value - domain.boundary))
     subject = "The input to" if domain.argument == 0 else "The second argument of"
     focus = source_focus(evidence)
-    guard = guard_fix(domain.family, domain.title, source_code(evidence), origin.op, focus=focus)
+    guard = guard_fix(
+        domain.family,
+        domain.title,
+        source_code(evidence),
+        origin.op,
+        focus=focus,
+        at=origin.source,
+        also=[sibling.source for sibling in siblings],
+    )
     explanation = explain_input(origin, evidence.step, subject, reached, domain.rule)
+    if guard.rewrite:
+        explanation += siblings_note(evidence, siblings, domain.digits)
     fixes: tuple[Fix, ...] = (guard, *extra_fixes)
     share = below_domain_share(origin, domain, value)
     if share is not None and share > BY_DESIGN_SHARE:

@@ -7,7 +7,11 @@ from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
-from gradient_doctor.core.knowledge.rules.domain_rule import Domain, diagnose_domain
+from gradient_doctor.core.knowledge.rules.domain_rule import (
+    Domain,
+    diagnose_domain,
+    risky_siblings,
+)
 from gradient_doctor.core.knowledge.source.call_names import call_names
 from gradient_doctor.core.knowledge.source.calls import find_call
 from gradient_doctor.core.knowledge.source.spelling import namespace
@@ -49,7 +53,12 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     code = source_code(evidence)
     probability = evidence.feeding_ops & _PROBABILITY_OPS
     named = any(word in code.lower() for word in _PROBABILITY_WORDS)
+    domain = _DOMAINS[op]
     if (probability or named) and _may_be_probability(evidence):
+        # Every other bare log of a probability in this step is guarded with it: the
+        # origin showed this model's probabilities do reach 0, any of its saturating
+        # outputs can, and the guard leaves every value above 1e-7 as it was.
+        siblings = risky_siblings(evidence, domain, upper=1.0, near=None)
         clip = guard_fix(
             "clip_input_domain",
             "Clip the probability into [1e-7, 1]",
@@ -57,14 +66,17 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             op,
             template="{clip}({arg}, 1e-7, 1.0)",
             focus=source_focus(evidence),
+            at=evidence.origin.source,
+            also=[sibling.source for sibling in siblings],
         )
         sigmoid = "Sigmoid" in probability or "sigmoid" in code.lower()
         call = find_call(code, call_names(op), source_focus(evidence))
         torch = namespace(call, evidence.setup.framework) == "torch"
         extra = (clip, _from_logits(binary=sigmoid, torch=torch))
     else:
+        siblings = risky_siblings(evidence, domain)
         extra = (_positive_activation(evidence.setup.framework),)
-    return diagnose_domain(evidence, _DOMAINS[op], extra)
+    return diagnose_domain(evidence, domain, extra, siblings)
 
 
 def _may_be_probability(evidence: Evidence) -> bool:
