@@ -16,11 +16,15 @@ def test_the_running_statistics_equal_those_of_the_window_sorted_afresh(size):
     window, recent = SortedWindow(size), []
     for step in range(600):
         # Ties, repeats of the median itself, and values far apart.
-        value = rng.choice([rng.gauss(0.0, 1.0), float(rng.randint(-3, 3)), 1e6 * rng.random()])
+        value = rng.choice(
+            [rng.gauss(0.0, 1.0), float(rng.randint(-3, 3)), 1e6 * rng.random(), 0.0]
+        )
         window.append(value)
         recent = (recent + [value])[-size:]
         center = median(recent)
         assert len(window) == len(recent)
+        assert window.full == (len(recent) == size)
+        assert window.any_nonzero() == any(recent)
         assert window.median() == center
         for around in (center, center + 0.5, recent[0], -1e9, 1e9):
             expected = median([abs(v - around) for v in recent])

@@ -37,6 +37,7 @@ class SortedWindow:
         self._size = check_int(size, "size", 1)
         self._arrived: deque[float] = deque()
         self._sorted: list[float] = []
+        self.full = False  # `size` values are in (it stays full)
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -48,11 +49,17 @@ class SortedWindow:
 
     def append(self, value: float) -> None:
         """Add `value` (not NaN: it has no place in an order), dropping the oldest when full."""
-        if len(self._arrived) == self._size:
+        if self.full:
             oldest = self._arrived.popleft()
             del self._sorted[bisect_left(self._sorted, oldest)]
         self._arrived.append(value)
         insort(self._sorted, value)
+        if not self.full:
+            self.full = len(self._arrived) == self._size
+
+    def any_nonzero(self) -> bool:
+        """Whether some value is not 0, as `any(window)` (its smallest or largest is not)."""
+        return bool(self._sorted) and (self._sorted[0] != 0 or self._sorted[-1] != 0)
 
     def median(self) -> float:
         """The median of the window, as `forecast.median` gives it (the mean of the two

@@ -88,7 +88,7 @@ class VanishingGradientsDetector(CountedFindings):
         full = {
             layer: series
             for layer, series in self._series.items()
-            if len(series) == self._window and any(series)
+            if series.full and series.any_nonzero()
         }
         if len(full) < 2:
             return
