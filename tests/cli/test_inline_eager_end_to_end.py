@@ -61,9 +61,12 @@ def test_a_loop_in_a_plain_function_names_the_log_of_a_saturated_sigmoid(tmp_pat
     problem = _diagnosed(script, tmp_path_factory).problem
     assert problem["category"] == "forward_domain"
     _assert_origin(problem, script, "tf.math.log(1 - p)", "Log", "forward", step=8)
-    # Of the two logs on that line, the patch guards the one that ran into 0.
+    # Of the two logs on that line, the one that ran into 0 is the origin; the patch
+    # guards it, and the other, whose probability came within 4e-6 of 0, with it.
     (safe_log,) = [f for f in problem["fixes"] if f["family"] == "safe_log"]
-    assert "tf.math.log(p) + (1 - y) * tf.math.log(tf.maximum(1 - p, " in safe_log["patch"]
+    assert "tf.math.log(tf.maximum(1 - p, " in safe_log["patch"]
+    assert "y * tf.math.log(tf.maximum(p, " in safe_log["patch"]
+    assert "Also guarded: the other log at line" in problem["explanation"]
 
 
 def test_a_loop_over_a_dataset_iterator_with_dropout_names_its_log(tmp_path_factory):
