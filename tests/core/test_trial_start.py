@@ -38,3 +38,16 @@ def test_each_kind_of_remedy_starts_from_the_state_it_needs():
 
 def test_a_start_only_remedy_is_not_tried_when_the_run_failed_too_far_from_the_start():
     assert trial_start("normalize_input", _finding(90_000), 10, [0, 89_950, 90_000]) is None
+
+
+def test_the_loss_before_the_trouble_falls_back_to_the_steps_before_the_failing_one():
+    from gradient_doctor.core.evidence import StepHistory
+    from gradient_doctor.core.pipeline.trials import _loss_before
+
+    # The history keeps steps 1800-1809 only; the trouble was warned of at step 1500.
+    history = StepHistory(
+        steps=tuple(range(1800, 1810)), losses=(-1.3,) * 2 + (-1.2,) * 7 + (None,)
+    )
+    assert _loss_before(history, began=1802, failing=1809) == -1.3  # before the trouble
+    assert _loss_before(history, began=1500, failing=1809) == -1.2  # before the failing step
+    assert _loss_before(StepHistory(), began=0, failing=0) is None  # a failure at step 0

@@ -95,17 +95,22 @@ def try_fixes(
         return finding
     if not baselines:
         baselines[None] = TrialOutcome(None, "", steps, 0, None, skipped=_TOO_LONG)
-    return judge(finding, baselines, outcomes, _loss_before(evidence.history, began))
+    return judge(finding, baselines, outcomes, _loss_before(evidence.history, began, failing))
 
 
-def _loss_before(history: StepHistory, began: int) -> float | None:
-    """The median loss of the recorded steps before the trouble began, or None."""
-    losses = sorted(
-        loss
-        for step, loss in zip(history.steps, history.losses)
-        if step < began and loss is not None and math.isfinite(loss)
-    )
-    return losses[len(losses) // 2] if losses else None
+def _loss_before(history: StepHistory, began: int, failing: int) -> float | None:
+    """The median loss of the recorded steps before the trouble began; when the history
+    kept none that early (a slow build-up warned of long before), of the recorded steps
+    before the failing one; None when there are none (a failure at the first step)."""
+    for before in (began, failing):
+        losses = sorted(
+            loss
+            for step, loss in zip(history.steps, history.losses)
+            if step < before and loss is not None and math.isfinite(loss)
+        )
+        if losses:
+            return losses[len(losses) // 2]
+    return None
 
 
 def announce_trials(count: int, steps: int, step: int | None) -> None:
