@@ -10,6 +10,7 @@ the linked `features.npy` is refused, so its fix is not confirmed, and says why.
 """
 
 import numpy as np
+
 import torch
 from torch import nn
 
