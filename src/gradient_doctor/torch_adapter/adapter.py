@@ -45,7 +45,28 @@ class FailedCall:
     rng: rng_state.RngState
 
 
-class TorchAdapter(Adapter):
+class PyTorchAdapter(Adapter):
+    """What both PyTorch adapters answer alike, from `self.optimizers` (the optimizers
+    whose updates are guarded) and `self.session` (the run's `Session`)."""
+
+    optimizers: Sequence[torch.optim.Optimizer]
+    session: Session
+
+    def training_setup(self) -> TrainingSetup:
+        return training_setup_of(self.optimizers)
+
+    def is_user_file(self, filename: str) -> bool:
+        return source_lines.is_user_file(filename)
+
+    def objectives(self) -> int:
+        return max(len(self.optimizers), 1)
+
+    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
+        """The session's report, saying it came from PyTorch."""
+        return replace(self.session.report(script, script_error), framework=FRAMEWORK)
+
+
+class TorchAdapter(PyTorchAdapter):
     """The PyTorch side of one watched run; it owns the run's `Session`.
 
     Args:
@@ -147,21 +168,8 @@ class TorchAdapter(Adapter):
         """The finding's fixes as trials of the failing call, from the last good state."""
         return TorchTrials(finding, evidence, rerun, self.guard, self.models)
 
-    def training_setup(self) -> TrainingSetup:
-        return training_setup_of(self.optimizers)
-
-    def is_user_file(self, filename: str) -> bool:
-        return source_lines.is_user_file(filename)
-
-    def objectives(self) -> int:
-        return max(len(self.optimizers), 1)
-
     def resume(self) -> None:
         self.guard.resume()
-
-    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
-        """The session's report, saying it came from PyTorch."""
-        return replace(self.session.report(script, script_error), framework=FRAMEWORK)
 
     def _buffers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of the models' buffers (a batch norm's running statistics)."""

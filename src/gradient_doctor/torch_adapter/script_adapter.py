@@ -29,12 +29,10 @@ from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.core.origin_search import trace_evidence
-from gradient_doctor.core.pipeline import Adapter, Localized, Session, StepReading
-from gradient_doctor.core.report import Report
+from gradient_doctor.core.pipeline import Localized, Session, StepReading
 from gradient_doctor.core.trial_plans import TrialPlan
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.torch_adapter import source_lines
-from gradient_doctor.torch_adapter.adapter import FRAMEWORK, training_setup_of
+from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
 from gradient_doctor.torch_adapter.gradient_paths import (
     CutWatch,
     RecordedPaths,
@@ -84,7 +82,7 @@ class UntriedFixes:
         raise RuntimeError(NO_STEP_FUNCTION)
 
 
-class ScriptAdapter(Adapter, UpdateListener):
+class ScriptAdapter(PyTorchAdapter, UpdateListener):
     """The PyTorch side of `gradient-doctor run`; it owns the run's `Session`.
 
     Args:
@@ -262,19 +260,6 @@ class ScriptAdapter(Adapter, UpdateListener):
     def fix_trials(self, finding: Finding, evidence: Evidence, rerun: FailedUpdate):
         """The finding's fixes, reported not tried here (the confirmation reruns judge them)."""
         return UntriedFixes(tuple(trial_plans(finding, evidence, self.optimizers)))
-
-    def training_setup(self) -> TrainingSetup:
-        return training_setup_of(self.optimizers)
-
-    def is_user_file(self, filename: str) -> bool:
-        return source_lines.is_user_file(filename)
-
-    def objectives(self) -> int:
-        return max(len(self.optimizers), 1)
-
-    def report(self, script: str | None = None, script_error: str | None = None) -> Report:
-        """The session's report, saying it came from PyTorch."""
-        return replace(self.session.report(script, script_error), framework=FRAMEWORK)
 
 
 def _made_before(events: list[OpEvent]) -> frozenset[int]:
