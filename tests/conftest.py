@@ -131,6 +131,8 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/exp_temperature_loop.py",
         "tests/scripts/dataset_loop_batch_std.py",
         "tests/scripts/inline_eager_log_domain.py",
+        "tests/scripts/dense_unscaled_input.py",
+        "tests/scripts/float16_mask_constant.py",
     }
 )
 

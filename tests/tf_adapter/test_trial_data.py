@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from gradient_doctor.tf_adapter.trials.trial_data import fit_batches
+from gradient_doctor.tf_adapter.trials.trial_data import FitCall, fit_batches
 
 
 def test_arrays_are_batched_as_fit_would_batch_them():
@@ -32,3 +32,14 @@ def test_a_python_generator_is_never_read():
 
     assert fit_batches(generator()) is None
     assert consumed == []
+
+
+def test_features_near_float32s_limit_are_standardised_without_overflow():
+    # Their float32 mean and squared deviations would overflow; the statistics are taken
+    # in float64 (as the patch writes them) and the batches come back in Keras's floatx.
+    readings = np.random.default_rng(0).uniform(1.0, 3.0, size=(64, 4)) * 1e38
+    call = FitCall(source=None, x=readings.astype("float32"), y=np.zeros(64, "float32"))
+    (features, _), *_ = list(call.standardised_batches(1e-7)())
+    assert features.dtype == tf.float32
+    assert np.all(np.isfinite(features.numpy()))
+    assert np.abs(features.numpy()).max() < 3.0

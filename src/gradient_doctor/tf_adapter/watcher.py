@@ -416,9 +416,7 @@ class Watcher(Adapter):
             self.guard,
             more_batches=self.trial_batches,
             snapshots=self.snapshots,
-            optimizer_variables=[
-                v for ref in self._optimizers if ref() is not None for v in ref().variables
-            ],
+            optimizers=[ref() for ref in self._optimizers if ref() is not None],
             fit_call=self.fit_call,
         )
 

@@ -53,7 +53,8 @@ def test_weight_bounds_use_the_files_own_keras_name():
 
 def test_the_fit_line_standardises_x_and_the_validation_x_by_the_training_statistics():
     edit = standardise_fit_input(_at("validation_data"), SCRIPT)
-    mean, std = "features.mean(axis=0)", "(features.std(axis=0) + 1e-07)"
+    wide = 'axis=0, dtype="float64"'
+    mean, std = f"features.mean({wide})", f"(features.std({wide}) + 1e-07)"
     assert (
         f"model.fit((features - {mean}) / {std}, prices, "
         f"validation_data=((val_x - {mean}) / {std}, val_y), epochs=3)"

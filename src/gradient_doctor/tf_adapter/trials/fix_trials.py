@@ -31,6 +31,7 @@ from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
 from gradient_doctor.tf_adapter._tf_internals import DistributedValues
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
+from gradient_doctor.tf_adapter.trials import fresh_slots
 from gradient_doctor.tf_adapter.trials.patched_source import PatchedSource
 from gradient_doctor.tf_adapter.trials.snapshots import Snapshot, SnapshotRing
 from gradient_doctor.tf_adapter.trials.trial_plans import trial_plans
@@ -51,8 +52,8 @@ class TensorFlowTrials:
         guard: the guard, read after each trial step.
         more_batches: makes a fresh iterator over `fit`'s training data, or None.
         snapshots: the run's snapshot ring, or None.
-        optimizer_variables: every optimizer's variables (the slots a snapshot taken
-            before the first update does not hold start at zero from it).
+        optimizers: every optimizer of the run (the slots a snapshot taken before the
+            first update does not hold start from it as a fresh optimizer's would).
         fit_call: the `fit` call being watched, or None.
     """
 
@@ -65,7 +66,7 @@ class TensorFlowTrials:
         guard,
         more_batches=None,
         snapshots: SnapshotRing | None = None,
-        optimizer_variables=(),
+        optimizers=(),
         fit_call=None,
     ) -> None:
         self.plans = trial_plans(finding, evidence, optimizer, fit_call)
@@ -75,7 +76,7 @@ class TensorFlowTrials:
         self._guard = guard
         self._more_batches = more_batches
         self._snapshots = snapshots
-        self._optimizer_variables = optimizer_variables
+        self._optimizers = optimizers
         self._state: LastGoodState | None = None
 
     @contextmanager
@@ -83,9 +84,7 @@ class TensorFlowTrials:
         """Save every variable the step touches; put them back at the end."""
         with (
             self._guard.recording_objectives(),
-            LastGoodState(
-                self._call, self._guard, self._more_batches, self._optimizer_variables
-            ) as state,
+            LastGoodState(self._call, self._guard, self._more_batches, self._optimizers) as state,
         ):
             self._state = state
             try:
@@ -156,8 +155,9 @@ class LastGoodState:
             like the step's one argument), or None to repeat the failing batch.
     """
 
-    def __init__(self, call: StepCall, guard, more_batches=None, optimizer_variables=()) -> None:
-        self._optimizer_variables = list(optimizer_variables)
+    def __init__(self, call: StepCall, guard, more_batches=None, optimizers=()) -> None:
+        self._optimizers = list(optimizers)
+        self._fresh_slots: dict[int, list[tuple[tf.Variable, tf.Tensor]]] = {}
         self._call = call
         self._guard = guard
         self._more_batches = more_batches
@@ -200,6 +200,15 @@ class LastGoodState:
     def __exit__(self, *exc_info) -> None:
         self._put_back(self._saved)  # the user's run goes on exactly as it would have
 
+    def _slots_made_after(self, snapshot) -> list[tuple[tf.Variable, tf.Tensor]]:
+        """The optimizer variables made after `snapshot` was copied, each with the value
+        a fresh optimizer starts it at (found once per snapshot)."""
+        key = id(snapshot)
+        if key not in self._fresh_slots:
+            held = {id(variable) for variable, _ in snapshot.values}
+            self._fresh_slots[key] = fresh_slots.start_values(self._optimizers, held)
+        return self._fresh_slots[key]
+
     def _restore(self) -> None:
         """Back to the state a trial starts from."""
         self._put_back(self._start)
@@ -223,11 +232,7 @@ class LastGoodState:
         self._restore()
         if source.snapshot is not None:
             self._put_back(source.snapshot.values)
-            held = {id(variable) for variable, _ in source.snapshot.values}
-            for variable in self._optimizer_variables:  # slots made after the copy
-                inner = getattr(variable, "value", variable)
-                if id(inner) not in held and id(variable) not in held:
-                    variable.assign(tf.zeros_like(variable))
+            self._put_back(self._slots_made_after(source.snapshot))
         self._guard.reset()
         try:
             with plan.apply() if plan is not None else nullcontext() as placed:

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.knowledge.rewrites.data import STATISTICS_DTYPE
 from gradient_doctor.tf_adapter._tf_internals import get_data_adapter
 
 DEFAULT_BATCH_SIZE = 32  # Keras's own default for `fit`
@@ -52,11 +53,13 @@ class FitCall:
 
     def standardised_batches(self, epsilon: float) -> Callable[[], Iterator] | None:
         """The same batches with `x` standardised over the whole data, feature by
-        feature, as `(x - x.mean(axis=0)) / (x.std(axis=0) + epsilon)` computes it (the
-        `normalize_input` patch of the fit line); None unless `x` is one NumPy array."""
+        feature, as `(x - x.mean(axis=0, dtype="float64")) / (x.std(axis=0, dtype="float64")
+        + epsilon)` computes it (the `normalize_input` patch of the fit line); None unless
+        `x` is one NumPy array of floats."""
         if not isinstance(self.x, np.ndarray) or not np.issubdtype(self.x.dtype, np.floating):
             return None
-        x = (self.x - self.x.mean(axis=0)) / (self.x.std(axis=0) + epsilon)
+        wide = STATISTICS_DTYPE
+        x = (self.x - self.x.mean(axis=0, dtype=wide)) / (self.x.std(axis=0, dtype=wide) + epsilon)
         return fit_batches(x, self.y, self.sample_weight, self.batch_size)
 
 

@@ -1,10 +1,14 @@
 """Rewrite the user's `fit(...)` line so the model trains on standardised features.
 
 `model.fit(features, prices, ...)` becomes
-`model.fit((features - features.mean(axis=0)) / (features.std(axis=0) + 1e-07), prices, ...)`:
-each feature centred and scaled by the training data's own statistics, and the
-validation features (`validation_data=(x_val, y_val)`) by the same ones. No name of
-the user's is reassigned; the trial standardises the batches with the same expression.
+`model.fit((features - features.mean(axis=0, dtype="float64"))
+/ (features.std(axis=0, dtype="float64") + 1e-07), prices, ...)`: each feature centred and
+scaled by the training data's own statistics, and the validation features
+(`validation_data=(x_val, y_val)`) by the same ones. The statistics are taken in float64:
+NumPy sums a float32 array in float32, so the mean of readings near 1e38 (the data most in
+need of this fix) or the squares of readings past 1e19 would overflow to inf; Keras casts
+the float64 result back to its float type. No name of the user's is reassigned; the trial
+standardises the batches with the same expression.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from gradient_doctor.core.knowledge.source.syntax_edit import (
 
 # Added to each feature's standard deviation (a constant feature divides by it alone).
 EPSILON = 1e-7
+# The type the statistics are taken in (see the module's docstring).
+STATISTICS_DTYPE = "float64"
 
 
 def standardise_fit_input(source: SourceLine, lines: Sequence[str]) -> Edit | None:
@@ -41,7 +47,8 @@ def standardise_fit_input(source: SourceLine, lines: Sequence[str]) -> Edit | No
     if not isinstance(x, ast.Name | ast.Attribute):
         return None
     name = segment(text, x)
-    mean, std = f"{name}.mean(axis=0)", f"({name}.std(axis=0) + {literal(EPSILON)})"
+    wide = f'axis=0, dtype="{STATISTICS_DTYPE}"'
+    mean, std = f"{name}.mean({wide})", f"({name}.std({wide}) + {literal(EPSILON)})"
     changes = [(x, f"({name} - {mean}) / {std}")]
     validation = argument(fit, None, "validation_data")
     if isinstance(validation, ast.Tuple) and validation.elts:
