@@ -17,7 +17,7 @@ import gradient_doctor.torch as doctor_torch  # noqa: E402
 from gradient_doctor.core.findings import Edit  # noqa: E402
 from gradient_doctor.core.patches import unified_diff  # noqa: E402
 from gradient_doctor.core.pipeline import try_fixes  # noqa: E402
-from gradient_doctor.torch_adapter.fix_trials import TorchTrials  # noqa: E402
+from gradient_doctor.torch_adapter.trials.fix_trials import TorchTrials  # noqa: E402
 from tests.conftest import ROOT, line_of  # noqa: E402
 from tests.scripts.torch import mlp_log_of_sigmoid, wgan_gp_padded_rows  # noqa: E402
 from tests.torch_adapter.conftest import run_until_stopped  # noqa: E402

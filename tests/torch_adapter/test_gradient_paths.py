@@ -12,12 +12,12 @@ torch = pytest.importorskip("torch")
 
 import gradient_doctor.torch as doctor_torch  # noqa: E402
 from gradient_doctor.render.json_report import report_to_dict  # noqa: E402
-from gradient_doctor.torch_adapter.gradient_paths import (  # noqa: E402
+from gradient_doctor.torch_adapter.localize.gradient_paths import (  # noqa: E402
     CutWatch,
     PathRecorder,
     find_path_breaks,
 )
-from gradient_doctor.torch_adapter.module_scope import ModuleScope  # noqa: E402
+from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope  # noqa: E402
 from tests.conftest import line_of  # noqa: E402
 from tests.scripts.torch import healthy_frozen_parts, item_round_trip, partial_cuts  # noqa: E402
 from tests.scripts.torch import mlp_log_of_sigmoid as healthy_mlp  # noqa: E402

@@ -9,9 +9,15 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names  # noqa: E402
-from gradient_doctor.torch_adapter.op_names import op_type  # noqa: E402
-from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder  # noqa: E402
+from gradient_doctor.torch_adapter.localize.module_scope import (  # noqa: E402
+    ModuleScope,
+    module_names,
+)
+from gradient_doctor.torch_adapter.localize.op_names import op_type  # noqa: E402
+from gradient_doctor.torch_adapter.localize.op_recorder import (  # noqa: E402
+    READ_VARIABLE,
+    OpRecorder,
+)
 
 HERE = "tests/torch_adapter/test_op_recorder.py"
 

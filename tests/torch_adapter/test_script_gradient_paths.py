@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 from gradient_doctor.cli.script_runner import run_script  # noqa: E402
 from gradient_doctor.core.findings import SourceLine  # noqa: E402
 from gradient_doctor.render.json_report import report_to_dict  # noqa: E402
-from gradient_doctor.torch_adapter import step_events  # noqa: E402
+from gradient_doctor.torch_adapter.rerun import step_events  # noqa: E402
+from gradient_doctor.torch_adapter.rerun.step_events import CutPaths, RecordedStep  # noqa: E402
 from gradient_doctor.torch_adapter.script_adapter import ScriptAdapter  # noqa: E402
-from gradient_doctor.torch_adapter.step_events import CutPaths, RecordedStep  # noqa: E402
 
 # A GAN trainer class: the generator's tokens are the top-1 index of its scores.
 _TRAINER_TOPK = """

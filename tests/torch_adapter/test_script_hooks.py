@@ -8,7 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gradient_doctor.torch_adapter.script_hooks import UpdateHooks, UpdateListener  # noqa: E402
+from gradient_doctor.torch_adapter.hooks.script_hooks import (  # noqa: E402
+    UpdateHooks,
+    UpdateListener,
+)
 from tests.torch_adapter.conftest import same_state  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gradient_doctor.torch_adapter.step_check import check  # noqa: E402
+from gradient_doctor.torch_adapter.step.step_check import check  # noqa: E402
 
 
 def test_finite_losses_and_gradients():

@@ -1,7 +1,7 @@
 """A scratch copy of the user's folder for a rerun of their script: small files copied, big linked.
 
 Every rerun of the user's script (the confirmation of a fix in `patched_rerun`, the
-seeded rerun of a PyTorch step in `torch_adapter.step_rerun`) runs in such a copy, so
+seeded rerun of a PyTorch step in `torch_adapter.rerun.step_rerun`) runs in such a copy, so
 what the script writes (a log it appends to, checkpoints, events files) lands in the
 copy and never a second time in the user's folder. Tools' caches and environments are
 left out; files over `LINK_ABOVE_BYTES` (data) are linked instead of copied, and so are

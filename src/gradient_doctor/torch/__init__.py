@@ -12,7 +12,7 @@ from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
 from gradient_doctor.render.terminal import render_finding, render_warning
 from gradient_doctor.torch import ops
 from gradient_doctor.torch_adapter.adapter import TorchAdapter
-from gradient_doctor.torch_adapter.watched_step import WatchedStep
+from gradient_doctor.torch_adapter.hooks.watched_step import WatchedStep
 
 __all__ = ["WatchedStep", "ops", "watch"]
 

@@ -13,17 +13,22 @@ from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.core.pipeline import Adapter, Localized, Session
 from gradient_doctor.core.report import Report
-from gradient_doctor.torch_adapter import rng_state, source_lines
-from gradient_doctor.torch_adapter.backward_roots import backward_roots
-from gradient_doctor.torch_adapter.fix_trials import TorchTrials
-from gradient_doctor.torch_adapter.gradient_paths import (
+from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
+from gradient_doctor.torch_adapter.localize import source_lines
+from gradient_doctor.torch_adapter.localize.gradient_paths import (
     PathRecorder,
     find_path_breaks,
     trainable_count,
 )
-from gradient_doctor.torch_adapter.guarded_step import StepGuard
-from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names, parameter_names
-from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder
+from gradient_doctor.torch_adapter.localize.module_scope import (
+    ModuleScope,
+    module_names,
+    parameter_names,
+)
+from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE, OpRecorder
+from gradient_doctor.torch_adapter.step import rng_state
+from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
+from gradient_doctor.torch_adapter.trials.fix_trials import TorchTrials
 
 # The name reports give this framework (`Report.framework`).
 FRAMEWORK = "torch"

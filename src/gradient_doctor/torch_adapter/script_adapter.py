@@ -33,17 +33,17 @@ from gradient_doctor.core.pipeline import Localized, Session, StepReading
 from gradient_doctor.core.trial_plans import TrialPlan
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
-from gradient_doctor.torch_adapter.gradient_paths import (
+from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
+from gradient_doctor.torch_adapter.localize.gradient_paths import (
     CutWatch,
     RecordedPaths,
     breaks_in,
     trainable_count,
 )
-from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE
-from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
-from gradient_doctor.torch_adapter.step_check import Check, combined
-from gradient_doctor.torch_adapter.step_rerun import StepReruns
-from gradient_doctor.torch_adapter.trial_plans import trial_plans
+from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE
+from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
+from gradient_doctor.torch_adapter.step.step_check import Check, combined
+from gradient_doctor.torch_adapter.trials.trial_plans import trial_plans
 
 # Why a fix of an unchanged script is not trialed inside the run.
 NO_STEP_FUNCTION = (

@@ -33,9 +33,9 @@ from torch.utils._pytree import tree_leaves
 from gradient_doctor.core.findings import SourceLine, TensorStats
 from gradient_doctor.core.gradient_paths import Node, PathBreak, find_breaks
 from gradient_doctor.core.op_trace import OpEvent
-from gradient_doctor.torch_adapter.module_scope import ModuleScope
-from gradient_doctor.torch_adapter.op_recorder import READ_VARIABLE, OpRecorder
-from gradient_doctor.torch_adapter.source_lines import user_line
+from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope
+from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE, OpRecorder
+from gradient_doctor.torch_adapter.localize.source_lines import user_line
 
 # The framework the breaks are spelled in (`PathBreak.framework`).
 FRAMEWORK = "torch"

@@ -11,10 +11,10 @@ from torch.utils._pytree import tree_leaves
 
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import OpEvent
-from gradient_doctor.torch_adapter.module_scope import ModuleScope
-from gradient_doctor.torch_adapter.op_names import ALONG_DIMS, op_type
-from gradient_doctor.torch_adapter.source_lines import user_line
-from gradient_doctor.torch_adapter.tensor_stats import first_values, summarize
+from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope
+from gradient_doctor.torch_adapter.localize.op_names import ALONG_DIMS, op_type
+from gradient_doctor.torch_adapter.localize.source_lines import user_line
+from gradient_doctor.torch_adapter.localize.tensor_stats import first_values, summarize
 
 # The op type of a parameter's read into the step (the core's weight-read vocabulary):
 # torch ops read a parameter directly, so the recorder writes one such event before

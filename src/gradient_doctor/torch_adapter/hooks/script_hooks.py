@@ -24,7 +24,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from gradient_doctor.torch_adapter.step_check import (
+from gradient_doctor.torch_adapter.step.step_check import (
     Check,
     check,
     dense_grads,

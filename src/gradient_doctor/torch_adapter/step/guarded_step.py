@@ -9,10 +9,10 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from gradient_doctor.torch_adapter import backward_roots
-from gradient_doctor.torch_adapter.gradient_paths import CutWatch
-from gradient_doctor.torch_adapter.op_recorder import OpRecorder
-from gradient_doctor.torch_adapter.step_check import Check, check, combined, dense_grads
+from gradient_doctor.torch_adapter.hooks import backward_roots
+from gradient_doctor.torch_adapter.localize.gradient_paths import CutWatch
+from gradient_doctor.torch_adapter.localize.op_recorder import OpRecorder
+from gradient_doctor.torch_adapter.step.step_check import Check, check, combined, dense_grads
 
 # The instance attribute a guarded optimizer's own `step` is kept under.
 _UNGUARDED = "_gradient_doctor_unguarded_step"

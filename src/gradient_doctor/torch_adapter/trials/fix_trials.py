@@ -26,10 +26,10 @@ from gradient_doctor.core.fix_trials import TrialOutcome
 from gradient_doctor.core.patched_source import PatchedSource, reached_in_python
 from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
-from gradient_doctor.torch_adapter import rng_state
-from gradient_doctor.torch_adapter.backward_roots import backward_roots
-from gradient_doctor.torch_adapter.guarded_step import StepGuard
-from gradient_doctor.torch_adapter.trial_plans import trial_plans
+from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
+from gradient_doctor.torch_adapter.step import rng_state
+from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
+from gradient_doctor.torch_adapter.trials.trial_plans import trial_plans
 
 
 class TorchTrials:

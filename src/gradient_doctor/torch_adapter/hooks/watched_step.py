@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from gradient_doctor.core.pipeline import StepReading
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.torch_adapter import rng_state
 from gradient_doctor.torch_adapter.adapter import FailedCall, TorchAdapter
-from gradient_doctor.torch_adapter.backward_roots import backward_roots
+from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
+from gradient_doctor.torch_adapter.step import rng_state
 
 
 class WatchedStep:

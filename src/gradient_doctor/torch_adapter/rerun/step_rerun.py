@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 from gradient_doctor.cli import write_guard
 from gradient_doctor.cli.scratch_copy import copy_folder, folder_listing
-from gradient_doctor.torch_adapter import start_rng, step_events
-from gradient_doctor.torch_adapter.step_events import RecordedStep
+from gradient_doctor.torch_adapter.rerun import start_rng, step_events
+from gradient_doctor.torch_adapter.rerun.step_events import RecordedStep
 
 # The rerun's time limit: this many times as long as the run took to reach the step,
 # and never under the floor.
@@ -285,7 +285,7 @@ def _record(request: dict) -> None:
     """In the rerun's process: move into the copy, guard the user's files, run the script
     under the recording; say so when it never reached the failing update."""
     from gradient_doctor.cli.script_runner import run_script
-    from gradient_doctor.torch_adapter.step_recording import StepRecording
+    from gradient_doctor.torch_adapter.rerun.step_recording import StepRecording
 
     os.chdir(request["cwd"])
     sys.path[:] = request["sys_path"]

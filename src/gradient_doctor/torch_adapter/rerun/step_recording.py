@@ -27,13 +27,17 @@ from torch.nn.modules.module import (
 )
 
 from gradient_doctor.errors import DoctorError, TrainingStopped
-from gradient_doctor.torch_adapter import step_events
-from gradient_doctor.torch_adapter.gradient_paths import PathRecorder, missing_gradients
-from gradient_doctor.torch_adapter.module_scope import ModuleScope, module_names, parameter_names
-from gradient_doctor.torch_adapter.op_recorder import OpRecorder
-from gradient_doctor.torch_adapter.script_hooks import Update, UpdateHooks, UpdateListener
-from gradient_doctor.torch_adapter.step_check import dense_grads
-from gradient_doctor.torch_adapter.step_events import CutPaths, RecordedStep
+from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
+from gradient_doctor.torch_adapter.localize.gradient_paths import PathRecorder, missing_gradients
+from gradient_doctor.torch_adapter.localize.module_scope import (
+    ModuleScope,
+    module_names,
+    parameter_names,
+)
+from gradient_doctor.torch_adapter.localize.op_recorder import OpRecorder
+from gradient_doctor.torch_adapter.rerun import step_events
+from gradient_doctor.torch_adapter.rerun.step_events import CutPaths, RecordedStep
+from gradient_doctor.torch_adapter.step.step_check import dense_grads
 
 # `window_after` for a failing step that is the run's first: record from the start.
 FROM_START = -1

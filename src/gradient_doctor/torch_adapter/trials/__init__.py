@@ -1,0 +1,1 @@
+"""Fix trials: each remedy put in place, run from the last good state."""
