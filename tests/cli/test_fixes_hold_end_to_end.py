@@ -193,3 +193,23 @@ def test_a_patch_of_module_level_code_is_proved_by_the_rerun_against_the_unchang
     assert safe["evidence"].startswith("confirmed: the patched copy of your files trained")
     assert "where the unchanged copy, run from the start, found forward_domain" in safe["evidence"]
     assert "(not tried inside the run" in safe["evidence"]
+
+
+def test_a_tenth_of_the_learning_rate_failing_the_next_decade_is_tried_and_written(doctor_run):
+    # Adam at a learning rate of 20 throws `z_log_var` out in one update: at 2 the
+    # exp still overflows at trial step 2, at 0.2 the VAE trains. The patch writes 0.2,
+    # and the evidence says the tenth failed first.
+    script = "tests/scripts/vae_sampling_overflow.py"
+    problem = doctor_run(script).problem
+    lower = next(fix for fix in problem["fixes"] if fix["family"] == "lower_learning_rate")
+    assert lower["verified"] is True, lower["evidence"]
+    assert lower["title"] == "Lower the learning rate 100x, from 20 to 0.2"
+    assert (
+        "learning rate 0.2 (was 20), where learning rate 2 (was 20) had failed"
+        in (lower["evidence"])
+    )
+    assert "+vae.compile(optimizer=keras.optimizers.Adam(learning_rate=0.2))" in (
+        lower["patch"].splitlines()
+    )
+    assert "lower_learning_rate" not in [n["remedy"] for n in problem["not_fixes"]]
+    assert "the patched copy of your files trained" in lower["evidence"]

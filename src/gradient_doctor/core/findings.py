@@ -198,6 +198,9 @@ class Fix:
             is so large that the values look out of the domain by design; None otherwise.
             A trial that holds cannot verify such a clamp: it rewrites what the code
             computes, and the loss it lowers is the rewritten one.
+        stronger: the same remedy a step further (the learning rate lowered another
+            decade), placed as its own patch, tried only when this one's trial fails;
+            it then stands in for this fix. None when there is no further step.
     """
 
     family: str
@@ -210,6 +213,7 @@ class Fix:
     patch: str | None = None
     trial_setting: tuple[str, float | str] | None = None
     clamped_share: float | None = None
+    stronger: Fix | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewri
 from gradient_doctor.core.knowledge.rewrites import score_function
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
+from gradient_doctor.core.knowledge.wording import format_number
 from gradient_doctor.core.patches import (
     PatchError,
     patched_text,
@@ -221,6 +222,9 @@ _OPTIMIZER_FIXES = {
 _TRIED_NOT_FIXES = frozenset({"lower_learning_rate", "gradient_clipping", "clip_by_value"})
 # Each gradient value is clipped to this (finite whatever the global norm does).
 CLIP_VALUE = 1.0
+# The learning rates a lower-learning-rate fix is tried at, over the user's: a tenth
+# first, a hundredth when that trial fails.
+LEARNING_RATE_RUNGS = (0.1, 0.01)
 
 
 def clipping_threshold(history: StepHistory | None) -> float:
@@ -233,9 +237,18 @@ def clipping_threshold(history: StepHistory | None) -> float:
 
 
 def _optimizer_fix(
-    fix: Fix, site: OptimizerSite, root: str, history: StepHistory | None
+    fix: Fix,
+    site: OptimizerSite,
+    root: str,
+    history: StepHistory | None,
+    rungs: tuple[float, ...] = LEARNING_RATE_RUNGS,
 ) -> Fix | None:
-    """`fix` written as an edit of the optimizer's line, or None when it cannot be."""
+    """`fix` written as an edit of the optimizer's line, or None when it cannot be.
+
+    A lower learning rate is written at the first of `rungs` (the new rate over the
+    user's), with the next rungs as its `stronger` fix: a rate a tenth of one that
+    made Adam's steps of 20 throw a layer out is still 2.
+    """
     lines = read_lines(os.path.join(root, site.source.file))
     if lines is None:
         return None
@@ -243,15 +256,32 @@ def _optimizer_fix(
         edit = optimizer_rewrite.wrap_loss_scaling(site, lines)
         return _patched(fix, (edit,), root, None) if edit is not None else None
     if fix.family == "lower_learning_rate":
-        made = optimizer_rewrite.lower_learning_rate(site, lines)
-    else:
-        keyword = _OPTIMIZER_FIXES[fix.family]
-        value = CLIP_VALUE if keyword == "clipvalue" else clipping_threshold(history)
-        made = optimizer_rewrite.set_clipping(site, lines, keyword, value)
+        if not rungs:
+            return None
+        made = optimizer_rewrite.lower_learning_rate(site, lines, rungs[0])
+        if made is None:
+            return None
+        placed = _patched(fix, made[0], root, (made[1].name, made[1].value))
+        if placed is None or len(rungs) < 2:
+            return placed
+        further = _optimizer_fix(_lowered_by(fix, site, rungs[1]), site, root, history, rungs[1:])
+        return dataclasses.replace(placed, stronger=further)
+    keyword = _OPTIMIZER_FIXES[fix.family]
+    value = CLIP_VALUE if keyword == "clipvalue" else clipping_threshold(history)
+    made = optimizer_rewrite.set_clipping(site, lines, keyword, value)
     if made is None:
         return None
     edits, setting = made
     return _patched(fix, edits, root, (setting.name, setting.value))
+
+
+def _lowered_by(fix: Fix, site: OptimizerSite, factor: float) -> Fix:
+    """`fix` titled for a learning rate `factor` times the user's."""
+    title = f"Lower the learning rate {round(1 / factor)}x"
+    if site.learning_rate is not None:
+        was, lower = site.learning_rate, site.learning_rate * factor
+        title += f", from {format_number(was)} to {format_number(lower)}"
+    return dataclasses.replace(fix, title=title)
 
 
 def _patched(fix: Fix, edits: tuple[Edit, ...], root: str, setting: tuple) -> Fix | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.fix_trials import TrialOutcome
 from gradient_doctor.core.records import LayerRecord, StepRecord
@@ -138,6 +138,10 @@ class FixTrials(Protocol):
     def open(self) -> AbstractContextManager[TrialRunner]:
         """Save the state the run is in; the runner it yields runs trials; on exit the
         run's own state is put back, so training goes on as it would have."""
+
+    def plan_for(self, remedy: str, fix: Fix) -> TrialPlan | None:
+        """The plan that tries `remedy` as `fix` writes it: a fix's `stronger` patch,
+        tried when the plan in `plans` failed; None when it cannot be tried."""
 
 
 class Adapter(Protocol):

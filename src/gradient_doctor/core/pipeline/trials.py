@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable
 
 from gradient_doctor.core.evidence import Evidence, StepHistory
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_trials import TrialOutcome, judge
 from gradient_doctor.core.pipeline.adapter import FixTrials
 from gradient_doctor.core.trial_start import trial_start, trouble_began
@@ -85,6 +85,13 @@ def try_fixes(
                 )
                 if plan.replacement is not None:
                     done[(plan.replacement, key)] = outcome
+                outcome, finding = _stronger_if_failed(
+                    finding,
+                    plan.remedy,
+                    outcome,
+                    trials,
+                    lambda p, s=start: runner.run(p, s, failing, steps),
+                )
                 outcomes.append(dataclasses.replace(outcome, remedy=plan.remedy))
     except Exception as error:
         warnings.warn(
@@ -96,6 +103,53 @@ def try_fixes(
     if not baselines:
         baselines[None] = TrialOutcome(None, "", steps, 0, None, skipped=_TOO_LONG)
     return judge(finding, baselines, outcomes, _loss_before(evidence.history, began, failing))
+
+
+def _stronger_if_failed(
+    finding: Finding,
+    remedy: str,
+    outcome: TrialOutcome,
+    trials: FixTrials,
+    run: Callable[[object], TrialOutcome],
+) -> tuple[TrialOutcome, Finding]:
+    """When `remedy`'s trial failed and its fix has a `stronger` one (the learning rate
+    lowered a decade further), try that from the same start, and so on; the first that
+    holds stands in for the fix in the finding, its evidence saying what failed first.
+    Returns the outcome to judge and the finding (changed only when a stronger held)."""
+    fix = _fix_of(finding, remedy)
+    tried = [outcome]
+    while outcome.failed_at is not None and fix is not None and fix.stronger is not None:
+        fix = fix.stronger
+        plan = trials.plan_for(remedy, fix)
+        if plan is None:
+            break
+        stronger = run(plan)
+        tried.append(stronger)
+        if stronger.failed_at is None and stronger.skipped is None:
+            failed = "; ".join(
+                f"{o.setting} had failed at trial step {o.failed_at + 1}" for o in tried[:-1]
+            )
+            held = dataclasses.replace(stronger, setting=f"{stronger.setting}, where {failed}")
+            return held, _with_fix(finding, remedy, fix)
+    return outcome, finding
+
+
+def _fix_of(finding: Finding, remedy: str) -> Fix | None:
+    """The fix that `remedy` is tried as: a fix of that family, or a not-fix's patch."""
+    for fix in finding.fixes:
+        if fix.family == remedy:
+            return fix
+    return next((n.fix for n in finding.not_fixes if n.remedy == remedy), None)
+
+
+def _with_fix(finding: Finding, remedy: str, fix: Fix) -> Finding:
+    """`finding` with `fix` in place of the one `remedy` was tried as."""
+    fixes = tuple(fix if f.family == remedy else f for f in finding.fixes)
+    not_fixes = tuple(
+        dataclasses.replace(n, fix=fix) if n.remedy == remedy and n.fix is not None else n
+        for n in finding.not_fixes
+    )
+    return dataclasses.replace(finding, fixes=fixes, not_fixes=not_fixes)
 
 
 def _loss_before(history: StepHistory, began: int, failing: int) -> float | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_trials import TrialOutcome
 from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
@@ -34,7 +34,7 @@ from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.trials import fresh_slots
 from gradient_doctor.tf_adapter.trials.patched_source import PatchedSource
 from gradient_doctor.tf_adapter.trials.snapshots import Snapshot, SnapshotRing
-from gradient_doctor.tf_adapter.trials.trial_plans import trial_plans
+from gradient_doctor.tf_adapter.trials.trial_plans import plan_for, trial_plans
 
 
 class TensorFlowTrials:
@@ -70,6 +70,7 @@ class TensorFlowTrials:
         fit_call=None,
     ) -> None:
         self.plans = trial_plans(finding, evidence, optimizer, fit_call)
+        self._planned = (evidence, optimizer, fit_call)
         self.untried = _UNDER_STRATEGY if self.plans and _distributed(optimizer) else None
         self.saved_steps = [s.step for s in snapshots.saved()] if snapshots is not None else []
         self._call = call
@@ -78,6 +79,10 @@ class TensorFlowTrials:
         self._snapshots = snapshots
         self._optimizers = optimizers
         self._state: LastGoodState | None = None
+
+    def plan_for(self, remedy: str, fix: Fix) -> TrialPlan | None:
+        """The plan that tries `remedy` as `fix` writes it (a fix's `stronger` one)."""
+        return plan_for(remedy, fix, *self._planned)
 
     @contextmanager
     def open(self) -> Iterator[TensorFlowTrials]:

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_placement import CLIP_VALUE, clipping_threshold
 from gradient_doctor.core.trial_plans import (
     LEARNING_RATE_DIVISOR,
@@ -46,21 +46,30 @@ def trial_plans(finding: Finding, evidence: Evidence, optimizer, fit_call=None) 
     for the evidence (it cannot be marked verified). Two fixes with the same patch
     are run once.
     """
+    plans = (
+        plan_for(remedy, fix, evidence, optimizer, fit_call) for remedy, fix in remedies_of(finding)
+    )
+    return [plan for plan in plans if plan is not None]
+
+
+def plan_for(
+    remedy: str, fix: Fix | None, evidence: Evidence, optimizer, fit_call=None
+) -> TrialPlan | None:
+    """The plan that tries `remedy` as `fix` writes it (see `trial_plans`), or None
+    when there is nothing to try."""
     # A loss-scaling optimizer's own learning rate and clipping are not the ones used.
     optimizer = loss_scale.inner_optimizer(optimizer) if optimizer is not None else None
-    plans: list[TrialPlan] = []
-    for remedy, fix in remedies_of(finding):
-        setting = fix.trial_setting if fix is not None else None
-        if setting is None and remedy in _SETTINGS:
-            setting = _SETTINGS[remedy](evidence)
-        if setting is not None and setting[0] == "standardise_x":
-            plans.append(_standardised(remedy, fit_call, setting[1]))
-        elif setting is not None:
-            edits = fix.edits if fix is not None else ()
-            plans.append(setting_plan(remedy, optimizer, *setting, edits=edits))
-        elif fix is not None and fix.patch:
-            plans.append(patch_plan(remedy, fix, patched_functions))
-    return plans
+    setting = fix.trial_setting if fix is not None else None
+    if setting is None and remedy in _SETTINGS:
+        setting = _SETTINGS[remedy](evidence)
+    if setting is not None and setting[0] == "standardise_x":
+        return _standardised(remedy, fit_call, setting[1])
+    if setting is not None:
+        edits = fix.edits if fix is not None else ()
+        return setting_plan(remedy, optimizer, *setting, edits=edits)
+    if fix is not None and fix.patch:
+        return patch_plan(remedy, fix, patched_functions)
+    return None
 
 
 # The settings a remedy without a patch is tried with (what its patch would write).
@@ -150,7 +159,10 @@ def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> Tria
         @contextmanager
         def lower_value() -> Iterator[None]:
             current.assign(lower)
-            yield
+            try:
+                yield
+            finally:  # as it was, for the next plan made (a stronger one reads it)
+                current.assign(was)
 
         return TrialPlan(remedy, f"learning rate {lower:.4g} (was {was:.4g})", lower_value)
 

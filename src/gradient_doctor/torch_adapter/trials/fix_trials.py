@@ -21,7 +21,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_trials import TrialOutcome
 from gradient_doctor.core.patched_source import PatchedSource, reached_in_python
 from gradient_doctor.core.trial_plans import NotTried, TrialPlan
@@ -29,7 +29,7 @@ from gradient_doctor.core.trial_start import TrialStart
 from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
 from gradient_doctor.torch_adapter.step import rng_state
 from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
-from gradient_doctor.torch_adapter.trials.trial_plans import trial_plans
+from gradient_doctor.torch_adapter.trials.trial_plans import plan_for, trial_plans
 
 
 class TorchTrials:
@@ -53,12 +53,17 @@ class TorchTrials:
         models: Sequence[torch.nn.Module] = (),
     ) -> None:
         self.plans = trial_plans(finding, evidence, guard.optimizers)
+        self._planned = (evidence, guard.optimizers)
         self.untried = None
         self.saved_steps: list[int] = []  # no snapshot ring yet: the last good state only
         self._call = call
         self._guard = guard
         self._models = tuple(models)
         self._saved: SavedState | None = None
+
+    def plan_for(self, remedy: str, fix: Fix) -> TrialPlan | None:
+        """The plan that tries `remedy` as `fix` writes it (a fix's `stronger` one)."""
+        return plan_for(remedy, fix, *self._planned)
 
     @contextmanager
     def open(self) -> Iterator[TorchTrials]:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_placement import clipping_threshold
 from gradient_doctor.core.patched_source import patched_functions
 from gradient_doctor.core.trial_plans import (
@@ -38,15 +38,24 @@ def trial_plans(
     lower learning rate and gradient clipping as the setting they name, with or
     without a patch. Other remedies are left out (the judge reports them untried).
     """
-    plans = []
-    for remedy, fix in remedies_of(finding):
-        if remedy == "lower_learning_rate":
-            plans.append(_lower_learning_rate(optimizers))
-        elif remedy == "gradient_clipping":
-            plans.append(_clipped(optimizers, clipping_threshold(evidence.history)))
-        elif fix is not None and fix.patch and fix.trial_setting is None:
-            plans.append(patch_plan(remedy, fix, patched_functions))
-    return plans
+    plans = (plan_for(remedy, fix, evidence, optimizers) for remedy, fix in remedies_of(finding))
+    return [plan for plan in plans if plan is not None]
+
+
+def plan_for(
+    remedy: str,
+    fix: Fix | None,
+    evidence: Evidence,
+    optimizers: Sequence[torch.optim.Optimizer],
+) -> TrialPlan | None:
+    """The plan that tries `remedy` as `fix` writes it (see `trial_plans`), or None."""
+    if remedy == "lower_learning_rate":
+        return _lower_learning_rate(optimizers)
+    if remedy == "gradient_clipping":
+        return _clipped(optimizers, clipping_threshold(evidence.history))
+    if fix is not None and fix.patch and fix.trial_setting is None:
+        return patch_plan(remedy, fix, patched_functions)
+    return None
 
 
 def _lower_learning_rate(optimizers: Sequence[torch.optim.Optimizer]) -> TrialPlan:
