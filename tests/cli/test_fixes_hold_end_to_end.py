@@ -29,6 +29,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/inline_eager_log_domain.py",  # module level: proved by the rerun alone
     "tests/scripts/dense_unscaled_input.py",  # readings near 1e38: statistics in float64
     "tests/scripts/float16_mask_constant.py",  # a loss scale a fresh optimizer starts at
+    "tests/scripts/gaussian_nll_relu_variance.py",  # the line making the log's input
 ]
 
 
@@ -213,3 +214,18 @@ def test_a_tenth_of_the_learning_rate_failing_the_next_decade_is_tried_and_writt
     )
     assert "lower_learning_rate" not in [n["remedy"] for n in problem["not_fixes"]]
     assert "the patched copy of your files trained" in lower["evidence"]
+
+
+def test_the_relu_that_made_a_variance_zero_is_rewritten_where_it_is_made(doctor_run):
+    # log(var) and / var both read the relu's zeros: the guard on the log alone failed at
+    # trial step 1 (the division), the softplus on the line that makes `var` held.
+    script = "tests/scripts/gaussian_nll_relu_variance.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "Log")
+    by_family = {fix["family"]: fix for fix in problem["fixes"]}
+    softplus = by_family["activation_change"]
+    assert softplus["verified"] is True, softplus["evidence"]
+    assert problem["fixes"][0]["family"] == "activation_change"
+    added = [line[1:].strip() for line in softplus["patch"].splitlines() if line.startswith("+ ")]
+    assert added == ["mean, var = out[:, :1], (tf.nn.softplus(out[:, 1:]) + 1e-6)"]
+    assert by_family["safe_log"]["verified"] is False

@@ -116,13 +116,14 @@ class Reduction:
 
 
 @dataclass(frozen=True)
-class SameOpCall:
-    """Another call of the origin's op in the failing step's forward pass, as the replay
-    saw it: a rule that guards the origin guards such a call too when its input stood in
-    the same risky range (the other bare log of a hand-written cross-entropy).
+class OpCall:
+    """A call of an op in the failing step's forward pass, as the replay saw it: another
+    call of the origin's op (a rule that guards the origin guards it too when its input
+    stood in the same risky range: the other bare log of a hand-written cross-entropy),
+    or the op that made one of the origin's inputs (the relu whose zeros a log read).
 
     Attributes:
-        op: the op type, the origin's.
+        op: the op type.
         source: the user's line that made it, with the call's span on that line.
         inputs: its inputs' summaries at the failing step.
         source_kind: what `source` is (`SOURCE_KINDS` in `findings`): "op" for a call
@@ -190,6 +191,9 @@ class Evidence:
             all died or saturated (then there is no `path_break`), else None.
         same_op_calls: for a forward origin, the step's other forward calls of the
             origin's op (each place once per run of it), in execution order.
+        input_producers: for a forward origin, the op that made each of its inputs,
+            aligned with `origin.inputs`; None for an input no op of the step made
+            (a weight, the batch, a constant) or one made where no user's line is known.
     """
 
     step: int | None
@@ -216,4 +220,5 @@ class Evidence:
     broken_state: BrokenState | None = None
     skipped_updates: int = 0
     stuck_units: StuckUnits | None = None
-    same_op_calls: tuple[SameOpCall, ...] = ()
+    same_op_calls: tuple[OpCall, ...] = ()
+    input_producers: tuple[OpCall | None, ...] = ()

@@ -94,6 +94,9 @@ def place_fixes(
             others = _other_lines(fix.edits, root, mine)
             placed = with_edits(fix, (edit, *others), root) if edit is not None else None
             fix = dataclasses.replace(fix, edits=())
+        elif fix.edits:  # edits of lines other than the origin's (the line making its input)
+            placed = with_edits(fix, tuple(_other_lines(fix.edits, root, mine)), root)
+            placed = placed if placed.patch is not None else None
         elif fix.family in _OPTIMIZER_FIXES and sites.optimizer is not None:
             placed = _optimizer_fix(fix, sites.optimizer, root, history)
         elif fix.family in _LAYER_FIXES:

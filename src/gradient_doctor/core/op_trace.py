@@ -107,6 +107,13 @@ def feeding_op_types(events: Sequence[OpEvent], target: OpEvent, depth: int = 3)
     return frozenset(found)
 
 
+def input_producers(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEvent | None, ...]:
+    """The event that wrote each of `target`'s inputs, aligned with them; None for an
+    input no earlier op of the trace wrote (a weight read, the batch, a constant)."""
+    producers = _producers_before(events, target)
+    return tuple(producers.get(tensor) for tensor in target.input_ids)
+
+
 def nearest_weight_layer(
     events: Sequence[OpEvent], target: OpEvent, weight_reads: frozenset[str]
 ) -> str | None:

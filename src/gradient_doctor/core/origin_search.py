@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradient_doctor.core.evidence import Evidence, SameOpCall
+from gradient_doctor.core.evidence import Evidence, OpCall
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
     OpEvent,
     feeding_op_types,
+    input_producers,
     largest_output,
     nearest_weight_layer,
     weights_upstream,
@@ -221,10 +222,14 @@ def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stat
         "weights_layer": nearest_weight_layer(events, origin, weight_reads),
         "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats),
         "growth": _growth(events, origin),
+        "input_producers": tuple(
+            None if event is None or event.source is None else _call(event)
+            for event in input_producers(events, origin)
+        ),
     }
 
 
-def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[SameOpCall, ...]:
+def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[OpCall, ...]:
     """The step's other forward calls of a forward origin's op that a user's line made.
 
     A rule guarding the origin reads their inputs to guard those in the same risky
@@ -235,7 +240,7 @@ def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[SameOpCal
         return ()
     here = _place(origin.source)
     return tuple(
-        SameOpCall(event.op_type, event.source, event.inputs, event.source_kind)
+        _call(event)
         for event in events
         if event.phase == "forward"
         and event.op_type == origin.op_type
@@ -243,6 +248,11 @@ def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[SameOpCal
         and event.index != origin.index
         and _place(event.source) != here
     )
+
+
+def _call(event: OpEvent) -> OpCall:
+    """`event` as a call on the user's line (its source is known)."""
+    return OpCall(event.op_type, event.source, event.inputs, event.source_kind)
 
 
 def _place(source) -> tuple:

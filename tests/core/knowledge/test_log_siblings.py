@@ -5,7 +5,7 @@ the user's files, none already guarded as written."""
 
 import dataclasses
 
-from gradient_doctor.core.evidence import SameOpCall
+from gradient_doctor.core.evidence import OpCall
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.fix_placement import place_fixes
 from gradient_doctor.core.knowledge import diagnose
@@ -52,7 +52,7 @@ def _evidence(make_evidence, make_stats, calls, feeding_ops=frozenset({"Sigmoid"
     )
     origin = dataclasses.replace(evidence.origin, source=_call(D_LOSS, 5))
     siblings = tuple(
-        SameOpCall("Log", source, (make_stats(min=low, max=high),), kind)
+        OpCall("Log", source, (make_stats(min=low, max=high),), kind)
         for source, low, high, kind in calls
     )
     return dataclasses.replace(evidence, origin=origin, same_op_calls=siblings)

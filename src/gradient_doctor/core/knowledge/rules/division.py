@@ -14,6 +14,7 @@ from gradient_doctor.core.knowledge.facts import (
     source_focus,
 )
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.rewrites.activation import positive_activation
 from gradient_doctor.core.knowledge.rewrites.division import safe_div
 from gradient_doctor.core.knowledge.rewrites.norm import safe_norm
 from gradient_doctor.core.knowledge.wording import (
@@ -39,6 +40,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     norm = safe_norm(code, focus=focus)
     division = safe_div(code, origin.op, focus)
     fixes = (norm, division) if norm else (division,)
+    # A denominator a relu made is meant to be positive: make it so where it is made.
+    softplus = positive_activation(evidence, 0 if origin.op in _UNARY else 1)
+    fixes += (softplus,) if softplus is not None else ()
     return Diagnosis(
         category="forward_domain",
         explanation=explain(origin, evidence.step) + from_data_note(evidence.weights_upstream),

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gradient_doctor.core.evidence import Evidence, SameOpCall
+from gradient_doctor.core.evidence import Evidence, OpCall
 from gradient_doctor.core.findings import Fix, Origin, SourceLine
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import (
@@ -93,7 +93,7 @@ def risky_siblings(
     """
     if domain.boundary is None or domain.extreme != "min" or evidence.origin is None:
         return ()
-    by_place: dict[tuple, list[SameOpCall]] = {}
+    by_place: dict[tuple, list[OpCall]] = {}
     for call in evidence.same_op_calls:
         place = (call.source.file, call.source.line, call.source.span)
         by_place.setdefault(place, []).append(call)
@@ -111,7 +111,7 @@ def risky_siblings(
     return tuple(found)
 
 
-def _in_range(call: SameOpCall, domain: Domain, upper: float | None) -> float | None:
+def _in_range(call: OpCall, domain: Domain, upper: float | None) -> float | None:
     """The lowest finite value of `call`'s risky argument, or None when the call is not
     one to guard with the origin (a library's op, values not finite or above `upper`)."""
     if call.source_kind != "op" or domain.argument >= len(call.inputs):

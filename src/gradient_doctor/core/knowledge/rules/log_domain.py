@@ -6,6 +6,7 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
+from gradient_doctor.core.knowledge.rewrites.activation import positive_activation
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
 from gradient_doctor.core.knowledge.rules.domain_rule import (
     Domain,
@@ -75,7 +76,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         extra = (clip, _from_logits(binary=sigmoid, torch=torch))
     else:
         siblings = risky_siblings(evidence, domain)
-        extra = (_positive_activation(evidence.setup.framework),)
+        generic = _positive_activation(evidence.setup.framework)
+        extra = (positive_activation(evidence, domain.argument, generic),)
     return diagnose_domain(evidence, domain, extra, siblings)
 
 

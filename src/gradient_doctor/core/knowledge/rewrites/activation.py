@@ -1,0 +1,60 @@
+"""Rewrite the relu that made a value a log, root or division needs positive: softplus.
+
+`var = tf.nn.relu(out[:, 1:])` feeds `tf.math.log(var)` and `/ var`: every unit the
+relu shut off is an exact 0, where the log is -inf and the division inf. A guard at
+the log leaves the division as it was; the value is meant to be positive, so the
+line that makes it is the one to change: `(tf.nn.softplus(out[:, 1:]) + 1e-6)` is
+positive everywhere (softplus alone underflows to 0 below about -100 in float32), and
+every reader of `var` gets the same value. The call is the one the replay saw make
+the input (its span on its line), spelled in the user's own namespace.
+"""
+
+from __future__ import annotations
+
+from gradient_doctor.core.evidence import Evidence, OpCall
+from gradient_doctor.core.findings import Edit, Fix
+from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
+
+# Op types of activations that are exactly zero on half their inputs, and the calls that
+# make them (a relu6 is left alone: softplus has no cap at 6).
+ZERO_FLOOR_CALLS = {"Relu": ("relu",)}
+# Added to softplus's output: a floor that float32 cannot round to 0.
+FLOOR = "1e-6"
+
+TITLE = "Produce the value with softplus, which is always positive, instead of relu"
+
+
+def positive_activation(
+    evidence: Evidence, argument: int, generic: Fix | None = None
+) -> Fix | None:
+    """An `activation_change` fix patching the line whose relu made the origin's input
+    `argument`; `generic` when no such call is known."""
+    producers = evidence.input_producers
+    producer = producers[argument] if argument < len(producers) else None
+    edit = _softplus_edit(producer) if producer is not None else None
+    if edit is None:
+        return generic
+    return Fix("activation_change", TITLE, edit.new_lines[0], edits=(edit,))
+
+
+def _softplus_edit(producer: OpCall) -> Edit | None:
+    """The edit of the producer's line replacing its relu call, or None."""
+    names = ZERO_FLOOR_CALLS.get(producer.op)
+    source = producer.source
+    if names is None or producer.source_kind != "op" or not source.code:
+        return None
+    code = source.code.strip()
+    call = find_call(code, names, source.span)
+    if call is None or len(call.args) != 1 or call.kwargs:
+        return None  # relu(x, alpha=...) / max_value: not a plain relu
+    softplus = f"({_softplus_name(call.prefix)}({call.args[0]}) + {FLOOR})"
+    new = replace_span(code, call.start, call.end, softplus)
+    return Edit(source.file, source.line, source.line, (new,), (code,))
+
+
+def _softplus_name(prefix: str) -> str:
+    """softplus in the namespace the relu was called from (`torch.relu` has none:
+    `torch.nn.functional.softplus`)."""
+    if prefix == "torch.":
+        return "torch.nn.functional.softplus"
+    return f"{prefix}softplus"

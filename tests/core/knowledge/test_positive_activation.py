@@ -1,0 +1,99 @@
+"""A log or a division of a value a relu made gets the line that made it rewritten to
+softplus (positive everywhere, so every reader of the value is safe at once), at the
+relu call the replay saw, spelled in the user's namespace; nothing for a relu Keras ran
+inside a layer, a relu with arguments of its own, or an input no op of the step made."""
+
+import dataclasses
+
+import pytest
+
+from gradient_doctor.core.evidence import OpCall
+from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.fix_placement import place_fixes
+from gradient_doctor.core.knowledge import diagnose
+
+VARIANCE = "mean, var = out[:, :1], tf.nn.relu(out[:, 1:])"
+NLL = "return tf.reduce_mean(0.5 * tf.math.log(var) + 0.5 * tf.square(y - mean) / var)"
+SCRIPT = f"import tensorflow as tf\n\n\ndef nll(y, out):\n    {VARIANCE}\n    {NLL}\n"
+
+
+def _relu(
+    code: str, line: int = 5, kind: str = "op", make_stats=None, name="tf.nn.relu("
+) -> OpCall:
+    start = code.index(name)
+    return OpCall(
+        "Relu",
+        SourceLine("nll.py", line, code, column=start, end_column=len(code)),
+        (make_stats(),),
+        kind,
+    )
+
+
+def _evidence(make_evidence, make_stats, op="Log", code=NLL, producer=None, argument=0):
+    evidence = make_evidence(
+        op=op,
+        code=code,
+        inputs=(make_stats(min=0.0, max=2.0, zeros=5), make_stats(min=0.0, max=2.0, zeros=5)),
+        outputs=(make_stats(min=None, max=None, inf=5),),
+    )
+    origin = dataclasses.replace(evidence.origin, source=SourceLine("nll.py", 6, code))
+    producers = [None, None]
+    producers[argument] = producer
+    return dataclasses.replace(evidence, origin=origin, input_producers=tuple(producers))
+
+
+def _placed(diagnosis, evidence, tmp_path):
+    (tmp_path / "nll.py").write_text(SCRIPT)
+    return {
+        fix.family: fix for fix in place_fixes(diagnosis.finding(evidence), str(tmp_path)).fixes
+    }
+
+
+def test_the_relu_that_fed_a_log_becomes_softplus_on_its_own_line(
+    make_evidence, make_stats, tmp_path
+):
+    evidence = _evidence(make_evidence, make_stats, producer=_relu(VARIANCE, make_stats=make_stats))
+    fix = _placed(diagnose(evidence), evidence, tmp_path)["activation_change"]
+    added = [line[1:] for line in fix.patch.splitlines() if line.startswith("+ ")]
+    assert added == ["    mean, var = out[:, :1], (tf.nn.softplus(out[:, 1:]) + 1e-6)"]
+    assert fix.patch.startswith("--- a/nll.py\n+++ b/nll.py\n")
+
+
+def test_a_division_by_a_relus_output_gets_the_same_rewrite(make_evidence, make_stats, tmp_path):
+    producer = _relu(VARIANCE, make_stats=make_stats)
+    evidence = _evidence(make_evidence, make_stats, op="RealDiv", producer=producer, argument=1)
+    families = [fix.family for fix in diagnose(evidence).fixes]
+    assert families[-1] == "activation_change" and "safe_div" in families
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "softplus"),
+    [
+        ("s = keras.ops.relu(h) + 0.0", "keras.ops.relu(", "(keras.ops.softplus(h) + 1e-6)"),
+        ("s = F.relu(h)", "F.relu(", "(F.softplus(h) + 1e-6)"),
+        ("s = torch.relu(h)", "torch.relu(", "(torch.nn.functional.softplus(h) + 1e-6)"),
+    ],
+)
+def test_softplus_is_spelled_where_the_relu_came_from(
+    make_evidence, make_stats, line, name, softplus
+):
+    evidence = _evidence(
+        make_evidence, make_stats, producer=_relu(line, make_stats=make_stats, name=name)
+    )
+    fix = next(f for f in diagnose(evidence).fixes if f.family == "activation_change")
+    assert softplus in fix.code and fix.edits[0].old_lines == (line,)
+
+
+def test_no_rewrite_for_a_relu_keras_ran_or_a_relu_with_settings_or_no_producer(
+    make_evidence, make_stats
+):
+    inside_layer = _relu(
+        'h = layers.Dense(4, activation="relu")', make_stats=make_stats, name="layers.Dense("
+    )
+    capped = _relu("s = tf.nn.relu(h, max_value=6.0)", make_stats=make_stats)
+    for producer in (dataclasses.replace(inside_layer, source_kind="layer_creation"), capped, None):
+        evidence = _evidence(make_evidence, make_stats, producer=producer)
+        fix = next(f for f in diagnose(evidence).fixes if f.family == "activation_change")
+        assert not fix.edits  # the generic advice, with no patch
+    division = _evidence(make_evidence, make_stats, op="RealDiv", producer=None, argument=1)
+    assert "activation_change" not in [fix.family for fix in diagnose(division).fixes]
