@@ -135,6 +135,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/float16_mask_constant.py",
         "tests/scripts/vae_sampling_overflow.py",
         "tests/scripts/gaussian_nll_relu_variance.py",
+        "tests/scripts/rnn_relu_growth.py",
     }
 )
 

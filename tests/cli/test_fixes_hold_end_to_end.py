@@ -30,6 +30,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/dense_unscaled_input.py",  # readings near 1e38: statistics in float64
     "tests/scripts/float16_mask_constant.py",  # a loss scale a fresh optimizer starts at
     "tests/scripts/gaussian_nll_relu_variance.py",  # the line making the log's input
+    "tests/scripts/rnn_relu_growth.py",  # the recurrent kernel redrawn
 ]
 
 
@@ -229,3 +230,16 @@ def test_the_relu_that_made_a_variance_zero_is_rewritten_where_it_is_made(doctor
     added = [line[1:].strip() for line in softplus["patch"].splitlines() if line.startswith("+ ")]
     assert added == ["mean, var = out[:, :1], (tf.nn.softplus(out[:, 1:]) + 1e-6)"]
     assert by_family["safe_log"]["verified"] is False
+
+
+def test_a_recurrent_kernel_of_gain_6_is_redrawn_orthogonal_on_the_rnns_own_line(doctor_run):
+    # He's initialisation of the input kernels would leave the growth through 60 time
+    # steps as it was: the patch sets the SimpleRNN's recurrent_initializer, and the
+    # trial redrew that kernel (the cell's) at the start.
+    problem = doctor_run("tests/scripts/rnn_relu_growth.py").problem
+    init = next(fix for fix in problem["fixes"] if fix["family"] == "better_init")
+    assert init["verified"] is True, init["evidence"]
+    assert init["title"].startswith("Draw the recurrent kernel orthogonal (gain 1")
+    assert 'recurrent_initializer="orthogonal" on `simple_rnn_cell`' in init["evidence"]
+    (added,) = [line[1:].strip() for line in init["patch"].splitlines() if line.startswith("+ ")]
+    assert added == '32, activation="relu", recurrent_initializer="orthogonal"'

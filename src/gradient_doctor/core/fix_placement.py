@@ -136,6 +136,10 @@ def _other_lines(edits: tuple[Edit, ...], root: str, mine: Callable[[str], bool]
     return placed
 
 
+_ORTHOGONAL_TITLE = (
+    "Draw the recurrent kernel orthogonal (gain 1, Keras's default), so the state keeps its "
+    "scale from one time step to the next"
+)
 # Fix families that change the lines building the user's layers, and what the trial sets.
 _LAYER_FIXES = {
     "constrain_weights": ("kernel_constraint", layer_rewrite.MAX_NORM),
@@ -185,10 +189,23 @@ def _surrogate_fix(fix: Fix, path_break: PathBreak, root: str) -> Fix | None:
 
 
 def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
-    """`fix` written as edits of the lines that built the layers it changes, or None."""
+    """`fix` written as edits of the lines that built the layers it changes, or None.
+
+    A better initialisation of a model with a recurrent cell whose recurrent kernel
+    grows the state (`wants_orthogonal_recurrence`) redraws that kernel orthogonal:
+    He's initialisation of the input kernels would leave the growth through time as it
+    was."""
+    setting = _LAYER_FIXES[fix.family]
+    recurrent = tuple(
+        s for s in sites.trained_layers if layer_rewrite.wants_orthogonal_recurrence(s)
+    )
     if fix.family == "constrain_weights":
         targets = (sites.weights_layer,) if sites.weights_layer is not None else ()
         make = layer_rewrite.constrain_kernel
+    elif recurrent:
+        targets, make = recurrent, layer_rewrite.orthogonal_recurrence
+        setting = ("recurrent_initializer", "orthogonal")
+        fix = dataclasses.replace(fix, title=_ORTHOGONAL_TITLE)
     else:
         targets = tuple(s for s in sites.trained_layers if layer_rewrite.wants_he_init(s))
         make = layer_rewrite.he_initialised
@@ -201,7 +218,7 @@ def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
             edits[key] = edit
     if not edits:
         return None
-    return _patched(fix, tuple(edits.values()), root, _LAYER_FIXES[fix.family])
+    return _patched(fix, tuple(edits.values()), root, setting)
 
 
 def _as_fix(remedy: str, site: OptimizerSite) -> Fix:

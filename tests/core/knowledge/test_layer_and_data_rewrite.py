@@ -6,7 +6,9 @@ from gradient_doctor.core.knowledge.rewrites.layer import (
     LayerSite,
     constrain_kernel,
     he_initialised,
+    orthogonal_recurrence,
     wants_he_init,
+    wants_orthogonal_recurrence,
 )
 from gradient_doctor.core.patches import apply_edits
 
@@ -16,6 +18,7 @@ hidden = [keras.layers.Dense(64, activation="relu") for _ in range(4)]
 head = keras.layers.Dense(1, kernel_initializer="zeros")
 model.fit(features, prices, validation_data=(val_x, val_y), epochs=3)
 model.fit(features / 255.0, prices)
+rnn = keras.layers.SimpleRNN(8, activation="relu", recurrent_initializer=Orthogonal(gain=4.0))
 """.splitlines(keepends=True)
 
 
@@ -63,3 +66,25 @@ def test_the_fit_line_standardises_x_and_the_validation_x_by_the_training_statis
 
 def test_an_expression_passed_as_x_is_not_rewritten():
     assert standardise_fit_input(_at("features / 255.0"), SCRIPT) is None
+
+
+def _cell(initializer, gain):
+    return LayerSite(
+        _at("SimpleRNN("), "SimpleRNNCell", "rnn/simple_rnn_cell", "relu", None, initializer, gain
+    )
+
+
+def test_a_recurrent_kernel_that_grows_the_state_is_drawn_orthogonal_on_the_rnns_line():
+    # The cell Keras built is found by the recurrent layer's call that built it.
+    site = _cell("Orthogonal", 4.0)
+    assert wants_orthogonal_recurrence(site)
+    assert (
+        'rnn = keras.layers.SimpleRNN(8, activation="relu", recurrent_initializer="orthogonal")'
+    ) in _patched(orthogonal_recurrence(site, SCRIPT))
+
+
+def test_a_recurrent_kernel_that_keeps_the_scale_is_left_alone():
+    assert not wants_orthogonal_recurrence(_cell("Orthogonal", 1.0))  # Keras's default
+    assert not wants_orthogonal_recurrence(_cell("Identity", 1.0))  # an IRNN
+    assert wants_orthogonal_recurrence(_cell("RandomNormal", None))
+    assert not wants_orthogonal_recurrence(LayerSite(_at("head ="), "Dense", "dense"))

@@ -66,12 +66,16 @@ def layer_site(layer) -> LayerSite | None:
         return None
     activation = getattr(layer, "activation", None)
     initializer = getattr(layer, "kernel_initializer", None)
+    recurrent = getattr(layer, "recurrent_initializer", None)  # a recurrent cell's
+    gain = getattr(recurrent, "gain", None)
     return LayerSite(
         source,
         type(layer).__name__,
         getattr(layer, "path", layer.name),
         getattr(activation, "__name__", None),
         type(initializer).__name__ if initializer is not None else None,
+        type(recurrent).__name__ if recurrent is not None else None,
+        float(gain) if isinstance(gain, int | float) else None,
     )
 
 

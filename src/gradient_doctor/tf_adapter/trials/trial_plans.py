@@ -87,7 +87,7 @@ def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPla
         return TrialPlan(remedy, "", not_possible("no optimizer was seen"))
     if name in ("learning_rate", "learning_rate_scale"):
         return _learning_rate_plan(remedy, optimizer, name, value)
-    if name in ("kernel_constraint", "kernel_initializer"):
+    if name in _WEIGHT_OF:
         return _layer_plan(remedy, layers_built_at(optimizer, edits), name, value)
     already = [f"{clip}={value}" for clip, value in clipping_of(optimizer).items() if clip != name]
     if already:
@@ -114,10 +114,22 @@ def _standardised(remedy: str, fit_call, epsilon: float) -> TrialPlan:
     return TrialPlan(remedy, "the features standardised", nullcontext, batches=batches)
 
 
+# The weight of a layer that each layer setting a patch writes acts on.
+_WEIGHT_OF = {
+    "kernel_constraint": "kernel",
+    "kernel_initializer": "kernel",
+    "recurrent_initializer": "recurrent_kernel",
+}
+
+
 def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
-    """Bound the kernels of `layers` (`kernel_constraint`), or draw them afresh with He's
-    initialisation at the trial's start (`kernel_initializer`), as the patch builds them."""
-    kernels = [layer.kernel for layer in layers if getattr(layer, "kernel", None) is not None]
+    """Bound the kernels of `layers` (`kernel_constraint`), or draw them afresh at the
+    trial's start with the initializer the patch names (He's for `kernel_initializer`,
+    an orthogonal recurrent kernel for `recurrent_initializer`), as the patch builds them."""
+    weight = _WEIGHT_OF[name]
+    kernels = [
+        getattr(layer, weight) for layer in layers if getattr(layer, weight, None) is not None
+    ]
     if not kernels:
         return TrialPlan(remedy, "", not_possible("the layers the patch changes were not found"))
     names = ", ".join(f"`{layer.name}`" for layer in layers)

@@ -37,6 +37,9 @@ class LayerSite:
         path: its Keras path, e.g. "sequential/dense_3".
         activation: its activation's name, or None.
         initializer: its kernel initializer's class name, e.g. "GlorotUniform", or None.
+        recurrent_initializer: for a recurrent cell, its recurrent kernel's initializer's
+            class name, e.g. "Orthogonal"; None for other layers.
+        recurrent_gain: that initializer's gain, when it has one.
     """
 
     source: SourceLine
@@ -44,13 +47,19 @@ class LayerSite:
     path: str
     activation: str | None = None
     initializer: str | None = None
+    recurrent_initializer: str | None = None
+    recurrent_gain: float | None = None
 
 
 def _layer_call(site: LayerSite, lines: Sequence[str]):
+    """(tree, the call on the site's line that built the layer, the file's lines). A
+    cell Keras built for the user's recurrent layer is found by that layer's call
+    (`SimpleRNN(...)` for a `SimpleRNNCell`)."""
     tree, text = parse(lines)
     if tree is None:
         return None, None, text
-    call = next((c for c in calls_on(tree, site.source) if callee(c.func) == site.class_name), None)
+    names = (site.class_name, site.class_name.removesuffix("Cell"))
+    call = next((c for c in calls_on(tree, site.source) if callee(c.func) in names), None)
     return tree, call, text
 
 
@@ -76,3 +85,26 @@ def he_initialised(site: LayerSite, lines: Sequence[str]) -> Edit | None:
 def wants_he_init(site: LayerSite) -> bool:
     """True for a layer of the ReLU family still on Keras's default Glorot initialisation."""
     return (site.activation or "") in RELU_FAMILY and site.initializer in (None, "GlorotUniform")
+
+
+# Recurrent initializers that keep the state's scale at gain 1 (Keras's default is the first).
+_SCALE_KEEPING = frozenset({"Orthogonal", "Identity"})
+
+
+def wants_orthogonal_recurrence(site: LayerSite) -> bool:
+    """True for a recurrent cell whose recurrent kernel was drawn to change the state's
+    scale at each time step: an orthogonal or identity one of gain above 1, or one of
+    another initializer (Keras's own default is orthogonal of gain 1)."""
+    if site.recurrent_initializer is None:
+        return False
+    if site.recurrent_initializer in _SCALE_KEEPING:
+        return site.recurrent_gain is not None and site.recurrent_gain > 1.0
+    return True
+
+
+def orthogonal_recurrence(site: LayerSite, lines: Sequence[str]) -> Edit | None:
+    """An edit drawing the layer's recurrent kernel orthogonal, or None."""
+    _, call, text = _layer_call(site, lines)
+    if call is None:
+        return None
+    return set_keyword(text, call, "recurrent_initializer", '"orthogonal"', site.source.file)
