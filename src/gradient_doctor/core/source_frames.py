@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import os
 import sys
@@ -117,3 +118,42 @@ def user_frame(frame: FrameType | None = None) -> FrameType | None:
             return frame
         frame = frame.f_back
     return None
+
+
+def statement_line(frame: FrameType | None) -> SourceLine | None:
+    """The frame's running call as a `SourceLine`: its first line, its last line when it
+    spans several, and on one line its columns (of two layers built on one line, this)."""
+    if frame is None:
+        return None
+    filename = frame.f_code.co_filename
+    start, end, columns = frame.f_lineno, frame.f_lineno, (None, None)
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is not None and frame.f_lasti >= 0:
+        found = next(itertools.islice(positions(), frame.f_lasti // 2, None), None)
+        if found is not None and None not in found:
+            start, end, columns = found[0], found[1], (found[2], found[3])
+    return source_line(filename, start, end, *columns)
+
+
+def source_line(
+    filename: str, start: int, end: int, column: int | None, end_column: int | None
+) -> SourceLine:
+    """A `SourceLine` for lines `start`-`end` of a file; columns (offsets into the
+    stripped first line) only for an expression on one line."""
+    raw = linecache.getline(filename, start)
+    code = raw.strip()
+    indent = len(raw) - len(raw.lstrip())
+    if end != start or column is None or end_column is None:
+        column = end_column = None
+    else:
+        column, end_column = column - indent, end_column - indent
+        if not 0 <= column < end_column <= len(code):
+            column = end_column = None
+    return SourceLine(
+        display_path(filename),
+        start,
+        code,
+        column=column,
+        end_column=end_column,
+        end_line=end if end != start else None,
+    )

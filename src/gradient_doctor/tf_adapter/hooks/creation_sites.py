@@ -16,8 +16,6 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import itertools
-import linecache
 import math
 import os
 import sys
@@ -29,8 +27,9 @@ import keras
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import (
-    display_path,
     is_user_file,
+    source_line,
+    statement_line,
     user_frame,
     user_line,
 )
@@ -103,48 +102,9 @@ def recording_patches() -> list[tuple[type, str, object]]:
 def _record(obj, frame: FrameType) -> None:
     if obj in _recorded:  # a model's __new__ chain reaches Layer.__new__ once; keep it
         return
-    line = _statement_line(user_frame(frame))
+    line = statement_line(user_frame(frame))
     if line is not None:
         _recorded[obj] = line
-
-
-def _statement_line(frame: FrameType | None) -> SourceLine | None:
-    """The frame's running call as a `SourceLine`: its first line, its last line when it
-    spans several, and on one line its columns (of two layers built on one line, this)."""
-    if frame is None:
-        return None
-    filename = frame.f_code.co_filename
-    start, end, columns = frame.f_lineno, frame.f_lineno, (None, None)
-    positions = getattr(frame.f_code, "co_positions", None)
-    if positions is not None and frame.f_lasti >= 0:
-        found = next(itertools.islice(positions(), frame.f_lasti // 2, None), None)
-        if found is not None and None not in found:
-            start, end, columns = found[0], found[1], (found[2], found[3])
-    return _source_line(filename, start, end, *columns)
-
-
-def _source_line(
-    filename: str, start: int, end: int, column: int | None, end_column: int | None
-) -> SourceLine:
-    """A `SourceLine` for lines `start`-`end` of a file; columns (offsets into the
-    stripped first line) only for an expression on one line."""
-    raw = linecache.getline(filename, start)
-    code = raw.strip()
-    indent = len(raw) - len(raw.lstrip())
-    if end != start or column is None or end_column is None:
-        column = end_column = None
-    else:
-        column, end_column = column - indent, end_column - indent
-        if not 0 <= column < end_column <= len(code):
-            column = end_column = None
-    return SourceLine(
-        display_path(filename),
-        start,
-        code,
-        column=column,
-        end_column=end_column,
-        end_line=end if end != start else None,
-    )
 
 
 def op_site(layer_path: str | None) -> tuple[SourceLine | None, str]:
@@ -265,7 +225,7 @@ def _search_source(obj, files: list[str]) -> SourceLine | None:
         return None
     node = agreeing[0].node
     end = node.end_lineno or node.lineno
-    return _source_line(agreeing[0].file, node.lineno, end, node.col_offset, node.end_col_offset)
+    return source_line(agreeing[0].file, node.lineno, end, node.col_offset, node.end_col_offset)
 
 
 @functools.lru_cache(maxsize=64)
