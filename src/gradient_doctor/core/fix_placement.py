@@ -21,7 +21,7 @@ from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
 from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
 from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
-from gradient_doctor.core.knowledge.rewrites import score_function
+from gradient_doctor.core.knowledge.rewrites import score_function, torch_optimizer
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.core.knowledge.wording import format_number
@@ -223,7 +223,9 @@ def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
 
 def _as_fix(remedy: str, site: OptimizerSite) -> Fix:
     """The fix a not-fix remedy would be, so that a trial can run its patch."""
-    setup = TrainingSetup(learning_rate=site.learning_rate)
+    setup = TrainingSetup(
+        learning_rate=site.learning_rate, framework=site.framework, optimizer=site.class_name
+    )
     if remedy == "lower_learning_rate":
         return remedies.lower_learning_rate(setup)
     if remedy == "clip_by_value":
@@ -267,28 +269,44 @@ def _optimizer_fix(
 
     A lower learning rate is written at the first of `rungs` (the new rate over the
     user's), with the next rungs as its `stronger` fix: a rate a tenth of one that
-    made Adam's steps of 20 throw a layer out is still 2.
+    made Adam's steps of 20 throw a layer out is still 2. In PyTorch
+    (`torch_optimizer`) the rate is the constructor's `lr` (titled by it: a scheduler
+    scales the rate from there), and clipping is a line inserted before the user's
+    `optimizer.step()`; loss scaling, a `GradScaler` woven through the loop, is not
+    written.
     """
     lines = read_lines(os.path.join(root, site.source.file))
+    torch = site.framework == "torch"
     if lines is None:
         return None
     if fix.family == "loss_scaling":  # no setting: only a rerun from the start can try it
-        edit = optimizer_rewrite.wrap_loss_scaling(site, lines)
+        edit = None if torch else optimizer_rewrite.wrap_loss_scaling(site, lines)
         return _patched(fix, (edit,), root, None) if edit is not None else None
     if fix.family == "lower_learning_rate":
         if not rungs:
             return None
-        made = optimizer_rewrite.lower_learning_rate(site, lines, rungs[0])
+        rewrite = torch_optimizer if torch else optimizer_rewrite
+        made = rewrite.lower_learning_rate(site, lines, rungs[0])
         if made is None:
             return None
-        placed = _patched(fix, made[0], root, (made[1].name, made[1].value))
+        titled = _lowered_by(fix, site, rungs[0]) if torch else fix
+        placed = _patched(titled, made[0], root, (made[1].name, made[1].value))
         if placed is None or len(rungs) < 2:
             return placed
         further = _optimizer_fix(_lowered_by(fix, site, rungs[1]), site, root, history, rungs[1:])
         return dataclasses.replace(placed, stronger=further)
     keyword = _OPTIMIZER_FIXES[fix.family]
     value = CLIP_VALUE if keyword == "clipvalue" else clipping_threshold(history)
-    made = optimizer_rewrite.set_clipping(site, lines, keyword, value)
+    if torch:
+        step = site.step_line
+        step_lines = read_lines(os.path.join(root, step.file)) if step is not None else None
+        made = (
+            torch_optimizer.clip_before_step(site, lines, step_lines, keyword, value)
+            if step_lines is not None
+            else None
+        )
+    else:
+        made = optimizer_rewrite.set_clipping(site, lines, keyword, value)
     if made is None:
         return None
     edits, setting = made

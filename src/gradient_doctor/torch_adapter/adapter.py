@@ -10,10 +10,12 @@ import torch
 
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.core.pipeline import Adapter, Localized, Session
 from gradient_doctor.core.report import Report
 from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     PathRecorder,
@@ -52,10 +54,24 @@ class FailedCall:
 
 class PyTorchAdapter(Adapter):
     """What both PyTorch adapters answer alike, from `self.optimizers` (the optimizers
-    whose updates are guarded) and `self.session` (the run's `Session`)."""
+    whose updates are guarded), `self.session` (the run's `Session`) and `self.sites`
+    (the lines that built and stepped each optimizer, when they were watched)."""
 
     optimizers: Sequence[torch.optim.Optimizer]
     session: Session
+    sites: OptimizerSites | None = None
+
+    def fix_sites(self, evidence: Evidence) -> FixSites:
+        """The failing update's optimizer, with the lines that built and stepped it; no
+        site when the optimizer was built before the doctor watched (`watch()`)."""
+        optimizer = self.failing_optimizer()
+        if self.sites is None or optimizer is None:
+            return FixSites()
+        return FixSites(optimizer=self.sites.site(optimizer))
+
+    def failing_optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer whose update failed last; the first one unless told."""
+        return self.optimizers[0] if self.optimizers else None
 
     def training_setup(self) -> TrainingSetup:
         return training_setup_of(self.optimizers)

@@ -33,6 +33,7 @@ from gradient_doctor.core.pipeline import Localized, Session, StepReading
 from gradient_doctor.core.trial_plans import TrialPlan
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     CutWatch,
@@ -94,6 +95,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
     def __init__(self, script: str, args: list[str], **session) -> None:
         self.script, self.args = script, list(args)
         self.hooks = UpdateHooks(self)
+        self.sites = OptimizerSites()  # the lines that built and stepped each optimizer
+        self._failing: weakref.ref | None = None  # the optimizer of the last skipped update
         self.session = Session(self, **session)
         self._optimizers: list[weakref.ref] = []  # in the order they first stepped
         self.reruns: StepReruns | None = None
@@ -107,10 +110,12 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
     def install(self) -> None:
         """The start a rerun repeats (taken right before the script runs), then the hooks."""
         self.reruns = StepReruns(self.script, self.args)
+        self.sites.install()
         self.hooks.install()
 
     def uninstall(self) -> None:
         self.hooks.uninstall()
+        self.sites.uninstall()
         if self.reruns is not None:
             self.reruns.close()
             self.reruns = None
@@ -139,6 +144,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             self._disconnected(update.index, optimizer, cut)
         if not update.skipped:
             return
+        self._failing = weakref.ref(update.optimizer)
         reading = self._reading(failed=True)
         replay = FailedUpdate(self._step_after, update.index)
         self._stepped.clear()
@@ -147,6 +153,10 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         finding = self.session.after_step(reading, replay)
         if finding is not None and self.session.stop_on_problem:
             raise TrainingStopped(finding)
+
+    def failing_optimizer(self) -> torch.optim.Optimizer | None:
+        failing = self._failing() if self._failing is not None else None
+        return failing if failing is not None else super().failing_optimizer()
 
     def finish(self) -> None:
         """Read the last step (its round of the optimizers ended with the script) and

@@ -78,12 +78,23 @@ class OptimizerSite:
         class_name: its class, e.g. "SGD".
         learning_rate: its learning rate when that is a fixed number, else None.
         schedule: True when its learning rate is a schedule.
+        framework: "tf" or "torch": PyTorch's are rewritten by `torch_optimizer`.
+        step_line: PyTorch: the user's line of the optimizer's `step()`, where a
+            clipping line goes; None when unknown.
+        param_groups: PyTorch: how many param groups it was built with (the
+            constructor's first argument is a list of tensors only with one).
+        params_iterator: PyTorch: the constructor was given a one-shot iterator (a
+            name holding `model.parameters()` is empty when read again).
     """
 
     source: SourceLine
     class_name: str
     learning_rate: float | None = None
     schedule: bool = False
+    framework: str = "tf"
+    step_line: SourceLine | None = None
+    param_groups: int = 1
+    params_iterator: bool = False
 
 
 def lower_learning_rate(
@@ -103,7 +114,7 @@ def lower_learning_rate(
     tree, text = parse(lines)
     if tree is None:
         return None
-    call, named = _optimizer_call(tree, site)
+    call, named = optimizer_call(tree, site)
     if named is not None:  # compile(optimizer="adam"): write the optimizer out
         if site.learning_rate is None:
             return None
@@ -149,7 +160,7 @@ def wrap_loss_scaling(site: OptimizerSite, lines: Sequence[str]) -> Edit | None:
     tree, text = parse(lines)
     if tree is None:
         return None
-    call, named = _optimizer_call(tree, site)
+    call, named = optimizer_call(tree, site)
     wrapper = keras_spelling(tree, "optimizers.LossScaleOptimizer")
     if wrapper is None or (call is None and named is None):
         return None
@@ -170,7 +181,7 @@ def set_clipping(
     tree, text = parse(lines)
     if tree is None:
         return None
-    call, named = _optimizer_call(tree, site)
+    call, named = optimizer_call(tree, site)
     written = literal(value)
     exact = float(written)
     if named is not None:
@@ -188,9 +199,7 @@ def set_clipping(
 # -- finding the call -----------------------------------------------------------------
 
 
-def _optimizer_call(
-    tree: ast.Module, site: OptimizerSite
-) -> tuple[ast.Call | None, ast.AST | None]:
+def optimizer_call(tree: ast.Module, site: OptimizerSite) -> tuple[ast.Call | None, ast.AST | None]:
     """The optimizer's constructor call on the site's lines, or the string naming it in
     a `compile(optimizer=...)` there; (None, None) when neither is found."""
     calls = calls_on(tree, site.source)

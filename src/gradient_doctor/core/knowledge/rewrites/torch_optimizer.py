@@ -1,0 +1,284 @@
+"""Rewrite a PyTorch optimizer fix in the user's file: the constructor's `lr`, a clip before step().
+
+A lower learning rate scales the `lr` the user passed (keyword `lr`, or the second
+positional argument after the parameters) where the optimizer is built:
+`lr=PEAK_LR` becomes `lr=PEAK_LR * 0.1`, a literal is divided, a missing `lr` is
+written as the class's own default divided. A scheduler (`LambdaLR`, `StepLR`, ...)
+multiplies the rate it was built with, so every rate the run uses is scaled alike;
+the trial's setting says so ("learning_rate_scale"). PyTorch has no clipping keyword
+on the optimizer: clipping is a line the user writes just before `optimizer.step()`,
+`torch.nn.utils.clip_grad_norm_(<the constructor's first argument>, max_norm=...)`,
+spelled with the names the file imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Sequence
+
+from gradient_doctor.core.findings import Edit, SourceLine
+from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite, Setting, optimizer_call
+from gradient_doctor.core.knowledge.source.syntax_edit import (
+    add_keyword,
+    argument,
+    callee,
+    calls_on,
+    literal,
+    number,
+    parse,
+    replace_node,
+    rounded,
+    segment,
+)
+
+# The core's clipping keywords -> the torch function, its bound's keyword, the setting.
+_CLIPPING = {
+    "global_clipnorm": ("clip_grad_norm_", "max_norm", "clip_grad_norm"),
+    "clipvalue": ("clip_grad_value_", "clip_value", "clip_grad_value"),
+}
+# Calls by which a user already clips the gradients.
+_CLIPPING_CALLS = frozenset(
+    {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grads_with_norm_"}
+)
+_BUILTINS = frozenset(dir(builtins))
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def lower_learning_rate(
+    site: OptimizerSite, lines: Sequence[str], factor: float = 0.1
+) -> tuple[tuple[Edit, ...], Setting] | None:
+    """The edit scaling the `lr` of the optimizer's constructor, and the trial's setting.
+
+    Args:
+        site: the optimizer (`learning_rate` is its `lr` as constructed).
+        lines: the lines of the file that built it.
+        factor: the new rate over the old.
+
+    Returns:
+        None when the line holds no call of the optimizer's class, the call unpacks
+        `*args` or `**kwargs` (where `lr` is cannot be seen), or a literal or missing
+        `lr` is not a positive number.
+    """
+    tree, text = parse(lines)
+    if tree is None:
+        return None
+    call, _ = optimizer_call(tree, site)
+    if call is None or _unpacks(call):
+        return None
+    rate = argument(call, 1, "lr")
+    file = site.source.file
+    if rate is None or number(rate) is not None:
+        was = site.learning_rate if rate is None else number(rate)
+        if was is None or was <= 0:
+            return None
+        value = rounded(was * factor)
+        if rate is None:
+            edit = add_keyword(text, call, f"lr={literal(value)}", file)
+        else:
+            edit = replace_node(text, rate, literal(value), file)
+        return (edit,), Setting("learning_rate_scale", value / was)
+    written = segment(text, rate)
+    if not isinstance(rate, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
+        written = f"({written})"
+    edit = replace_node(text, rate, f"{written} * {literal(factor)}", file)
+    return (edit,), Setting("learning_rate_scale", factor)
+
+
+def clip_before_step(
+    site: OptimizerSite,
+    built_lines: Sequence[str],
+    step_lines: Sequence[str],
+    keyword: str,
+    value: float,
+) -> tuple[tuple[Edit, ...], Setting] | None:
+    """The edit inserting a clipping line just before the user's `optimizer.step()`.
+
+    The line clips what the optimizer's constructor was given, as the user wrote it
+    (`model.parameters()`), when that can be written again at the step: a single
+    group of tensors whose names the step's scope binds, and not a one-shot iterator
+    held in a name. Otherwise it clips the optimizer's own parameters, through the
+    object the step is called on (`optimizer.param_groups`).
+
+    Args:
+        site: the optimizer, with its `step_line`.
+        built_lines: the lines of the file that built it.
+        step_lines: the lines of the file that steps it.
+        keyword: "global_clipnorm" (`clip_grad_norm_`) or "clipvalue" (`clip_grad_value_`).
+        value: the bound, written with 4 significant digits (the setting holds it so).
+
+    Returns:
+        None when the step's line is unknown or is not a plain `X.step()` statement,
+        the user already clips before it, or the file names no `torch` to spell it with.
+    """
+    step = site.step_line
+    if step is None or keyword not in _CLIPPING:
+        return None
+    function, bound, setting = _CLIPPING[keyword]
+    tree, text = parse(step_lines)
+    if tree is None or not 0 < step.line <= len(text):
+        return None
+    call = _step_call(tree, step, text[step.line - 1])
+    scope = _scope_of(tree, step.line)
+    if call is None or not _starts_statement(scope, step.line, text[step.line - 1]):
+        return None
+    if _clips_before(scope, step.line):
+        return None
+    spelled = torch_spelling(tree, f"nn.utils.{function}")
+    if spelled is None:
+        return None
+    parameters = _parameters_as_written(site, built_lines, tree, scope)
+    if parameters is None:
+        receiver = segment(text, call.func.value)
+        parameters = f'[p for group in {receiver}.param_groups for p in group["params"]]'
+    line = text[step.line - 1]
+    indent = line[: len(line) - len(line.lstrip())]
+    written = literal(value)
+    new = f"{indent}{spelled}({parameters}, {bound}={written})"
+    return (Edit(step.file, step.line, step.line - 1, (new,), ()),), Setting(
+        setting, float(written)
+    )
+
+
+def torch_spelling(tree: ast.Module, path: str) -> str | None:
+    """How the file can name `torch.<path>`: through `torch` when it imports it, else
+    through a submodule or name it imports from torch (`from torch import nn` gives
+    `nn.utils.clip_grad_norm_`); None when it binds none."""
+    target = f"torch.{path}"
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is None and alias.name.split(".")[0] == "torch":
+                    return target  # `import torch`, `import torch.nn`: binds `torch`
+                if alias.asname is not None and _inside(target, alias.name):
+                    found = found or alias.asname + target[len(alias.name) :]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if _inside(target, full):
+                    found = found or (alias.asname or alias.name) + target[len(full) :]
+    return found
+
+
+def _inside(target: str, module: str) -> bool:
+    return target == module or target.startswith(module + ".")
+
+
+def _unpacks(call: ast.Call) -> bool:
+    """Whether `call` passes `*args` or `**kwargs`."""
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    )
+
+
+def _step_call(tree: ast.Module, step: SourceLine, line: str) -> ast.Call | None:
+    """The `X.step()` call (no arguments: a closure recomputes the loss inside it) on
+    the step's line; the one at the recorded columns when there are several."""
+    at_line = SourceLine(step.file, step.line, step.code)
+    calls = [
+        call
+        for call in calls_on(tree, at_line)
+        if isinstance(call.func, ast.Attribute)
+        and call.func.attr == "step"
+        and not call.args
+        and not call.keywords
+    ]
+    if step.span is not None and len(calls) > 1:
+        indent = len(line.encode("utf-8")) - len(line.lstrip().encode("utf-8"))
+        calls = [c for c in calls if c.col_offset - indent == step.span[0]]
+    return calls[0] if len(calls) == 1 else None
+
+
+def _scope_of(tree: ast.Module, line: int) -> ast.AST:
+    """The innermost function whose body holds `line`, or the module."""
+    scope: ast.AST = tree
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if node.lineno < line <= (node.end_lineno or node.lineno):
+                if scope is tree or node.lineno > scope.lineno:
+                    scope = node
+    return scope
+
+
+def _own_nodes(scope: ast.AST):
+    """The nodes of `scope`'s own code: not those of the functions and classes in it."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _starts_statement(scope: ast.AST, line: int, text: str) -> bool:
+    """Whether a statement of `scope` starts `line`, at its indentation (a line inserted
+    before it then runs right before it)."""
+    indent = len(text.encode("utf-8")) - len(text.lstrip().encode("utf-8"))
+    return any(
+        isinstance(node, ast.stmt) and node.lineno == line and node.col_offset == indent
+        for node in _own_nodes(scope)
+    )
+
+
+def _clips_before(scope: ast.AST, line: int) -> bool:
+    """Whether `scope` calls a clipping function on a line before `line`."""
+    return any(
+        isinstance(node, ast.Call) and callee(node.func) in _CLIPPING_CALLS and node.lineno < line
+        for node in _own_nodes(scope)
+    )
+
+
+def _parameters_as_written(
+    site: OptimizerSite, built_lines: Sequence[str], step_tree: ast.Module, scope: ast.AST
+) -> str | None:
+    """The constructor's first argument as the user wrote it, when writing it again at
+    the step clips exactly the optimizer's tensors; else None."""
+    if site.param_groups != 1:
+        return None
+    tree, text = parse(built_lines)
+    call = optimizer_call(tree, site)[0] if tree is not None else None
+    first = argument(call, 0, "params") if call is not None else None
+    if first is None or isinstance(first, ast.Starred | ast.Dict | ast.DictComp):
+        return None
+    if isinstance(first, ast.List | ast.Tuple) and any(isinstance(e, ast.Dict) for e in first.elts):
+        return None
+    if site.params_iterator and not isinstance(first, ast.Call):
+        return None  # a name holding a generator the constructor already drained
+    if not _free_names(first) <= _bound_names(step_tree, scope) | _BUILTINS:
+        return None
+    written = segment(text, first)
+    return ast.unparse(first) if "\n" in written else written
+
+
+def _free_names(node: ast.expr) -> set[str]:
+    """The names `node` reads that it does not bind itself (a comprehension's targets)."""
+    read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    return read - bound
+
+
+def _bound_names(tree: ast.Module, scope: ast.AST) -> set[str]:
+    """The names code in `scope` can read: its own (arguments, assignments, imports)
+    and the module's."""
+    names = _names_bound_in(tree)
+    if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        arguments = scope.args
+        every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+        names |= {a.arg for a in every} | _names_bound_in(scope)
+    return names
+
+
+def _names_bound_in(scope: ast.AST) -> set[str]:
+    names = set()
+    for node in _own_nodes(scope):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+    return names

@@ -1,0 +1,157 @@
+"""The user's lines that built each optimizer and called its `step()`: where optimizer fixes go.
+
+A lower learning rate is a patch of the line that constructed the optimizer
+(`torch.optim.SGD(model.parameters(), lr=...)`), and gradient clipping in PyTorch is
+a line the user writes just before `optimizer.step()`; neither line is an op the
+replay sees. Under `gradient-doctor run` the doctor is installed before the script
+runs, so `OptimizerSites` wraps `torch.optim.Optimizer.__init__` (which every torch
+optimizer's constructor calls) to note the user's frame that constructed each
+optimizer, and registers a global step pre-hook to note the user's line of each
+optimizer's first `step()`. Frames of the optimizer's own constructor chain or
+`step` (a user's subclass calling `super().__init__()`) are skipped, so the line is
+the one that built or stepped it. Optimizers are held by weak reference: nothing
+is kept alive, and nothing the optimizer computes changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import FrameType
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
+from gradient_doctor.core.source_frames import statement_line
+from gradient_doctor.torch_adapter.localize.source_lines import is_user_file
+
+
+@dataclass(frozen=True)
+class Construction:
+    """What the constructor of one optimizer was given, as a fix to it needs it.
+
+    Attributes:
+        source: the user's call that built it (its lines when it spans several).
+        class_name: its class, e.g. "SGD".
+        learning_rate: its `lr` as constructed (`defaults["lr"]`, the class's default
+            when the call gave none; a scheduler changes the param groups, not this),
+            or None when it is not a number.
+        param_groups: how many param groups it was built with (a clipping line cannot
+            take the constructor's first argument as written when it holds dicts).
+        params_iterator: its first argument was a one-shot iterator (a generator).
+    """
+
+    source: SourceLine
+    class_name: str
+    learning_rate: float | None
+    param_groups: int
+    params_iterator: bool = False
+
+
+class OptimizerSites:
+    """Notes, while installed, the lines that construct and step each torch optimizer."""
+
+    def __init__(self) -> None:
+        self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._original_init = None
+        self._handle = None
+
+    def install(self) -> None:
+        """Wrap `Optimizer.__init__` and register the step pre-hook (once)."""
+        if self._original_init is not None:
+            return
+        original = self._original_init = torch.optim.Optimizer.__dict__["__init__"]
+
+        @functools.wraps(original)
+        def noting_init(optimizer, *args, **kwargs):
+            params = args[0] if args else kwargs.get("params")
+            original(optimizer, *args, **kwargs)
+            self._note_construction(optimizer, params, sys._getframe(1))
+
+        torch.optim.Optimizer.__init__ = noting_init
+        self._handle = register_optimizer_step_pre_hook(self._note_step)
+
+    def uninstall(self) -> None:
+        """Put `Optimizer.__init__` back and remove the hook; what was noted stays."""
+        if self._original_init is not None:
+            torch.optim.Optimizer.__init__, self._original_init = self._original_init, None
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def construction(self, optimizer: torch.optim.Optimizer) -> Construction | None:
+        """How `optimizer` was built, or None when it was built before the install."""
+        return self._built.get(optimizer)
+
+    def step_line(self, optimizer: torch.optim.Optimizer) -> SourceLine | None:
+        """The user's line of `optimizer`'s first `step()`, or None before it stepped."""
+        return self._stepped.get(optimizer)
+
+    def site(self, optimizer: torch.optim.Optimizer) -> OptimizerSite | None:
+        """`optimizer` as the core's optimizer rewrites need it, or None without the line
+        that built it."""
+        built = self.construction(optimizer)
+        if built is None:
+            return None
+        return OptimizerSite(
+            built.source,
+            built.class_name,
+            built.learning_rate,
+            framework="torch",
+            step_line=self.step_line(optimizer),
+            param_groups=built.param_groups,
+            params_iterator=built.params_iterator,
+        )
+
+    def _note_construction(self, optimizer, params, frame: FrameType) -> None:
+        try:
+            if optimizer not in self._built:
+                self._note_built(optimizer, params, frame)
+        except Exception:  # noqa: BLE001 - never let the doctor's notes break the user's code
+            pass
+
+    def _note_built(self, optimizer, params, frame: FrameType) -> None:
+        source = statement_line(_user_frame(frame, optimizer))
+        if source is None:
+            return
+        rate = optimizer.defaults.get("lr")
+        try:
+            learning_rate = float(rate) if rate is not None else None
+        except (TypeError, ValueError, RuntimeError):  # a tensor of several values
+            learning_rate = None
+        groups = len(optimizer.param_groups)
+        if isinstance(params, list | tuple) and params and isinstance(params[0], dict):
+            groups = max(groups, 2)  # written as dicts: not a list of tensors to clip
+        self._built[optimizer] = Construction(
+            source,
+            type(optimizer).__name__,
+            learning_rate,
+            groups,
+            params_iterator=isinstance(params, Iterator),
+        )
+
+    def _note_step(self, optimizer, args, kwargs) -> None:
+        if optimizer in self._stepped:
+            return
+        try:
+            line = statement_line(_user_frame(sys._getframe(1), optimizer))
+        except Exception:  # noqa: BLE001 - never let the doctor's notes break the user's step
+            return
+        if line is not None:
+            self._stepped[optimizer] = line
+
+
+def _user_frame(frame: FrameType | None, optimizer) -> FrameType | None:
+    """The innermost frame from `frame` out that is the user's and not one of
+    `optimizer`'s own methods (a user's subclass's `__init__` or `step`)."""
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename) and frame.f_locals.get("self") is not optimizer:
+            return frame
+        frame = frame.f_back
+    return None
