@@ -99,14 +99,22 @@ class OptimizerSites:
         built = self.construction(optimizer)
         if built is None:
             return None
+        step = self.step_line(optimizer)
+        where = (step.file, step.line) if step is not None else None
+        shared = any(
+            (line.file, line.line) == where
+            for other, line in self._stepped.items()
+            if other is not optimizer
+        )
         return OptimizerSite(
             built.source,
             built.class_name,
             built.learning_rate,
             framework="torch",
-            step_line=self.step_line(optimizer),
+            step_line=step,
             param_groups=built.param_groups,
             params_iterator=built.params_iterator,
+            step_shared=shared,
         )
 
     def _note_construction(self, optimizer, params, frame: FrameType) -> None:

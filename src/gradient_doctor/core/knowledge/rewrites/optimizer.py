@@ -85,6 +85,8 @@ class OptimizerSite:
             constructor's first argument is a list of tensors only with one).
         params_iterator: PyTorch: the constructor was given a one-shot iterator (a
             name holding `model.parameters()` is empty when read again).
+        step_shared: PyTorch: another optimizer steps on the same line (a loop over
+            optimizers), so a clipping line there must clip the one stepping.
     """
 
     source: SourceLine
@@ -95,6 +97,7 @@ class OptimizerSite:
     step_line: SourceLine | None = None
     param_groups: int = 1
     params_iterator: bool = False
+    step_shared: bool = False
 
 
 def lower_learning_rate(

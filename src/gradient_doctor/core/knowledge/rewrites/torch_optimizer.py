@@ -20,14 +20,13 @@ from collections.abc import Sequence
 from gradient_doctor.core.findings import Edit, SourceLine
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite, Setting, optimizer_call
 from gradient_doctor.core.knowledge.source.syntax_edit import (
-    add_keyword,
     argument,
     callee,
     calls_on,
+    combined,
     literal,
     number,
     parse,
-    replace_node,
     rounded,
     segment,
 )
@@ -66,23 +65,50 @@ def lower_learning_rate(
     call, _ = optimizer_call(tree, site)
     if call is None or _unpacks(call):
         return None
+    groups = _group_rates(call)
+    if groups is None and site.param_groups > 1:
+        return None  # groups built elsewhere may set their own rates, unseen here
     rate = argument(call, 1, "lr")
-    file = site.source.file
     if rate is None or number(rate) is not None:
         was = site.learning_rate if rate is None else number(rate)
         if was is None or was <= 0:
             return None
         value = rounded(was * factor)
-        if rate is None:
-            edit = add_keyword(text, call, f"lr={literal(value)}", file)
-        else:
-            edit = replace_node(text, rate, literal(value), file)
-        return (edit,), Setting("learning_rate_scale", value / was)
-    written = segment(text, rate)
-    if not isinstance(rate, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
+        change = ("add", f"lr={literal(value)}") if rate is None else (rate, literal(value))
+        scale = value / was
+    else:
+        change, scale = (rate, _scaled(text, rate, factor)), factor
+    changes = [change, *((node, _scaled(text, node, factor)) for node in groups or ())]
+    edit = combined(text, call, changes, site.source.file)
+    return (edit,), Setting("learning_rate_scale", scale)
+
+
+def _group_rates(call: ast.Call) -> list[ast.expr] | None:
+    """The `"lr"` values of the param groups written as dicts in the call's first
+    argument ([] when none sets one); None when the groups are not written there."""
+    first = argument(call, 0, "params")
+    if not isinstance(first, ast.List | ast.Tuple) or not all(
+        isinstance(e, ast.Dict) for e in first.elts
+    ):
+        return None
+    return [
+        value
+        for group in first.elts
+        for key, value in zip(group.keys, group.values)
+        if isinstance(key, ast.Constant) and key.value == "lr"
+    ]
+
+
+def _scaled(text: list[str], node: ast.expr, factor: float) -> str:
+    """`node` times `factor` as the user would write it: a literal divided, else the
+    expression times the factor."""
+    value = number(node)
+    if value is not None:
+        return literal(rounded(value * factor))
+    written = segment(text, node)
+    if not isinstance(node, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
         written = f"({written})"
-    edit = replace_node(text, rate, f"{written} * {literal(factor)}", file)
-    return (edit,), Setting("learning_rate_scale", factor)
+    return f"{written} * {literal(factor)}"
 
 
 def clip_before_step(
@@ -96,9 +122,10 @@ def clip_before_step(
 
     The line clips what the optimizer's constructor was given, as the user wrote it
     (`model.parameters()`), when that can be written again at the step: a single
-    group of tensors whose names the step's scope binds, and not a one-shot iterator
-    held in a name. Otherwise it clips the optimizer's own parameters, through the
-    object the step is called on (`optimizer.param_groups`).
+    group of tensors whose names the step's scope binds, not a one-shot iterator
+    held in a name, at a line no other optimizer steps on. Otherwise it clips the
+    optimizer's own parameters, through the object the step is called on
+    (`optimizer.param_groups`).
 
     Args:
         site: the optimizer, with its `step_line`.
@@ -234,7 +261,7 @@ def _parameters_as_written(
 ) -> str | None:
     """The constructor's first argument as the user wrote it, when writing it again at
     the step clips exactly the optimizer's tensors; else None."""
-    if site.param_groups != 1:
+    if site.param_groups != 1 or site.step_shared:
         return None
     tree, text = parse(built_lines)
     call = optimizer_call(tree, site)[0] if tree is not None else None

@@ -1,0 +1,380 @@
+"""PyTorch optimizer fixes as patches: the line that built the optimizer, a clip before step().
+
+Each script trains a tiny real model a few steps while `OptimizerSites` notes its
+lines, as under `gradient-doctor run`; the fixes are placed as the session places
+them, and the patched script is run again to see that it does what the patch says
+(the learning rate the optimizer is built with, the tensors the clip line clips).
+"""
+
+import runpy
+import textwrap
+
+import pytest
+import torch
+
+from gradient_doctor.core.evidence import StepHistory, TrainingSetup
+from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.fix_placement import FixSites, place_fixes
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.patches import apply_unified_diff
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
+
+# The gradient norms of the healthy steps: the clip bound is their median, 0.25.
+HISTORY = StepHistory(steps=(0, 1, 2), grad_norms=(0.5, 0.25, 0.125))
+
+MODULE_LOOP = """
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for _ in range(3):
+    loss = model(torch.randn(8, 3)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+OPTIMIZER = optimizer
+"""
+
+FUNCTION_FROM_IMPORTS = """
+import torch.nn.functional as F
+from torch import nn, optim, randn
+
+
+def train():
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    opt = optim.Adam(net.parameters(), 1e-2)
+    for _ in range(3):
+        x = randn(8, 3)
+        loss = F.mse_loss(net(x), x[:, :1])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return opt
+
+
+OPTIMIZER = train()
+"""
+
+DEFAULT_RATE_ARGS = """
+import argparse
+
+import torch
+from torch.optim import AdamW
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, default=0.03)
+args = parser.parse_args([])
+model = torch.nn.Linear(3, 1)
+params = list(model.parameters())
+plain = AdamW(params)
+tuned = torch.optim.SGD(
+    model.parameters(),
+    lr=args.lr,
+    momentum=0.9,
+)
+for opt in (plain, tuned):
+    model(torch.ones(2, 3)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+OPTIMIZERS = (plain, tuned)
+"""
+
+CLASS_METHOD = """
+import torch
+
+LEARNING_RATE = 0.2
+
+
+class Trainer:
+    def __init__(self):
+        self.model = torch.nn.Linear(3, 1)
+        self.opt = torch.optim.RMSprop(self.model.parameters(), lr=LEARNING_RATE)
+
+    def fit(self, steps):
+        for _ in range(steps):
+            loss = self.model(torch.randn(4, 3)).pow(2).sum()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+
+trainer = Trainer()
+trainer.fit(3)
+OPTIMIZER = trainer.opt
+"""
+
+ELSEWHERE_STEPPED = """
+import torch
+
+
+def update(optimizer, loss):
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    net = torch.nn.Linear(3, 1)
+    weights = net.parameters()  # a generator: empty when read again
+    opt = torch.optim.SGD(weights, lr=0.1)
+    for _ in range(2):
+        update(opt, net(torch.ones(2, 3)).sum())
+    return opt
+
+
+OPTIMIZER = main()
+"""
+
+INLINE_GROUPS = """
+import torch
+
+body, head = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(
+    [{"params": body.parameters()}, {"params": head.parameters(), "lr": 0.01}], lr=0.1
+)
+for _ in range(2):
+    head(body(torch.ones(2, 3))).sum().backward()
+    opt.step()
+OPTIMIZER = opt
+"""
+
+PARAM_GROUPS = """
+import torch
+
+body, head = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+groups = [{"params": body.parameters()}, {"params": head.parameters(), "lr": 0.01}]
+opt = torch.optim.SGD(groups, lr=0.1)
+for _ in range(2):
+    head(body(torch.ones(2, 3))).sum().backward()
+    opt.step()
+OPTIMIZER = opt
+"""
+
+ALREADY_CLIPS = """
+import torch
+from torch.nn.utils import clip_grad_norm_
+
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    model(torch.ones(2, 3)).sum().backward()
+    clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+OPTIMIZER = opt
+"""
+
+NO_TORCH_NAME = """
+import torch.nn.functional as F
+from torch.nn import Linear
+from torch.optim import SGD
+
+model = Linear(3, 1)
+opt = SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    F.mse_loss(model(model.weight.detach()), model.weight.detach()[:, :1]).backward()
+    opt.step()
+OPTIMIZER = opt
+"""
+
+
+def _recorded(
+    tmp_path, monkeypatch, source: str, name: str = "train.py"
+) -> tuple[dict, OptimizerSites]:
+    """Run `source` as the script `name` in `tmp_path` with the lines noted."""
+    (tmp_path / name).write_text(textwrap.dedent(source).lstrip())
+    monkeypatch.chdir(tmp_path)
+    sites = OptimizerSites()
+    sites.install()
+    try:
+        namespace = runpy.run_path(name, run_name="__main__")
+    finally:
+        sites.uninstall()
+    return namespace, sites
+
+
+def _placed(sites: OptimizerSites, optimizer, root) -> dict:
+    """The optimizer fixes of an exploding-gradients finding, placed on `optimizer`'s lines."""
+    setup = TrainingSetup(
+        learning_rate=optimizer.defaults["lr"], framework="torch", optimizer="SGD"
+    )
+    finding = Finding(
+        "exploding_gradients",
+        5,
+        "forward",
+        None,
+        "",
+        fixes=(remedies.lower_learning_rate(setup), remedies.gradient_clipping(setup)),
+    )
+    placed = place_fixes(
+        finding, root=str(root), sites=FixSites(optimizer=sites.site(optimizer)), history=HISTORY
+    )
+    return {fix.family: fix for fix in placed.fixes}
+
+
+def _run_patched(tmp_path, patch: str, name: str = "train.py") -> dict:
+    """Apply `patch` to the script and run it; its namespace."""
+    (tmp_path / name).write_text(apply_unified_diff(patch, str(tmp_path))[name])
+    return runpy.run_path(name, run_name="__main__")
+
+
+def _added(patch: str) -> list[str]:
+    return [line[1:] for line in patch.splitlines() if line.startswith("+") and line[1:2] != "+"]
+
+
+@pytest.fixture
+def clipped(monkeypatch):
+    """Each call of `torch.nn.utils.clip_grad_norm_` (the real one runs): the ids of
+    the tensors it clipped and its bound."""
+    calls = []
+    real = torch.nn.utils.clip_grad_norm_
+
+    def spy(parameters, max_norm, *args, **kwargs):
+        parameters = list(parameters)
+        calls.append(({id(p) for p in parameters}, max_norm))
+        return real(parameters, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    return calls
+
+
+def _parameter_ids(optimizer) -> set[int]:
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+
+def test_a_literal_rate_is_divided_and_the_clip_goes_before_the_step(
+    tmp_path, monkeypatch, clipped
+):
+    namespace, sites = _recorded(tmp_path, monkeypatch, MODULE_LOOP)
+    fixes = _placed(sites, namespace["OPTIMIZER"], tmp_path)
+    lower, clip = fixes["lower_learning_rate"], fixes["gradient_clipping"]
+    assert _added(lower.patch) == ["optimizer = torch.optim.SGD(model.parameters(), lr=0.05)"]
+    assert lower.trial_setting == ("learning_rate_scale", pytest.approx(0.1))
+    assert _added(lower.stronger.patch) == [
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.005)"
+    ]
+    assert lower.title == "Lower the learning rate 10x, from 0.5 to 0.05"
+    assert _added(clip.patch) == [
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.25)"
+    ]
+    assert clip.trial_setting == ("clip_grad_norm", 0.25)
+    assert "-    optimizer.step()" not in clip.patch  # inserted, the step kept
+    patched = _run_patched(tmp_path, clip.patch)
+    assert clipped == [(_parameter_ids(patched["OPTIMIZER"]), 0.25)] * 3
+
+
+def test_a_positional_rate_in_a_function_spelled_from_torch_imports(tmp_path, monkeypatch, clipped):
+    namespace, sites = _recorded(tmp_path, monkeypatch, FUNCTION_FROM_IMPORTS)
+    fixes = _placed(sites, namespace["OPTIMIZER"], tmp_path)
+    lower, clip = fixes["lower_learning_rate"], fixes["gradient_clipping"]
+    assert _added(lower.patch) == ["    opt = optim.Adam(net.parameters(), 0.001)"]
+    assert _run_patched(tmp_path, lower.patch)["OPTIMIZER"].defaults["lr"] == 0.001
+    (tmp_path / "train.py").write_text(textwrap.dedent(FUNCTION_FROM_IMPORTS).lstrip())
+    assert _added(clip.patch) == [
+        "        nn.utils.clip_grad_norm_(net.parameters(), max_norm=0.25)"
+    ]
+    patched = _run_patched(tmp_path, clip.patch)
+    assert clipped == [(_parameter_ids(patched["OPTIMIZER"]), 0.25)] * 3
+
+
+def test_a_missing_rate_is_written_as_the_class_default_divided(tmp_path, monkeypatch):
+    namespace, sites = _recorded(tmp_path, monkeypatch, DEFAULT_RATE_ARGS)
+    plain, _ = namespace["OPTIMIZERS"]
+    lower = _placed(sites, plain, tmp_path)["lower_learning_rate"]
+    default = torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).defaults["lr"]
+    assert _added(lower.patch) == [f"plain = AdamW(params, lr={default * 0.1:.4g})"]
+    assert _added(lower.stronger.patch) == [f"plain = AdamW(params, lr={default * 0.01:.4g})"]
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZERS"][0]
+    assert patched.defaults["lr"] == pytest.approx(default * 0.1)
+
+
+def test_an_argument_expression_over_several_lines_is_scaled_as_written(tmp_path, monkeypatch):
+    namespace, sites = _recorded(tmp_path, monkeypatch, DEFAULT_RATE_ARGS)
+    _, tuned = namespace["OPTIMIZERS"]
+    fixes = _placed(sites, tuned, tmp_path)
+    lower = fixes["lower_learning_rate"]
+    assert _added(lower.patch) == ["    lr=args.lr * 0.1,"]
+    assert _added(lower.stronger.patch) == ["    lr=args.lr * 0.01,"]
+    assert lower.title == "Lower the learning rate 10x, from 0.03 to 0.003"
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZERS"][1]
+    assert patched.defaults["lr"] == pytest.approx(0.003)
+    # Stepped in a loop over both optimizers: the clip line takes the one that steps.
+    assert _added(fixes["gradient_clipping"].patch) == [
+        "    torch.nn.utils.clip_grad_norm_("
+        '[p for group in opt.param_groups for p in group["params"]], max_norm=0.25)'
+    ]
+
+
+def test_a_loop_in_a_method_clips_through_self(tmp_path, monkeypatch, clipped):
+    namespace, sites = _recorded(tmp_path, monkeypatch, CLASS_METHOD)
+    fixes = _placed(sites, namespace["OPTIMIZER"], tmp_path)
+    assert _added(fixes["lower_learning_rate"].patch) == [
+        "        self.opt = torch.optim.RMSprop(self.model.parameters(), lr=LEARNING_RATE * 0.1)"
+    ]
+    assert _added(fixes["gradient_clipping"].patch) == [
+        "            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=0.25)"
+    ]
+    patched = _run_patched(tmp_path, fixes["gradient_clipping"].patch)
+    assert clipped == [(_parameter_ids(patched["OPTIMIZER"]), 0.25)] * 3
+
+
+def test_a_step_in_another_function_clips_the_optimizer_it_steps(tmp_path, monkeypatch, clipped):
+    """`weights` is a drained generator, and not a name `update` can read: the clip
+    line reads the optimizer's own param groups."""
+    namespace, sites = _recorded(tmp_path, monkeypatch, ELSEWHERE_STEPPED)
+    clip = _placed(sites, namespace["OPTIMIZER"], tmp_path)["gradient_clipping"]
+    assert _added(clip.patch) == [
+        "    torch.nn.utils.clip_grad_norm_("
+        '[p for group in optimizer.param_groups for p in group["params"]], max_norm=0.25)'
+    ]
+    patched = _run_patched(tmp_path, clip.patch)
+    assert clipped == [(_parameter_ids(patched["OPTIMIZER"]), 0.25)] * 2
+
+
+def test_param_groups_are_clipped_through_the_optimizer(tmp_path, monkeypatch, clipped):
+    namespace, sites = _recorded(tmp_path, monkeypatch, PARAM_GROUPS)
+    fixes = _placed(sites, namespace["OPTIMIZER"], tmp_path)
+    assert "opt.param_groups" in _added(fixes["gradient_clipping"].patch)[0]
+    # Groups built on another line may set their own rates: no patch of the rate.
+    assert fixes["lower_learning_rate"].patch is None
+    patched = _run_patched(tmp_path, fixes["gradient_clipping"].patch)
+    assert clipped == [(_parameter_ids(patched["OPTIMIZER"]), 0.25)] * 2
+
+
+def test_param_groups_written_inline_have_each_rate_lowered(tmp_path, monkeypatch):
+    namespace, sites = _recorded(tmp_path, monkeypatch, INLINE_GROUPS)
+    lower = _placed(sites, namespace["OPTIMIZER"], tmp_path)["lower_learning_rate"]
+    assert _added(lower.patch)[0].endswith('"lr": 0.001}], lr=0.01')
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
+    assert [g["lr"] for g in patched.param_groups] == [0.01, 0.001]
+
+
+def test_a_script_that_already_clips_gets_no_clipping_patch(tmp_path, monkeypatch):
+    namespace, sites = _recorded(tmp_path, monkeypatch, ALREADY_CLIPS)
+    fixes = _placed(sites, namespace["OPTIMIZER"], tmp_path)
+    assert fixes["gradient_clipping"].patch is None
+    assert fixes["lower_learning_rate"].patch is not None
+
+
+def test_a_file_that_binds_no_torch_name_for_the_clip_gets_no_clipping_patch(tmp_path, monkeypatch):
+    namespace, sites = _recorded(tmp_path, monkeypatch, NO_TORCH_NAME)
+    fixes = _placed(sites, namespace["OPTIMIZER"], tmp_path)
+    assert fixes["gradient_clipping"].patch is None
+    assert _added(fixes["lower_learning_rate"].patch) == ["opt = SGD(model.parameters(), lr=0.01)"]
+
+
+def test_the_sites_keep_no_optimizer_alive_and_uninstall_cleanly(tmp_path, monkeypatch):
+    original = torch.optim.Optimizer.__init__
+    namespace, sites = _recorded(tmp_path, monkeypatch, MODULE_LOOP)
+    assert torch.optim.Optimizer.__init__ is original
+    optimizer = namespace.pop("OPTIMIZER")
+    assert sites.construction(optimizer).source.line == 5
+    assert sites.step_line(optimizer).code == "optimizer.step()"
+    namespace.clear()
+    del optimizer
+    import gc
+
+    gc.collect()
+    assert len(sites._built) == 0 and len(sites._stepped) == 0
+    after = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    assert sites.construction(after) is None
