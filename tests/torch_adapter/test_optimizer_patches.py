@@ -12,12 +12,13 @@ import textwrap
 import pytest
 import torch
 
-from gradient_doctor.core.evidence import StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_placement import FixSites, place_fixes
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.patches import apply_unified_diff
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
+from gradient_doctor.torch_adapter.trials.trial_plans import plan_for
 
 # The gradient norms of the healthy steps: the clip bound is their median, 0.25.
 HISTORY = StepHistory(steps=(0, 1, 2), grad_norms=(0.5, 0.25, 0.125))
@@ -378,3 +379,32 @@ def test_the_sites_keep_no_optimizer_alive_and_uninstall_cleanly(tmp_path, monke
     assert len(sites._built) == 0 and len(sites._stepped) == 0
     after = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     assert sites.construction(after) is None
+
+
+def _fix_with(family: str, setting: tuple) -> Fix:
+    return Fix(family, "", "", patch="--- a/train.py\n", trial_setting=setting)
+
+
+def test_a_watch_trial_uses_the_rate_the_patch_writes_a_stronger_rung_too():
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    evidence = Evidence(3, None, None, history=HISTORY)
+    for scale in (0.1, 0.01):
+        fix = _fix_with("lower_learning_rate", ("learning_rate_scale", scale))
+        plan = plan_for("lower_learning_rate", fix, evidence, [optimizer])
+        with plan.apply():
+            assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * scale)
+        assert optimizer.param_groups[0]["lr"] == 0.5
+
+
+def test_a_watch_trial_clips_at_the_bound_the_patch_writes(clipped):
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    fix = _fix_with("gradient_clipping", ("clip_grad_norm", 0.0625))
+    plan = plan_for("gradient_clipping", fix, Evidence(3, None, None, history=HISTORY), [optimizer])
+    model(torch.full((2, 3), 10.0)).sum().backward()
+    with plan.apply():
+        optimizer.step()
+    assert clipped == [(_parameter_ids(optimizer), 0.0625)]
+    optimizer.step()  # the plan is closed: no clip
+    assert len(clipped) == 1
