@@ -136,6 +136,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/vae_sampling_overflow.py",
         "tests/scripts/gaussian_nll_relu_variance.py",
         "tests/scripts/rnn_relu_growth.py",
+        "tests/scripts/infonce_two_lines.py",
     }
 )
 

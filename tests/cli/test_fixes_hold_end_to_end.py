@@ -31,6 +31,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/float16_mask_constant.py",  # a loss scale a fresh optimizer starts at
     "tests/scripts/gaussian_nll_relu_variance.py",  # the line making the log's input
     "tests/scripts/rnn_relu_growth.py",  # the recurrent kernel redrawn
+    "tests/scripts/infonce_two_lines.py",  # logsumexp over two lines
 ]
 
 
@@ -243,3 +244,17 @@ def test_a_recurrent_kernel_of_gain_6_is_redrawn_orthogonal_on_the_rnns_own_line
     assert 'recurrent_initializer="orthogonal" on `simple_rnn_cell`' in init["evidence"]
     (added,) = [line[1:].strip() for line in init["patch"].splitlines() if line.startswith("+ ")]
     assert added == '32, activation="relu", recurrent_initializer="orthogonal"'
+
+
+def test_a_sum_of_exp_logged_on_the_next_line_gets_logsumexp_not_a_max_shift(doctor_run):
+    # The max-shift alone would drop the max from log(sum(exp)): the loss would change.
+    problem = doctor_run("tests/scripts/infonce_two_lines.py").problem
+    families = [fix["family"] for fix in problem["fixes"]]
+    assert "stable_softmax" not in families
+    lse = next(fix for fix in problem["fixes"] if fix["family"] == "stable_logsumexp")
+    assert lse["verified"] is True, lse["evidence"]
+    added = [line[1:].strip() for line in lse["patch"].splitlines() if line.startswith("+ ")]
+    assert added == [
+        "log_denom = tf.reduce_logsumexp(sim, axis=1)",
+        "return tf.reduce_mean(-pos + log_denom)",
+    ]

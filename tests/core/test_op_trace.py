@@ -5,6 +5,7 @@ import dataclasses
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import (
     feeding_op_types,
+    log_of_sum,
     nearest_weight_layer,
     weights_upstream,
     where_values_grew,
@@ -105,3 +106,25 @@ def test_the_walk_to_where_values_grew_ends_at_an_op_that_wrote_its_own_input():
         event(2, "Square", [(3, stats(4e7))], [(6, INF)]),
     ]
     assert where_values_grew(events, events[2], 1e6) is None
+
+
+def test_a_log_of_the_exps_sum_is_found_through_a_reshape_and_an_epsilon():
+    events = [
+        event(0, "Exp", [(1, FINITE)], [(2, INF)]),
+        event(1, "Sum", [(2, INF)], [(3, INF)]),
+        event(2, "Reshape", [(3, INF)], [(4, INF)]),
+        event(3, "AddV2", [(4, INF), (9, SCALAR)], [(5, INF)]),
+        event(4, "Log", [(5, INF)], [(6, INF)]),
+    ]
+    assert log_of_sum(events, events[0]) is events[4]
+
+
+def test_a_softmax_ratio_and_a_log_of_the_ratio_are_not_a_log_of_the_sum():
+    events = [
+        event(0, "Exp", [(1, FINITE)], [(2, INF)]),
+        event(1, "Sum", [(2, INF)], [(3, INF)]),
+        event(2, "RealDiv", [(2, INF), (3, INF)], [(4, INF)]),
+        event(3, "Log", [(4, INF)], [(5, INF)]),  # log(exp / sum): the shift cancels
+        event(4, "Log", [(2, INF)], [(6, INF)]),  # the log of the exp itself
+    ]
+    assert log_of_sum(events, events[0]) is None

@@ -191,6 +191,9 @@ class Evidence:
             all died or saturated (then there is no `path_break`), else None.
         same_op_calls: for a forward origin, the step's other forward calls of the
             origin's op (each place once per run of it), in execution order.
+        log_of_sum: for a forward origin, the log that reads a sum of its output
+            (log(sum(exp(x))) written out, on one line or over several), as a call on
+            the user's line; None when no log reads such a sum.
         input_producers: for a forward origin, the op that made each of its inputs,
             aligned with `origin.inputs`; None for an input no op of the step made
             (a weight, the batch, a constant) or one made where no user's line is known.
@@ -222,3 +225,4 @@ class Evidence:
     stuck_units: StuckUnits | None = None
     same_op_calls: tuple[OpCall, ...] = ()
     input_producers: tuple[OpCall | None, ...] = ()
+    log_of_sum: OpCall | None = None

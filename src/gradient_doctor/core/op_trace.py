@@ -183,3 +183,38 @@ def _largest_input(event: OpEvent) -> float:
 def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, OpEvent]:
     """Tensor id -> the event that wrote it, among the events that ran before `target`."""
     return {output: event for event in events[: target.index] for output in event.output_ids}
+
+
+# Ops that sum entries (a softmax's normaliser; the sum inside a logsumexp).
+_SUMS = frozenset({"Sum", "UnsortedSegmentSum", "SegmentSum", "SparseSegmentSum", "ScatterAdd"})
+# Ops a summed value passes through on its way to a log, unchanged but for its shape or
+# a small constant added (`log(sum + 1e-9)`).
+_ON_THE_WAY = frozenset(
+    {"Reshape", "ExpandDims", "Squeeze", "Identity", "Cast", "AddV2", "Add", "Unsqueeze", "View"}
+)
+_LOGS = frozenset({"Log", "Log1p"})
+
+
+def log_of_sum(events: Sequence[OpEvent], origin: OpEvent) -> OpEvent | None:
+    """The log that reads a sum of `origin`'s output (log(sum(exp(x))) written out,
+    on one line or over several), or None.
+
+    A max-shift of an exp cancels in a ratio (a softmax), not under such a log: there
+    the shift must be added back (that is logsumexp), or the result changes.
+    """
+    if origin.phase != "forward" or not origin.output_ids:
+        return None
+    exps, sums = {origin.output_ids[0]}, set()
+    for event in events[origin.index + 1 :]:
+        if event.phase != "forward":
+            continue
+        read = set(event.input_ids)
+        if event.op_type in _LOGS and read & sums:
+            return event
+        if event.op_type in _SUMS and read & exps:
+            sums.update(event.output_ids)
+        elif event.op_type in _ON_THE_WAY and read & sums:
+            sums.update(event.output_ids)
+        elif event.op_type in _ON_THE_WAY and read & exps:
+            exps.update(event.output_ids)
+    return None

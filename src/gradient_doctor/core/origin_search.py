@@ -12,6 +12,7 @@ from gradient_doctor.core.op_trace import (
     feeding_op_types,
     input_producers,
     largest_output,
+    log_of_sum,
     nearest_weight_layer,
     weights_upstream,
     where_values_grew,
@@ -222,6 +223,7 @@ def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stat
         "weights_layer": nearest_weight_layer(events, origin, weight_reads),
         "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats),
         "growth": _growth(events, origin),
+        "log_of_sum": _call_or_none(log_of_sum(events, origin)),
         "input_producers": tuple(
             None if event is None or event.source is None else _call(event)
             for event in input_producers(events, origin)
@@ -248,6 +250,11 @@ def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[OpCall, .
         and event.index != origin.index
         and _place(event.source) != here
     )
+
+
+def _call_or_none(event: OpEvent | None) -> OpCall | None:
+    """`event` as a call on the user's line, or None when it or its line is unknown."""
+    return None if event is None or event.source is None else _call(event)
 
 
 def _call(event: OpEvent) -> OpCall:

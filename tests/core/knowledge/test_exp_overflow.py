@@ -2,7 +2,10 @@
 
 import dataclasses
 
+from gradient_doctor.core.evidence import OpCall
+from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.knowledge import diagnose
+from gradient_doctor.core.knowledge.rewrites.exp import stable_logsumexp
 
 FORWARD_NOT_FIXES = ["gradient_clipping", "lower_learning_rate", "larger_batch"]
 
@@ -177,3 +180,32 @@ def test_a_negative_base_to_a_fractional_power_is_pow_s_domain(make_evidence, ma
         diagnosis.explanation
     )
     assert diagnosis.fixes[0].code == "y = tf.pow(tf.maximum(h, 1e-12), 0.5)"
+
+
+def test_a_sum_of_exp_the_replay_saw_logged_on_another_line_gets_logsumexp_on_both(
+    make_evidence, families
+):
+    # A max-shift of the exp alone would drop the max from log(sum): no stable_softmax.
+    log_line = "return tf.reduce_mean(-pos + tf.math.log(denom))"
+    start = log_line.index("tf.math.log(")
+    log = OpCall(
+        "Log",
+        SourceLine("train.py", 44, log_line, column=start, end_column=start + 21),
+        (),
+    )
+    evidence = dataclasses.replace(
+        make_evidence(code="denom = tf.reduce_sum(tf.exp(sim), axis=1)"), log_of_sum=log
+    )
+    diagnosis = diagnose(evidence)
+    fix = diagnosis.fixes[0]
+    assert fix.family == "stable_logsumexp" and "stable_softmax" not in families(diagnosis)
+    assert fix.rewrite == ("log_denom = tf.reduce_logsumexp(sim, axis=1)",)
+    assert fix.edits[0].new_lines == ("return tf.reduce_mean(-pos + log_denom)",)
+    assert fix.edits[0].line == 44
+
+
+def test_a_torch_sum_method_inside_the_log_is_one_logsumexp():
+    code = "loss = (-sim.diag() + torch.log(torch.exp(sim).sum(dim=1))).mean()"
+    fix = stable_logsumexp(code)
+    assert fix.code == "loss = (-sim.diag() + torch.logsumexp(sim, dim=1)).mean()"
+    assert stable_logsumexp("l = torch.log(torch.exp(s).sum(dim=1) + w)") is None

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 
 from gradient_doctor.core.dtype_limits import DtypeLimits, dtype_limits
-from gradient_doctor.core.evidence import Reduction
-from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.evidence import OpCall, Reduction
+from gradient_doctor.core.findings import Edit, Fix
 from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
@@ -311,26 +311,77 @@ def _alternatives(code: str, spelling: _Spelling, arg: str, reduction: Reduction
     return []
 
 
+_LOGSUMEXP_TITLE = "Compute log(sum(exp(x))) as logsumexp(x), which never overflows"
+
+
 def stable_logsumexp(code: str, focus: tuple[int, int] | None = None) -> Fix | None:
     """Replace log(sum(exp(x))) on the line by logsumexp(x); None when absent.
 
-    `focus` is where on the line the exp was made: the log around it is rewritten.
+    The sum may be a call (`tf.reduce_sum(tf.exp(s), axis=1)`) or the exp's method
+    (`torch.exp(s).sum(dim=1)`). `focus` is where on the line the exp was made: the log
+    around it is rewritten.
     """
     log = find_call(code, ("log",), focus)
-    inner = find_call(log.args[0], ("reduce_sum", "sum")) if log and log.args else None
-    exp = find_call(inner.args[0], ("exp",)) if inner and inner.args else None
-    if exp is None or not exp.args:
+    logsumexp = _logsumexp_of(log.args[0]) if log and log.args else None
+    if logsumexp is None:
         return None
-    keywords = "".join(f", {key}={value}" for key, value in inner.kwargs)
-    axis = f", {inner.args[1]}" if len(inner.args) > 1 else ""
-    logsumexp = f"{spell(exp, 'logsumexp')}({exp.args[0]}{axis}{keywords})"
     rewritten = replace_span(code, log.start, log.end, logsumexp)
-    return Fix(
-        "stable_logsumexp",
-        "Compute log(sum(exp(x))) as logsumexp(x), which never overflows",
-        rewritten,
-        rewrite=(rewritten,),
-    )
+    return Fix("stable_logsumexp", _LOGSUMEXP_TITLE, rewritten, rewrite=(rewritten,))
+
+
+def logsumexp_over_lines(code: str, log: OpCall) -> Fix | None:
+    """log(sum(exp(x))) written over two lines (`denom = tf.reduce_sum(tf.exp(s), axis=1)`
+    then `tf.math.log(denom)`), both rewritten: the sum's line assigns `log_denom =
+    logsumexp(s, axis=1)` and the log of `denom` becomes `log_denom`. None unless the
+    sum's line assigns the whole sum to one name and the log's line takes the log of
+    that name.
+
+    Args:
+        code: the exp's line (`SourceLine.code`), which the fix's `rewrite` replaces.
+        log: the log the replay saw read the sum; its line is the fix's `edits`.
+    """
+    name = assigned_name(code)
+    if name is None or log.source is None or not log.source.code:
+        return None
+    value = code.split("=", 1)[1].strip()
+    exp = find_call(value, ("exp",))
+    logsumexp = _logsumexp_of(value) if exp is not None else None
+    if logsumexp is None:
+        return None
+    log_line = log.source.code.strip()
+    call = find_call(log_line, ("log",), log.source.span)
+    if call is None or len(call.args) != 1 or call.args[0].strip() != name:
+        return None
+    renamed = f"log_{name}"
+    first = f"{renamed} = {logsumexp}"
+    second = replace_span(log_line, call.start, call.end, renamed)
+    there = Edit(log.source.file, log.source.line, log.source.line, (second,), (log_line,))
+    shown = f"{first}\n{second}"
+    return Fix("stable_logsumexp", _LOGSUMEXP_TITLE, shown, rewrite=(first,), edits=(there,))
+
+
+def _logsumexp_of(text: str) -> str | None:
+    """`text`, a sum of an exp as a whole (`tf.reduce_sum(tf.exp(s), axis=1)`,
+    `torch.exp(s).sum(dim=1)`), as the logsumexp that computes its log; else None."""
+    text = text.strip()
+    inner = find_call(text, ("reduce_sum", "sum"))
+    if inner is not None and inner.start == 0 and inner.end == len(text) and inner.args:
+        exp = find_call(inner.args[0], ("exp",))
+        if exp is None or exp.start != 0 or exp.end != len(inner.args[0].strip()):
+            return None
+        rest = [*inner.args[1:2], *(f"{key}={value}" for key, value in inner.kwargs)]
+        return f"{spell(exp, 'logsumexp')}({', '.join([exp.args[0], *rest])})"
+    exp = find_call(text, ("exp",))
+    if exp is None or exp.start != 0 or not exp.args or not text[exp.end :].startswith(".sum("):
+        return None
+    close = matching_close(text, exp.end + len(".sum"))
+    if close != len(text) - 1:
+        return None
+    method = find_call("sum" + text[exp.end + len(".sum") :], ("sum",))
+    if method is None:
+        return None
+    rest = [*method.args, *(f"{key}={value}" for key, value in method.kwargs)]
+    return f"{spell(exp, 'logsumexp')}({', '.join([exp.args[0], *rest])})"
 
 
 _ONE = r"1(?:\.0*)?"

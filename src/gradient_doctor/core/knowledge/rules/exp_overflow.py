@@ -23,6 +23,7 @@ from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rewrites.exp import (
     clip_exp_input,
     library_form,
+    logsumexp_over_lines,
     looks_like_softmax,
     stable_logsumexp,
     stable_softmax,
@@ -114,8 +115,9 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     """Most specific first: a rewrite of the user's line, then the upstream causes.
 
     The max-shift is offered only for an exp whose result is normalised by its sum
-    (the replay saw the sum, or the line says softmax): elsewhere it changes the
-    result.
+    (the replay saw the sum, or the line says softmax), and not when a log reads the
+    sum (there the shift must be added back: logsumexp, over the two lines when the
+    sum and its log are written on two): elsewhere it changes the result.
     """
     origin, reduction = evidence.origin, _reduction(evidence)
     names, focus = call_names(origin.op), source_focus(evidence)
@@ -123,9 +125,14 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     if origin_dtype(origin) in HALF_PRECISION:
         fixes.append(remedies.float32_island(code, names, focus, evidence.setup.framework))
     library = library_form(code, focus) if origin.op in _EXP_LIKE else None
+    logged = evidence.log_of_sum
     if origin.op in _EXP_LIKE:
-        fixes += [stable_logsumexp(code, focus), library]
-        if reduction is not None or looks_like_softmax(code):
+        logsumexp = stable_logsumexp(code, focus)
+        if logsumexp is None and logged is not None:
+            logsumexp = logsumexp_over_lines(code, logged)
+        fixes += [logsumexp, library]
+        # Under a log of the sum, a max-shift that is not added back changes the result.
+        if logged is None and (reduction is not None or looks_like_softmax(code)):
             base = input_at(origin, 0)
             minus_infinity = base is not None and base.neg_inf > 0
             rank = len(origin.outputs[0].shape) if origin.outputs else None
