@@ -11,6 +11,15 @@ import functools
 import math
 from dataclasses import dataclass, fields
 
+# Per-layer statistics (weight norms, update ratios, activations, stuck units) and
+# risky ops' headroom are measured one step in this many by every adapter (a trend
+# needs no more); per-layer gradient norms are kept every step and read on those steps.
+LAYER_STATS_EVERY = 10
+# A sigmoid output outside [SIGMOID_FLAT, 1 - SIGMOID_FLAT], or |tanh| above TANH_FLAT, sits
+# where the curve's slope is below ~1% of its peak (`LayerRecord.saturated_fraction`).
+SIGMOID_FLAT = 0.01
+TANH_FLAT = 0.99
+
 # How a risky op's input approaches the value where the op leaves the finite range.
 # "max_input": exp-like ops; value = the largest input, limit = the overflow threshold
 #     (88.72 for float32 exp). The limit is reached from below.

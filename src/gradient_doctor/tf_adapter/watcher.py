@@ -29,7 +29,7 @@ from gradient_doctor.core.pipeline import (
     StepReading,
     announce_trials,
 )
-from gradient_doctor.core.records import LayerRecord, StepRecord
+from gradient_doctor.core.records import LAYER_STATS_EVERY, LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook, uninstall_tape_hook
 from gradient_doctor.tf_adapter.localize.input_scan import input_scale
@@ -52,8 +52,8 @@ from gradient_doctor.tf_adapter.trials.snapshots import (
 )
 from gradient_doctor.tf_adapter.trials.trial_plans import clipping_of
 
-# Risky ops' headroom is read back every this many steps (a trend needs no more).
-HEADROOM_EVERY = 10
+# Risky ops' headroom and the per-layer statistics are read back every this many steps.
+HEADROOM_EVERY = LAYER_STATS_EVERY
 
 
 def training_setup(optimizer, xla: bool = False) -> TrainingSetup:

@@ -43,10 +43,13 @@ class DeadUnitsDetector(SustainedFractionDetector):
 
     def fixes(self) -> tuple[Fix, ...]:
         """A leaky activation, a lower learning rate (large updates kill units), He init."""
+        framework = self._setup.framework
         return (
             remedies.activation_change(
-                "leaky_relu", "its units keep a small gradient when inactive and can recover"
+                "leaky_relu",
+                "its units keep a small gradient when inactive and can recover",
+                framework,
             ),
             remedies.lower_learning_rate(self._setup),
-            remedies.better_init(),
+            remedies.better_init(framework),
         )

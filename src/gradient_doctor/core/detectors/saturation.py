@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from gradient_doctor.core.detectors.sustained_fraction import SustainedFractionDetector
+from gradient_doctor.core.detectors.sustained_fraction import (
+    THRESHOLD,
+    WINDOW,
+    SustainedFractionDetector,
+)
+from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 
@@ -14,6 +19,8 @@ class SaturationDetector(SustainedFractionDetector):
         threshold: float in (0, 1), the saturated fraction above which a layer counts.
             Defaults to 0.9.
         window: int, records in a row the fraction must stay above it. Defaults to 20.
+        setup: `TrainingSetup` or None, so that the fixes are spelled in the user's
+            framework. Defaults to None.
 
     Raises:
         ValueError: for a `threshold` outside (0, 1) or a `window` below 1.
@@ -25,10 +32,22 @@ class SaturationDetector(SustainedFractionDetector):
     STATE = "sit in the flat ends of the curve for every example"
     CONSEQUENCE = "A saturated unit passes almost no gradient back, so the layers below stall."
 
+    def __init__(
+        self,
+        threshold: float = THRESHOLD,
+        window: int = WINDOW,
+        setup: TrainingSetup | None = None,
+    ) -> None:
+        super().__init__(threshold, window)
+        self._setup = setup or TrainingSetup()
+
     def fixes(self) -> tuple[Fix, ...]:
         """Normalise what feeds the units, or use an activation that does not saturate."""
+        framework = self._setup.framework
         return (
-            remedies.batch_normalization("the sigmoid/tanh layers"),
-            remedies.normalize_input(),
-            remedies.activation_change("relu", "it does not saturate for positive inputs"),
+            remedies.batch_normalization("the sigmoid/tanh layers", framework),
+            remedies.normalize_input(framework),
+            remedies.activation_change(
+                "relu", "it does not saturate for positive inputs", framework
+            ),
         )

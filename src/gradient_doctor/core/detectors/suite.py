@@ -26,10 +26,10 @@ def default_detectors(setup: TrainingSetup | None = None) -> tuple[Detector, ...
     return (
         HeadroomDetector(),
         ExplodingGradientsDetector(setup=setup),
-        VanishingGradientsDetector(),
+        VanishingGradientsDetector(setup=setup),
         LossSpikeDetector(setup=setup),
         DeadUnitsDetector(setup=setup),
-        SaturationDetector(),
+        SaturationDetector(setup=setup),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.protocol import CountedFindings, Standing
 from gradient_doctor.core.detectors.sorted_window import SortedWindow
+from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.remedies.not_fixes import vanishing_not_fixes
@@ -53,12 +54,21 @@ class VanishingGradientsDetector(CountedFindings):
             median norm. Defaults to 1e-4.
         floor: float, or when its mean norm is below this (while the others' is not).
             Defaults to 1e-7.
+        setup: `TrainingSetup` or None, so that the fixes are spelled in the user's
+            framework. Defaults to None.
 
     Raises:
         ValueError: for an argument out of range, e.g. a `ratio` of 1 or more.
     """
 
-    def __init__(self, window: int = WINDOW, ratio: float = RATIO, floor: float = FLOOR) -> None:
+    def __init__(
+        self,
+        window: int = WINDOW,
+        ratio: float = RATIO,
+        floor: float = FLOOR,
+        setup: TrainingSetup | None = None,
+    ) -> None:
+        self._setup = setup or TrainingSetup()
         self._window = check_int(window, "window", 3)
         self._ratio = check_float(ratio, "ratio", 0.0, 1.0)
         self._floor = check_float(floor, "floor")
@@ -139,9 +149,11 @@ class VanishingGradientsDetector(CountedFindings):
             ),
             not_fixes=vanishing_not_fixes(),
             fixes=(
-                remedies.better_init(),
-                remedies.batch_normalization("each hidden layer"),
-                remedies.activation_change("relu", "it does not saturate for positive inputs"),
+                remedies.better_init(self._setup.framework),
+                remedies.batch_normalization("each hidden layer", self._setup.framework),
+                remedies.activation_change(
+                    "relu", "it does not saturate for positive inputs", self._setup.framework
+                ),
             ),
         )
 

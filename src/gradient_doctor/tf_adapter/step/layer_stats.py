@@ -20,17 +20,13 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from gradient_doctor.core.knowledge.layer_groups import layer_of_name
-from gradient_doctor.core.records import LayerRecord
+from gradient_doctor.core.records import SIGMOID_FLAT, TANH_FLAT, LayerRecord
 from gradient_doctor.tf_adapter.step.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.step.xla_branches import keep_branch
 
 FIELDS = ("grad_norm", "weight_norm", "activation_max_abs", "dead_fraction", "saturated_fraction")
 _DEAD_OPS = frozenset({"Relu", "Relu6"})
 _SATURATING_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh"}
-# A sigmoid output outside [SIGMOID_FLAT, 1 - SIGMOID_FLAT], or |tanh| above TANH_FLAT, sits
-# where the curve's slope is below ~1% of its peak.
-SIGMOID_FLAT = 0.01
-TANH_FLAT = 0.99
 _BELOW_ONE = 1.0 - 2.0**-24  # the largest float32 below 1 (keeps atanh and logit finite)
 _MISSING = -1.0  # a field not measured for a layer (a negative value none of them takes)
 
