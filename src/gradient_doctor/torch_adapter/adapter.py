@@ -12,7 +12,8 @@ from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.origin_search import trace_evidence
-from gradient_doctor.core.pipeline import Adapter, Localized, Session
+from gradient_doctor.core.pipeline import Adapter, Localized, Session, StepReading
+from gradient_doctor.core.records import LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
@@ -30,6 +31,7 @@ from gradient_doctor.torch_adapter.localize.module_scope import (
 from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE, OpRecorder
 from gradient_doctor.torch_adapter.step import rng_state
 from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
+from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.trials.fix_trials import TorchTrials
 
 # The name reports give this framework (`Report.framework`).
@@ -54,12 +56,23 @@ class FailedCall:
 
 class PyTorchAdapter(Adapter):
     """What both PyTorch adapters answer alike, from `self.optimizers` (the optimizers
-    whose updates are guarded), `self.session` (the run's `Session`) and `self.sites`
-    (the lines that built and stepped each optimizer, when they were watched)."""
+    whose updates are guarded), `self.session` (the run's `Session`), `self.stats` (the
+    per-module statistics) and `self.sites` (the lines that built and stepped each
+    optimizer, when they were watched)."""
 
     optimizers: Sequence[torch.optim.Optimizer]
     session: Session
+    stats: ModuleStats
     sites: OptimizerSites | None = None
+
+    def step_records(self, step: int, reading: StepReading) -> tuple[StepRecord, ...]:
+        """The step's loss and gradient norm; on a sampled step also each module's
+        gradient norm of every step since the last read, and its other statistics."""
+        return self.stats.records(step, reading.loss, reading.grad_norm)
+
+    def layer_records(self) -> tuple[LayerRecord, ...] | None:
+        """The last sampled step's module statistics."""
+        return self.stats.latest
 
     def fix_sites(self, evidence: Evidence) -> FixSites:
         """The failing update's optimizer, with the lines that built and stepped it; no
@@ -105,7 +118,8 @@ class TorchAdapter(PyTorchAdapter):
     ) -> None:
         self.optimizers = tuple(optimizers)
         self.models = tuple(models)
-        self.guard = StepGuard(self.optimizers)
+        self.stats = ModuleStats(lambda: self.optimizers, self.models)
+        self.guard = StepGuard(self.optimizers, self.stats)
         self.session = Session(self, **session)
 
     def install(self) -> None:
@@ -113,6 +127,12 @@ class TorchAdapter(PyTorchAdapter):
 
     def uninstall(self) -> None:
         self.guard.uninstall()
+        self.stats.close()
+
+    def begin_call(self) -> None:
+        """Before a call of the step: sample its forward when it is a sampled step."""
+        if self.stats.samples(self.session.steps_watched):
+            self.stats.begin_sample()
 
     def localize(
         self, replay: FailedCall, step: int, history: StepHistory, setup: TrainingSetup

@@ -43,6 +43,7 @@ from gradient_doctor.torch_adapter.localize.gradient_paths import (
 )
 from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
+from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.step_check import Check, combined
 from gradient_doctor.torch_adapter.trials.trial_plans import trial_plans
 
@@ -106,14 +107,19 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self._step_after = -1  # the update after which this step began
         self.cuts = CutWatch()  # parameters left without a gradient
         self._path_reruns = 0
+        # The models are found as their forward runs (module_stats' hooks).
+        self.stats = ModuleStats(lambda: self.optimizers)
 
     def install(self) -> None:
-        """The start a rerun repeats (taken right before the script runs), then the hooks."""
+        """The start a rerun repeats (taken right before the script runs), then the hooks;
+        the first step's forward is sampled."""
         self.reruns = StepReruns(self.script, self.args)
         self.sites.install()
         self.hooks.install()
+        self.stats.begin_sample()
 
     def uninstall(self) -> None:
+        self.stats.close()
         self.hooks.uninstall()
         self.sites.uninstall()
         if self.reruns is not None:
@@ -133,18 +139,27 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             self._end_step(index - 1)
         if not self._stepped:
             self.session.before_step()
+        self.stats.update_start(optimizer)
 
     def after_update(self, update: Update) -> None:
         self._stepped.add(id(update.optimizer))
         if update.check is None:
             return
         self._checks.append(update.check)
+        if not update.skipped:
+            self.stats.update_end(update.optimizer)
+            self.stats.note_grads(update.parameters, update.check.norms)
+            # A step ends only when the next one's first update comes: sample the forward
+            # that follows an update whenever the step after this one is sampled.
+            if self.stats.samples(self.session.steps_watched + 1):
+                self.stats.begin_sample()
         self.cuts.observe(update.optimizer, update.present)
         for optimizer, cut in self.cuts.take():
             self._disconnected(update.index, optimizer, cut)
         if not update.skipped:
             return
         self._failing = weakref.ref(update.optimizer)
+        self.stats.forget_step()
         reading = self._reading(failed=True)
         replay = FailedUpdate(self._step_after, update.index)
         self._stepped.clear()

@@ -27,7 +27,7 @@ from torch.optim.optimizer import (
 from gradient_doctor.torch_adapter.step.step_check import (
     Check,
     check,
-    dense_grads,
+    dense_parameters,
     parameters_with_grads,
 )
 
@@ -45,6 +45,7 @@ class Update:
             closure): a change tells the owner to look for parameters left without one.
         hidden: the gradients hidden from the optimizer while a non-finite update
             ran, `(parameter, gradient)`, put back after it.
+        parameters: the parameters whose gradients were checked, in the check's order.
     """
 
     index: int
@@ -52,6 +53,7 @@ class Update:
     check: Check | None
     present: int = 0
     hidden: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    parameters: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def skipped(self) -> bool:
@@ -123,10 +125,11 @@ class UpdateHooks:
         if len(args) > 1 or kwargs:  # a closure recomputes the loss inside the step
             self._current = Update(index, optimizer, None)
             return
-        grads = dense_grads(optimizer)
+        params = dense_parameters(optimizer)
+        grads = [p.grad for p in params]
         root, self.last_root = self.last_root, None
         result = check([root] if root is not None else [], grads)
-        update = self._current = Update(index, optimizer, result, len(grads))
+        update = self._current = Update(index, optimizer, result, len(grads), parameters=params)
         if not result.finite:
             update.hidden = [(p, p.grad) for p in parameters_with_grads(optimizer)]
             for parameter, _ in update.hidden:

@@ -46,9 +46,15 @@ class WatchedStep:
         adapter.session.before_step()
         rng = rng_state.save()
         guard.begin_call()
-        with backward_roots():
-            result = self.function(*args, **kwargs)
-        if not guard.checks:
+        adapter.begin_call()
+        try:
+            with backward_roots():
+                result = self.function(*args, **kwargs)
+        except BaseException:
+            adapter.stats.forget_step()
+            raise
+        if not guard.checks:  # no update: not a step (an evaluation), nothing sampled
+            adapter.stats.forget_step()
             return result
         cuts = guard.cuts.take()
         if cuts:  # parameters left without a gradient: where their paths break
@@ -60,6 +66,8 @@ class WatchedStep:
             skipped=guard.skipped,
             updates=guard.updates,
         )
+        if reading.failed:
+            adapter.stats.forget_step()
         replay = FailedCall(self.function, args, kwargs, rng) if reading.failed else None
         finding = adapter.session.after_step(reading, replay)
         if finding is not None and adapter.session.stop_on_problem:

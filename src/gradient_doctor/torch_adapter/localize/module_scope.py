@@ -16,12 +16,16 @@ def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
     """Module id -> its path ("encoder.layers.3.attn"); a root is named by its class.
 
     With several models (a GAN's two), each path starts with its root's class name so
-    the two cannot be confused.
+    the two cannot be confused (a second root of the same class gets "_1", and so on).
     """
     models = list(models)
     names: dict[int, str] = {}
+    classes: dict[str, int] = {}
     for model in models:
         root = type(model).__name__
+        seen = classes.get(root, 0)
+        classes[root] = seen + 1
+        root = f"{root}_{seen}" if seen and id(model) not in names else root
         for path, module in model.named_modules():
             if id(module) in names:
                 continue

@@ -12,7 +12,13 @@ import torch
 from gradient_doctor.torch_adapter.hooks import backward_roots
 from gradient_doctor.torch_adapter.localize.gradient_paths import CutWatch
 from gradient_doctor.torch_adapter.localize.op_recorder import OpRecorder
-from gradient_doctor.torch_adapter.step.step_check import Check, check, combined, dense_grads
+from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
+from gradient_doctor.torch_adapter.step.step_check import (
+    Check,
+    check,
+    combined,
+    dense_parameters,
+)
 
 # The instance attribute a guarded optimizer's own `step` is kept under.
 _UNGUARDED = "_gradient_doctor_unguarded_step"
@@ -31,10 +37,14 @@ class StepGuard:
 
     Args:
         optimizers: the `torch.optim.Optimizer`s whose `step` is guarded.
+        stats: the per-module statistics told of each applied update, or None.
     """
 
-    def __init__(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    def __init__(
+        self, optimizers: Sequence[torch.optim.Optimizer], stats: ModuleStats | None = None
+    ) -> None:
         self.optimizers = tuple(optimizers)
+        self.stats = stats
         self.closed = False
         self.skipped = 0  # updates skipped since training last went on
         self.updates = 0  # updates asked for over that time
@@ -93,7 +103,8 @@ class StepGuard:
         """The guarded `optimizer.step(...)`."""
         if args or kwargs:  # a closure recomputes the loss inside the step: not checked
             return unguarded(*args, **kwargs)
-        grads = dense_grads(optimizer)
+        params = dense_parameters(optimizer)
+        grads = [p.grad for p in params]
         losses = backward_roots.take()
         if self.recorder is not None:
             self.recorder.mark_bad([*losses, *grads])
@@ -107,7 +118,13 @@ class StepGuard:
         if self.closed:
             self.skipped += 1
             return None
-        return unguarded()
+        if self.stats is None:
+            return unguarded()
+        self.stats.note_grads(params, result.norms)
+        self.stats.update_start(optimizer)
+        applied = unguarded()
+        self.stats.update_end(optimizer)
+        return applied
 
     @property
     def call_loss(self) -> float | None:

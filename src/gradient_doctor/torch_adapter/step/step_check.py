@@ -18,11 +18,14 @@ class Check:
         loss: the last loss `backward()` was called on before the update (summed
             when it was not a scalar), or None when none was seen.
         grad_norm: the global L2 norm of the gradients (0.0 with none).
+        norms: each gradient's L2 norm, a device vector in the gradients' order (kept
+            for the per-module statistics, read with them); None after a failure.
     """
 
     finite: bool
     loss: float | None
     grad_norm: float
+    norms: torch.Tensor | None = None
 
 
 def check(losses: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> Check:
@@ -41,10 +44,10 @@ def check(losses: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> Chec
         grads: the dense gradients the optimizer is about to apply.
     """
     with torch.no_grad():
-        parts = []
+        parts, norms = [], None
         if grads:
-            norms = torch._foreach_norm(list(grads))
-            parts.append(torch.linalg.vector_norm(_stacked(norms)))
+            norms = _stacked(torch._foreach_norm(list(grads)))
+            parts.append(torch.linalg.vector_norm(norms))
         parts += [loss.detach().sum() for loss in losses]
         if not parts:
             return Check(True, None, 0.0)
@@ -52,7 +55,7 @@ def check(losses: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> Chec
     grad_norm = read[0] if grads else 0.0
     loss = read[-1] if losses else None
     if all(math.isfinite(value) for value in read):
-        return Check(True, loss, grad_norm)
+        return Check(True, loss, grad_norm, norms)
     return _confirmed(losses, grads, loss, grad_norm)
 
 
@@ -86,6 +89,11 @@ def parameters_with_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor
     return [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
 
 
+def dense_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's parameters holding a dense gradient (sparse ones are not checked)."""
+    return [p for p in parameters_with_grads(optimizer) if p.grad.layout == torch.strided]
+
+
 def dense_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The gradients the optimizer is about to apply (sparse ones are not checked)."""
-    return [p.grad for p in parameters_with_grads(optimizer) if p.grad.layout == torch.strided]
+    return [p.grad for p in dense_parameters(optimizer)]

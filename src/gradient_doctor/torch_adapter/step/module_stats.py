@@ -1,0 +1,373 @@
+"""Per-module health of PyTorch steps: gradient and weight norms, updates, activations, stuck units.
+
+The layers of a PyTorch model are its modules that own parameters directly (a `Linear`,
+a `Conv2d`, a `BatchNorm2d`), named by their path in the model (`encoder.layers.3.attn`,
+as `module_scope` names them). Every update, the per-gradient norms the guard's fused
+check made anyway (`Check.norms`) are kept on the device with their parameters; they are
+grouped by module and read with the other statistics. One step in `every`
+(`LAYER_STATS_EVERY`, as TensorFlow's) is sampled: its forward runs under global module
+hooks and a `TorchFunctionMode` that see each parameter-owning module's output (its
+largest |value|: the pre-activation of the activation that follows) and each ReLU, tanh
+and sigmoid, module or functional (the fraction of its units 0 for the whole batch, or
+in the flat part of the curve, with the thresholds of `core.records`), put with the
+module whose output it read. Its update is bracketed by a copy of the parameters, for
+the norm of the change over the weight norm. All of it stays on the device until the
+sampled step is read, with one host copy; the other steps pay only a list append.
+Everything is read, never written: training computes what it computes unwatched.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from torch.overrides import TorchFunctionMode
+
+from gradient_doctor.core.records import (
+    LAYER_STATS_EVERY,
+    SIGMOID_FLAT,
+    TANH_FLAT,
+    LayerRecord,
+    StepRecord,
+)
+from gradient_doctor.torch_adapter.localize.module_scope import module_names
+
+# The activations whose units can die (0 for the whole batch) or saturate, by the name of
+# the torch function (module forwards call these too).
+_DEAD = frozenset({"relu", "relu_", "relu6"})
+_SATURATING = {"tanh": "tanh", "tanh_": "tanh", "sigmoid": "sigmoid", "sigmoid_": "sigmoid"}
+# Modules whose outputs hold their units (channels) on axis 1, not the last axis.
+_CHANNELS_FIRST = (
+    torch.nn.modules.conv._ConvNd,
+    torch.nn.modules.batchnorm._NormBase,
+    torch.nn.GroupNorm,
+)
+
+
+@dataclass
+class _Sample:
+    """What a sampled step measured, on the device until read.
+
+    Attributes:
+        activations: module id -> {field: 0-d tensor}, the max over its calls.
+        weights: (parameters, per-parameter weight norms) of each sampled update.
+        updates: (parameters, per-parameter norms of the change) of each update.
+        copies: optimizer id -> (parameters, their values before the update).
+    """
+
+    activations: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    weights: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = field(default_factory=list)
+    updates: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = field(default_factory=list)
+    copies: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = field(default_factory=dict)
+
+
+class ModuleStats:
+    """Per-module statistics of the watched steps, as `LayerRecord`s.
+
+    The owner calls `begin_sample()` before a step to sample (a step whose index is a
+    multiple of `every`: `samples(step)`), `update_start(optimizer)` and
+    `update_end(optimizer)` around each applied update, `note_grads` with each update's
+    check, and `records(step, ...)` once per finite step.
+
+    Args:
+        optimizers: returns the watched optimizers (their parameters say which models
+            are trained: a frozen target network is not reported).
+        models: the models trained, when known; others are found as their forward runs.
+        every: int, sample one step in this many. Defaults to `LAYER_STATS_EVERY`.
+    """
+
+    def __init__(
+        self,
+        optimizers: Callable[[], Sequence[torch.optim.Optimizer]],
+        models: Iterable[torch.nn.Module] = (),
+        every: int = LAYER_STATS_EVERY,
+    ) -> None:
+        self.every = every
+        self._optimizers = optimizers
+        self._roots: list[weakref.ref] = []
+        self._owner: dict[int, int] = {}  # parameter id -> id of the module owning it
+        for model in models:
+            self._add_root(model)
+        self._current: list[tuple[list[torch.Tensor], torch.Tensor]] = []  # this step's
+        self._ring: deque[tuple[int, list]] = deque(maxlen=every)  # steps since the read
+        self._sample: _Sample | None = None
+        self._pending: list[_Sample] = []  # sealed samples, read at the next sampled step
+        self._handles: list = []
+        self._stack: list[torch.nn.Module] = []
+        self._mode: _Activations | None = None
+        self._produced: dict[int, tuple[weakref.ref, torch.nn.Module]] = {}
+        self._latest: tuple[LayerRecord, ...] | None = None
+
+    def samples(self, step: int) -> bool:
+        """Whether `step` is a sampled step."""
+        return step % self.every == 0
+
+    @property
+    def hooked(self) -> bool:
+        """Whether the forward hooks are on (from a sampled step's start to its update)."""
+        return bool(self._handles)
+
+    @property
+    def latest(self) -> tuple[LayerRecord, ...] | None:
+        """The last sampled step's records, or None before the first."""
+        return self._latest
+
+    # Every update.
+
+    def note_grads(self, parameters: list[torch.Tensor], norms: torch.Tensor | None) -> None:
+        """Keep one update's per-gradient norms (a device vector, in `parameters`' order)."""
+        if norms is not None and parameters:
+            self._current.append((parameters, norms))
+
+    def forget_step(self) -> None:
+        """Drop what a step that failed (or raised) measured, and its hooks: a run that
+        stops there must not leave the global hooks behind."""
+        self._current = []
+        self._sample = None
+        self._unhook()
+
+    # The sampled steps.
+
+    def begin_sample(self) -> None:
+        """Measure the forward that follows (hooks on until the next update starts)."""
+        if self._sample is None:
+            self._sample = _Sample()
+        if not self._handles:
+            self._handles = [
+                register_module_forward_pre_hook(self._enter),
+                register_module_forward_hook(self._leave, always_call=True),
+            ]
+
+    def update_start(self, optimizer: torch.optim.Optimizer) -> None:
+        """Before an update of a sampled step: stop watching forwards, take the weight
+        norms and a copy of the parameters."""
+        sample = self._sample
+        if sample is None:
+            return
+        self._unhook()
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        params = [p for p in params if id(p) in self._owner and p.layout == torch.strided]
+        if not params:
+            return
+        with torch.no_grad():
+            sample.weights.append((params, list(torch._foreach_norm(params))))
+            sample.copies[id(optimizer)] = (params, [p.detach().clone() for p in params])
+
+    def update_end(self, optimizer: torch.optim.Optimizer) -> None:
+        """After an applied update of a sampled step: the norm of each parameter's change."""
+        sample = self._sample
+        copied = sample.copies.pop(id(optimizer), None) if sample is not None else None
+        if copied is None:
+            return
+        params, before = copied
+        with torch.no_grad():
+            changes = torch._foreach_sub([p.detach() for p in params], before)
+            sample.updates.append((params, list(torch._foreach_norm(changes))))
+
+    def records(
+        self, step: int, loss: float | None, grad_norm: float | None
+    ) -> tuple[StepRecord, ...]:
+        """The records of finite step `step`: its loss and gradient norm; on a sampled
+        step first each module's gradient norm of every step since the last read, then
+        the step's other module statistics (one host copy)."""
+        self._ring.append((step, self._current))
+        self._current = []
+        if self._sample is not None and not self._handles:  # sealed by an update
+            self._pending.append(self._sample)
+            self._sample = None
+        if not self.samples(step) or not self._pending:
+            return (StepRecord(step, loss=loss, grad_norm=grad_norm),)
+        names = self._trained_names()
+        history = self._read(names)
+        return (*history, StepRecord(step, loss, grad_norm, self._latest or ()))
+
+    def close(self) -> None:
+        """Remove the hooks (the run ended)."""
+        self._unhook()
+
+    # Reading.
+
+    def _read(self, names: dict[int, str]) -> list[StepRecord]:
+        """Copy the ring and the pending samples to the host in one read, into records."""
+        tensors: list[torch.Tensor] = []
+        size = 0
+
+        def take(values: Sequence[torch.Tensor]) -> slice:
+            nonlocal size
+            start = size
+            for value in values:
+                tensors.append(value.detach().reshape(-1))
+                size += tensors[-1].numel()
+            return slice(start, size)
+
+        ring = [(s, [(p, take([n])) for p, n in updates]) for s, updates in self._ring]
+        self._ring.clear()
+        samples, self._pending = self._pending, []
+        weights = [(p, take(n)) for sample in samples for p, n in sample.weights]
+        updates = [(p, take(n)) for sample in samples for p, n in sample.updates]
+        activations = [
+            (module, name, take([value]))
+            for sample in samples
+            for module, fields in sample.activations.items()
+            for name, value in fields.items()
+        ]
+        if not tensors:
+            self._latest = ()
+            return []
+        first = tensors[0]
+        values = torch.cat([t.to(first.device, torch.float32) for t in tensors]).tolist()
+
+        def squares(entries) -> dict[str, float]:
+            """Each module's sum of its parameters' squared norms."""
+            sums: dict[str, float] = {}
+            for params, where in entries:
+                for param, norm in zip(params, values[where]):
+                    name = names.get(self._owner.get(id(param), -1))
+                    if name is not None:
+                        sums[name] = sums.get(name, 0.0) + norm * norm
+            return sums
+
+        history = []
+        for step, step_updates in ring:
+            grads = squares(step_updates)
+            if grads:
+                layers = tuple(
+                    LayerRecord(name, grad_norm=math.sqrt(v)) for name, v in grads.items()
+                )
+                history.append(StepRecord(step, layers=layers))
+        weight_sq, update_sq = squares(weights), squares(updates)
+        measured: dict[str, dict[str, float]] = {}
+        for module, field_name, where in activations:
+            name, value = names.get(module), values[where][0]
+            if name is None or not math.isfinite(value):
+                continue
+            fields = measured.setdefault(name, {})
+            fields[field_name] = max(fields.get(field_name, value), value)
+        layers = []
+        for name in _ordered(names, weight_sq, measured):
+            weight = math.sqrt(weight_sq[name]) if name in weight_sq else None
+            change = math.sqrt(update_sq[name]) if name in update_sq else None
+            ratio = change / weight if change is not None and weight else None
+            layers.append(
+                LayerRecord(name, weight_norm=weight, update_ratio=ratio, **measured.get(name, {}))
+            )
+        self._latest = tuple(layers)
+        return history
+
+    def _trained_names(self) -> dict[int, str]:
+        """Module id -> path, over the models whose parameters a watched optimizer holds."""
+        trained = {id(p) for o in self._optimizers() for g in o.param_groups for p in g["params"]}
+        roots = [root for root in (ref() for ref in self._roots) if root is not None]
+        roots = [root for root in roots if any(id(p) in trained for p in root.parameters())]
+        return module_names(roots)
+
+    # Forward hooks of a sampled step.
+
+    def _add_root(self, module: torch.nn.Module) -> None:
+        """Note a model (a module called outside any other) and its parameters' owners."""
+        if any(ref() is module for ref in self._roots) or id(module) in self._owner.values():
+            return
+        if next(module.parameters(), None) is None:  # a loss module: no layer of a model
+            return
+        self._roots.append(weakref.ref(module))
+        for owner in module.modules():
+            for param in owner._parameters.values():
+                if param is not None:
+                    self._owner.setdefault(id(param), id(owner))
+
+    def _enter(self, module, args) -> None:
+        if not self._stack:
+            self._add_root(module)
+            self._mode = _Activations(self)
+            self._mode.__enter__()
+        self._stack.append(module)
+
+    def _leave(self, module, args, output) -> None:
+        if not self._stack:
+            return
+        self._stack.pop()
+        sample = self._sample
+        if sample is not None and module._parameters and isinstance(output, torch.Tensor):
+            if output.is_floating_point() and output.numel():
+                with torch.no_grad():
+                    largest = output.detach().abs().amax()
+                self._keep(sample, module, "activation_max_abs", largest)
+                self._produced[id(output)] = (weakref.ref(output), module)
+        if not self._stack and self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+            self._produced.clear()
+
+    def activation(self, name: str, inputs: tuple, output: torch.Tensor) -> None:
+        """Measure one ReLU / tanh / sigmoid output: its stuck units, with the module
+        whose output it read (or the module running it)."""
+        sample = self._sample
+        if sample is None or output.dim() < 2 or not output.is_floating_point():
+            return
+        source = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+        produced = self._produced.get(id(source)) if source is not None else None
+        if produced is not None and produced[0]() is source:
+            module = produced[1]
+            axis = 1 if isinstance(module, _CHANNELS_FIRST) else -1
+        elif self._stack:
+            module = self._stack[-1]
+            axis = 1 if output.dim() in (4, 5) else -1
+        else:
+            return
+        with torch.no_grad():
+            units = output.detach().movedim(axis, 0).reshape(output.shape[axis], -1)
+            if name in _DEAD:
+                stuck, field_name = units == 0, "dead_fraction"
+            elif _SATURATING[name] == "tanh":
+                stuck, field_name = units.abs() > TANH_FLAT, "saturated_fraction"
+            else:
+                flat = (units < SIGMOID_FLAT) | (units > 1.0 - SIGMOID_FLAT)
+                stuck, field_name = flat, "saturated_fraction"
+            fraction = stuck.all(dim=1).float().mean()
+        self._keep(sample, module, field_name, fraction)
+
+    @staticmethod
+    def _keep(sample: _Sample, module, field_name: str, value: torch.Tensor) -> None:
+        fields = sample.activations.setdefault(id(module), {})
+        previous = fields.get(field_name)
+        fields[field_name] = value if previous is None else torch.maximum(previous, value)
+
+    def _unhook(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+        self._stack.clear()
+        self._produced.clear()
+
+
+class _Activations(TorchFunctionMode):
+    """Hands each ReLU / tanh / sigmoid call of a sampled forward to the stats."""
+
+    def __init__(self, stats: ModuleStats) -> None:
+        super().__init__()
+        self.stats = stats
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        output = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", None)
+        if (name in _DEAD or name in _SATURATING) and isinstance(output, torch.Tensor):
+            self.stats.activation(name, args, output)
+        return output
+
+
+def _ordered(names: dict[int, str], *found: dict[str, object]) -> list[str]:
+    """The measured modules in model order (`names`' order), then any others."""
+    seen = [name for name in names.values() if any(name in f for f in found)]
+    rest = [name for f in found for name in f if name not in seen]
+    return list(dict.fromkeys(seen + rest))

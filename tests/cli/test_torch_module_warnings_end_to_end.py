@@ -1,0 +1,39 @@
+"""`gradient-doctor run` on unchanged torch scripts: the per-module statistics reach the
+early-warning detectors, which warn of a block whose ReLUs all died, by its module path
+and with fixes spelled in PyTorch, and stay silent on a healthy run."""
+
+import shutil
+
+import pytest
+
+from tests.conftest import ROOT, run_doctor
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = ROOT / "tests/scripts/torch"
+
+
+def _run(name, tmp_path):
+    shutil.copy(SCRIPTS / name, tmp_path / name)
+    return run_doctor(name, tmp=tmp_path, cwd=tmp_path)
+
+
+def test_a_block_whose_relus_all_died_is_warned_of_by_its_module_path(tmp_path):
+    run = _run("dead_relu_block.py", tmp_path)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert (run.report["status"], run.report["problems"]) == ("healthy", [])
+    (warning,) = run.report["warnings"]
+    assert warning["category"] == "dead_units"
+    assert "`trunk.2` (100% since step 0)" in warning["explanation"]
+    assert "`trunk.0`" not in warning["explanation"] and "skip" not in warning["explanation"]
+    codes = " ".join(fix["code"] for fix in warning["fixes"])
+    assert "nn.LeakyReLU" in codes and "kaiming_normal_" in codes and "keras" not in codes
+    assert "step 200 loss" in run.stdout  # the script ran to its end
+
+
+def test_a_healthy_tanh_and_relu_script_gets_no_warning(tmp_path):
+    run = _run("healthy_tanh_relu_mlp.py", tmp_path)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    report = run.report
+    assert (report["status"], report["problems"], report["warnings"]) == ("healthy", [], [])
+    assert report["steps_watched"] == 15 * 16

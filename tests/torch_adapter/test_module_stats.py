@@ -1,0 +1,176 @@
+"""Per-module statistics of watched torch steps: each field against a direct computation on a
+real tiny net with known dead ReLU units and saturated tanh units, module or functional."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import gradient_doctor.torch as doctor_torch  # noqa: E402
+from gradient_doctor.core.records import LAYER_STATS_EVERY  # noqa: E402
+
+DEAD_UNITS = 5  # of the 8 units of `body.hidden`, pushed far below 0 by their bias
+
+
+class Body(nn.Module):
+    """A hidden layer with a functional ReLU, then a tanh layer fed a large input."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(4, 8)
+        self.squash = nn.Linear(8, 6)
+
+    def forward(self, x):
+        return torch.tanh(self.squash(F.relu(self.hidden(x))))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = Body()
+        self.head = nn.Sequential(nn.Linear(6, 3), nn.ReLU(), nn.Linear(3, 1))
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def _net():
+    torch.manual_seed(0)
+    net = Net()
+    with torch.no_grad():
+        net.body.hidden.bias[:DEAD_UNITS] = -100.0
+        net.body.hidden.bias[DEAD_UNITS:] = 5.0  # the others always on
+        net.body.squash.weight.mul_(40.0)  # most tanh units pinned at +-1
+    return net
+
+
+def _batches(count):
+    generator = torch.Generator().manual_seed(1)
+    return [
+        (torch.randn(16, 4, generator=generator), torch.randn(16, 1, generator=generator))
+        for _ in range(count)
+    ]
+
+
+def _step(net, optimizer):
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.mse_loss(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def _expected(net, x, y):
+    """Every statistic computed directly, from a copy of the net before the step."""
+    hidden = net.body.hidden(x)
+    relu = F.relu(hidden)
+    squash = net.body.squash(relu)
+    tanh = torch.tanh(squash)
+    loss = F.mse_loss(net.head(tanh), y)
+    loss.backward()
+    modules = {
+        "body.hidden": net.body.hidden,
+        "body.squash": net.body.squash,
+        "head.0": net.head[0],
+        "head.2": net.head[2],
+    }
+
+    def norm(tensors):
+        return math.sqrt(sum(float(t.detach().double().square().sum()) for t in tensors))
+
+    return {
+        "grad": {n: norm([p.grad for p in m.parameters()]) for n, m in modules.items()},
+        "weight": {n: norm(list(m.parameters())) for n, m in modules.items()},
+        "dead": float((relu == 0).all(dim=0).float().mean()),
+        "saturated": float((tanh.abs() > 0.99).all(dim=0).float().mean()),
+        "max_abs": {
+            "body.hidden": float(hidden.abs().max()),
+            "body.squash": float(squash.abs().max()),
+        },
+    }
+
+
+def test_module_statistics_match_a_direct_computation():
+    net = _net()
+    reference = _net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    step = doctor_torch.watch(_step(net, optimizer), model=net, optimizer=optimizer, verbose=False)
+    batches = _batches(LAYER_STATS_EVERY + 1)
+    x0, y0 = batches[0]
+    expected = _expected(reference, x0, y0)
+    seen = []
+    original = step.adapter.step_records
+
+    def keep(index, reading):
+        made = original(index, reading)
+        seen.append(made)
+        return made
+
+    step.adapter.step_records = keep
+    for batch in batches:
+        step(*batch)
+    assert len(seen) == LAYER_STATS_EVERY + 1
+    # Step 0 is sampled: its per-module gradient norms, then its other statistics.
+    ring, full = seen[0]
+    assert ring.step == full.step == 0
+    grads = ring.layer_values("grad_norm")
+    assert list(grads) == list(expected["grad"])
+    for name, value in expected["grad"].items():
+        assert grads[name] == pytest.approx(value, rel=1e-5)
+    assert full.layer_values("grad_norm") == {}
+    weights = full.layer_values("weight_norm")
+    for name, value in expected["weight"].items():
+        assert weights[name] == pytest.approx(value, rel=1e-5)
+    dead = full.layer_values("dead_fraction")
+    assert dead["body.hidden"] == pytest.approx(expected["dead"]) == DEAD_UNITS / 8
+    assert "body.squash" not in dead  # its output feeds a tanh, not a ReLU
+    assert set(dead) == {"body.hidden", "head.0"}  # the module ReLU goes with its Linear
+    saturated = full.layer_values("saturated_fraction")
+    assert saturated == {"body.squash": pytest.approx(expected["saturated"])}
+    assert expected["saturated"] >= 0.5
+    largest = full.layer_values("activation_max_abs")
+    for name, value in expected["max_abs"].items():
+        assert largest[name] == pytest.approx(value, rel=1e-5)
+    # The update ratio: the norm of the change SGD made over the weight norm before it.
+    ratios = full.layer_values("update_ratio")
+    # SGD without momentum changes the weights by lr * grad.
+    change = 0.01 * expected["grad"]["body.hidden"]
+    assert ratios["body.hidden"] == pytest.approx(
+        change / expected["weight"]["body.hidden"], rel=1e-4
+    )
+    # The steps between samples carry the loss alone; the next sample reads every
+    # step's gradient norms since the last one, oldest first.
+    assert all(len(made) == 1 and not made[0].layers for made in seen[1:LAYER_STATS_EVERY])
+    *history, last = seen[LAYER_STATS_EVERY]
+    assert [record.step for record in history] == list(range(1, LAYER_STATS_EVERY + 1))
+    assert all(set(r.layer_values("grad_norm")) == set(expected["grad"]) for r in history)
+    assert (
+        last.step == LAYER_STATS_EVERY
+        and last.layer_values("dead_fraction")["body.hidden"] == 5 / 8
+    )
+    assert step.adapter.layer_records() == last.layers
+
+
+def test_only_sampled_steps_run_under_the_forward_hooks():
+    net = _net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    step = doctor_torch.watch(_step(net, optimizer), model=net, optimizer=optimizer, verbose=False)
+    hooked = []
+    original = net.body.forward
+
+    def spy(x):
+        hooked.append(step.adapter.stats.hooked)
+        return original(x)
+
+    net.body.forward = spy
+    for batch in _batches(2 * LAYER_STATS_EVERY + 1):
+        step(*batch)
+    assert [i for i, on in enumerate(hooked) if on] == [0, LAYER_STATS_EVERY, 2 * LAYER_STATS_EVERY]
