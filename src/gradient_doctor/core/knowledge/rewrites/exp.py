@@ -343,9 +343,7 @@ def logsumexp_over_lines(code: str, log: OpCall) -> Fix | None:
     name = assigned_name(code)
     if name is None or log.source is None or not log.source.code:
         return None
-    value = code.split("=", 1)[1].strip()
-    exp = find_call(value, ("exp",))
-    logsumexp = _logsumexp_of(value) if exp is not None else None
+    logsumexp = _logsumexp_of(code.split("=", 1)[1])
     if logsumexp is None:
         return None
     log_line = log.source.code.strip()
