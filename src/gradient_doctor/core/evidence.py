@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
 from gradient_doctor.core.gradient_paths import PathBreak
-from gradient_doctor.core.stuck_units import StuckUnits
+
+if TYPE_CHECKING:  # a field's type only: stuck_units reads the knowledge base, which reads this
+    from gradient_doctor.core.stuck_units import StuckUnits
 
 
 @dataclass(frozen=True)

@@ -196,9 +196,7 @@ def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
     He's initialisation of the input kernels would leave the growth through time as it
     was."""
     setting = _LAYER_FIXES[fix.family]
-    recurrent = tuple(
-        s for s in sites.trained_layers if layer_rewrite.wants_orthogonal_recurrence(s)
-    )
+    recurrent = [s for s in sites.trained_layers if layer_rewrite.wants_orthogonal_recurrence(s)]
     if fix.family == "constrain_weights":
         targets = (sites.weights_layer,) if sites.weights_layer is not None else ()
         make = layer_rewrite.constrain_kernel

@@ -12,6 +12,7 @@ tensor: its adapter finds them its own way.)
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Sequence
 
 from gradient_doctor.core.evidence import Reduction
@@ -117,20 +118,11 @@ def _reduction_of(
 
 
 def _masked(reduction: Reduction, mask: tuple[str, bool] | None) -> Reduction:
+    """`reduction` reached through `mask` (its text, and whether it is a condition)."""
     if mask is None:
         return reduction
     text, condition = mask
-    return Reduction(
-        reduction.kind,
-        reduction.op,
-        axis=reduction.axis,
-        function=reduction.function,
-        segment_ids=reduction.segment_ids,
-        num_segments=reduction.num_segments,
-        mask=text,
-        mask_is_condition=condition,
-        source=reduction.source,
-    )
+    return dataclasses.replace(reduction, mask=text, mask_is_condition=condition)
 
 
 def _passes(event: OpEvent, index: int, shape) -> bool:

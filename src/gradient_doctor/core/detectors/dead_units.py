@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from gradient_doctor.core.detectors.sustained_fraction import (
-    THRESHOLD,
-    WINDOW,
-    SustainedFractionDetector,
-)
-from gradient_doctor.core.evidence import TrainingSetup
+from gradient_doctor.core.detectors.sustained_fraction import SustainedFractionDetector
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 
@@ -31,15 +26,6 @@ class DeadUnitsDetector(SustainedFractionDetector):
     UNITS = "ReLU units"
     STATE = "output 0 for every example"
     CONSEQUENCE = "A dead unit gets no gradient, so it never recovers."
-
-    def __init__(
-        self,
-        threshold: float = THRESHOLD,
-        window: int = WINDOW,
-        setup: TrainingSetup | None = None,
-    ) -> None:
-        super().__init__(threshold, window)
-        self._setup = setup or TrainingSetup()
 
     def fixes(self) -> tuple[Fix, ...]:
         """A leaky activation, a lower learning rate (large updates kill units), He init."""

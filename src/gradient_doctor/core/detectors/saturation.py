@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from gradient_doctor.core.detectors.sustained_fraction import (
-    THRESHOLD,
-    WINDOW,
-    SustainedFractionDetector,
-)
-from gradient_doctor.core.evidence import TrainingSetup
+from gradient_doctor.core.detectors.sustained_fraction import SustainedFractionDetector
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 
@@ -31,15 +26,6 @@ class SaturationDetector(SustainedFractionDetector):
     UNITS = "sigmoid/tanh units"
     STATE = "sit in the flat ends of the curve for every example"
     CONSEQUENCE = "A saturated unit passes almost no gradient back, so the layers below stall."
-
-    def __init__(
-        self,
-        threshold: float = THRESHOLD,
-        window: int = WINDOW,
-        setup: TrainingSetup | None = None,
-    ) -> None:
-        super().__init__(threshold, window)
-        self._setup = setup or TrainingSetup()
 
     def fixes(self) -> tuple[Fix, ...]:
         """Normalise what feeds the units, or use an activation that does not saturate."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.protocol import CountedFindings, Standing
+from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.knowledge.wording import approximately, listing
 from gradient_doctor.core.records import StepRecord
@@ -43,6 +44,9 @@ class SustainedFractionDetector(CountedFindings):
             Defaults to 0.9.
         window: int, records in a row the fraction must stay above the threshold.
             Defaults to 20.
+        setup: `TrainingSetup` or None, the user's training settings, so that `fixes()`
+            name the actual learning rate and are spelled in the user's framework.
+            Defaults to None.
 
     Raises:
         ValueError: for a `threshold` outside (0, 1) or a `window` below 1.
@@ -54,7 +58,13 @@ class SustainedFractionDetector(CountedFindings):
     STATE = ""  # e.g. "output 0 for every example"
     CONSEQUENCE = ""
 
-    def __init__(self, threshold: float = THRESHOLD, window: int = WINDOW) -> None:
+    def __init__(
+        self,
+        threshold: float = THRESHOLD,
+        window: int = WINDOW,
+        setup: TrainingSetup | None = None,
+    ) -> None:
+        self._setup = setup or TrainingSetup()
         self._threshold = check_float(threshold, "threshold", 0.0, 1.0)
         self._window = check_int(window, "window", 1)
         self._layers: dict[str, None] = {}  # every layer seen, in record order

@@ -80,6 +80,14 @@ _SETTINGS: dict[str, Callable[[Evidence], tuple[str, float]]] = {
 }
 
 
+# The weight of a layer that each layer setting a patch writes acts on.
+_WEIGHT_OF = {
+    "kernel_constraint": "kernel",
+    "kernel_initializer": "kernel",
+    "recurrent_initializer": "recurrent_kernel",
+}
+
+
 def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPlan:
     """A trial plan that sets the optimizer, or the layers, as a patch of the lines that
     built them would build them."""
@@ -112,14 +120,6 @@ def _standardised(remedy: str, fit_call, epsilon: float) -> TrialPlan:
     if batches is None:
         return TrialPlan(remedy, "", not_possible("fit's features are not one NumPy array"))
     return TrialPlan(remedy, "the features standardised", nullcontext, batches=batches)
-
-
-# The weight of a layer that each layer setting a patch writes acts on.
-_WEIGHT_OF = {
-    "kernel_constraint": "kernel",
-    "kernel_initializer": "kernel",
-    "recurrent_initializer": "recurrent_kernel",
-}
 
 
 def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
