@@ -174,3 +174,38 @@ def test_only_sampled_steps_run_under_the_forward_hooks():
     for batch in _batches(2 * LAYER_STATS_EVERY + 1):
         step(*batch)
     assert [i for i, on in enumerate(hooked) if on] == [0, LAYER_STATS_EVERY, 2 * LAYER_STATS_EVERY]
+
+
+def _stuck_by_mask(stuck: torch.Tensor, axis: int) -> float:
+    """The fraction of units along `axis` whose every entry is stuck, from a full mask."""
+    units = stuck.movedim(axis, 0).reshape(stuck.shape[axis], -1)
+    return float(units.all(dim=1).float().mean())
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_stuck_fractions_agree_with_a_full_mask_on_any_layout(axis):
+    from gradient_doctor.torch_adapter.step.module_stats import _stuck_fraction
+
+    generator = torch.Generator().manual_seed(3)
+    raw = torch.randn(4, 6, 5, 4, generator=generator)
+    units = raw.shape[axis]
+    offsets = torch.zeros(units)
+    offsets[: units // 2] = -50.0  # half the units far below 0 on every entry
+    shape = [1] * raw.dim()
+    shape[axis] = units
+    pre = raw + offsets.reshape(shape)
+    relu = F.relu(pre)
+    fraction, field_name = _stuck_fraction("relu", relu, axis)
+    assert field_name == "dead_fraction"
+    assert float(fraction) == _stuck_by_mask(relu == 0, axis) == (units // 2) / units
+    # A tanh unit pinned at +1 on some entries and -1 on others is saturated on all.
+    stuck_units = offsets.reshape(shape) < 0
+    pinned = torch.where(raw > 0, 40.0, -40.0)
+    tanh = torch.tanh(torch.where(stuck_units, pinned, raw * 0.1))
+    fraction, field_name = _stuck_fraction("tanh", tanh, axis)
+    assert field_name == "saturated_fraction"
+    assert float(fraction) == _stuck_by_mask(tanh.abs() > 0.99, axis) == (units // 2) / units
+    sigmoid = torch.sigmoid(torch.where(stuck_units, pinned, raw * 0.1))
+    fraction, _ = _stuck_fraction("sigmoid", sigmoid, axis)
+    flat = (sigmoid < 0.01) | (sigmoid > 0.99)
+    assert float(fraction) == _stuck_by_mask(flat, axis) == (units // 2) / units

@@ -169,8 +169,8 @@ class ModuleStats:
             return
         params, before = copied
         with torch.no_grad():
-            changes = torch._foreach_sub([p.detach() for p in params], before)
-            sample.updates.append((params, list(torch._foreach_norm(changes))))
+            torch._foreach_sub_(before, [p.detach() for p in params])  # the copy, reused
+            sample.updates.append((params, list(torch._foreach_norm(before))))
 
     def records(
         self, step: int, loss: float | None, grad_norm: float | None
@@ -297,9 +297,9 @@ class ModuleStats:
         sample = self._sample
         if sample is not None and module._parameters and isinstance(output, torch.Tensor):
             if output.is_floating_point() and output.numel():
-                with torch.no_grad():
+                with torch.no_grad(), _unobserved():
                     largest = output.detach().abs().amax()
-                self._keep(sample, module, "activation_max_abs", largest)
+                    self._keep(sample, module, "activation_max_abs", largest)
                 self._produced[id(output)] = (weakref.ref(output), module)
         if not self._stack and self._mode is not None:
             mode, self._mode = self._mode, None
@@ -322,17 +322,9 @@ class ModuleStats:
             axis = 1 if output.dim() in (4, 5) else -1
         else:
             return
-        with torch.no_grad():
-            units = output.detach().movedim(axis, 0).reshape(output.shape[axis], -1)
-            if name in _DEAD:
-                stuck, field_name = units == 0, "dead_fraction"
-            elif _SATURATING[name] == "tanh":
-                stuck, field_name = units.abs() > TANH_FLAT, "saturated_fraction"
-            else:
-                flat = (units < SIGMOID_FLAT) | (units > 1.0 - SIGMOID_FLAT)
-                stuck, field_name = flat, "saturated_fraction"
-            fraction = stuck.all(dim=1).float().mean()
-        self._keep(sample, module, field_name, fraction)
+        with torch.no_grad(), _unobserved():
+            fraction, field_name = _stuck_fraction(name, output.detach(), axis)
+            self._keep(sample, module, field_name, fraction)
 
     @staticmethod
     def _keep(sample: _Sample, module, field_name: str, value: torch.Tensor) -> None:
@@ -364,6 +356,29 @@ class _Activations(TorchFunctionMode):
         if (name in _DEAD or name in _SATURATING) and isinstance(output, torch.Tensor):
             self.stats.activation(name, args, output)
         return output
+
+
+def _stuck_fraction(name: str, output: torch.Tensor, axis: int) -> tuple[torch.Tensor, str]:
+    """The fraction of `output`'s units (along `axis`) stuck for the whole batch, and the
+    record field it goes in: a ReLU's units at 0 (dead), a tanh's or sigmoid's in the flat
+    part of the curve (saturated). Each unit's extreme over every other axis is reduced
+    in place of a full-size mask (a ReLU's output is never below 0, so its largest value
+    is 0 exactly when all are)."""
+    axis %= output.dim()
+    others = tuple(d for d in range(output.dim()) if d != axis)
+    if name in _DEAD:
+        return (output.amax(dim=others) == 0).float().mean(), "dead_fraction"
+    if _SATURATING[name] == "tanh":
+        nearest = output.abs().amin(dim=others)  # each unit's value closest to 0
+        return (nearest > TANH_FLAT).float().mean(), "saturated_fraction"
+    nearest = (output - 0.5).abs().amin(dim=others)  # each unit's value closest to 1/2
+    return (nearest > 0.5 - SIGMOID_FLAT).float().mean(), "saturated_fraction"
+
+
+def _unobserved():
+    """A block whose own torch calls skip every torch-function mode: the measurements a
+    sampled forward's hooks make are not handed back to its `_Activations` mode."""
+    return torch._C.DisableTorchFunction()
 
 
 def _ordered(names: dict[int, str], *found: dict[str, object]) -> list[str]:
