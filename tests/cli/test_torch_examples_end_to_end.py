@@ -87,6 +87,14 @@ def test_story1_the_hand_written_segment_softmax_overflows_at_its_exp(example_ru
     # The max-shift, spelled in PyTorch over the segments the sum normalises.
     assert "stable_softmax" in _families(problem)
     assert "tf." not in json.dumps(problem["fixes"])
+    # Warned before: the exp's largest input, measured on the sampled forwards, neared
+    # float32's limit; the warning's fixes are spelled in PyTorch too.
+    (warning,) = [w for w in run.report["warnings"] if (w["origin"] or {}).get("op") == "Exp"]
+    assert warning["category"] == "forward_overflow"
+    assert (warning["origin"]["line"], warning["origin"]["layer"]) == (line, "message_passing")
+    assert problem["step"] - warning["step"] >= 50
+    assert warning["headroom"]["limit"] == pytest.approx(88.72, abs=0.01)
+    assert warning["fixes"] and "tf." not in json.dumps(warning["fixes"])
 
 
 def test_story2_the_hand_written_penalty_norm_at_a_zero_row_is_a_backward_singularity(

@@ -209,3 +209,70 @@ def test_stuck_fractions_agree_with_a_full_mask_on_any_layout(axis):
     fraction, _ = _stuck_fraction("sigmoid", sigmoid, axis)
     flat = (sigmoid < 0.01) | (sigmoid > 0.99)
     assert float(fraction) == _stuck_by_mask(flat, axis) == (units // 2) / units
+
+
+class Attention(nn.Module):
+    """A softmax written by hand (the user's exp), beside an exp a library makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.score = nn.Linear(4, 5)
+
+    def forward(self, x):
+        scores = self.score(x) * 3.0
+        weights = torch.exp(scores)
+        weights = weights / weights.sum(dim=1, keepdim=True)
+        spread = torch.distributions.transforms.ExpTransform()(scores)  # torch's own exp
+        return weights + 0.0 * spread
+
+
+class Scorer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attend = Attention()
+        self.out = nn.Linear(5, 1)
+
+    def forward(self, x):
+        return self.out(self.attend(x))
+
+
+def test_a_sampled_forward_measures_the_users_risky_ops_against_their_limits():
+    torch.manual_seed(0)
+    net = Scorer()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    step = doctor_torch.watch(_step(net, optimizer), model=net, optimizer=optimizer, verbose=False)
+    seen = []
+    original = step.adapter.step_records
+
+    def keep(index, reading):
+        made = original(index, reading)
+        seen.append(made[-1])
+        return made
+
+    step.adapter.step_records = keep
+    batches = _batches(LAYER_STATS_EVERY + 1)
+    with torch.no_grad():
+        expected = [float((net.attend.score(x) * 3.0).max()) for x, _ in batches[:1]]
+    for batch in batches:
+        step(*batch)
+    # Sampled steps 0 and LAYER_STATS_EVERY carry the headroom; the others none.
+    assert [bool(record.headroom) for record in seen] == [True] + [False] * (
+        LAYER_STATS_EVERY - 1
+    ) + [True]
+    (sample,) = seen[0].headroom  # the user's exp only: torch's ExpTransform is its own
+    line = _line_of("weights = torch.exp(scores)")
+    assert (sample.op, sample.layer, sample.line, sample.kind) == (
+        "Exp",
+        "attend",
+        line,
+        "max_input",
+    )
+    assert sample.code == "weights = torch.exp(scores)"
+    assert sample.value == pytest.approx(expected[0], rel=1e-6)
+    assert sample.limit == pytest.approx(88.72, abs=0.01) and sample.dtype == "float32"
+    assert sample.reduction_axis == 1  # the sum that normalises it, for the max-shift fix
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as handle:
+        return next(n for n, line in enumerate(handle, 1) if line.strip() == text)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from gradient_doctor.core.arguments import check_float, check_int
 from gradient_doctor.core.detectors.headroom_remedies import headroom_remedies, source_of
 from gradient_doctor.core.detectors.protocol import CountedFindings
+from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Finding, Headroom, Origin
 from gradient_doctor.core.forecast import crossing_step, robust_trend, step_spread
 from gradient_doctor.core.knowledge.wording import (
@@ -110,6 +111,8 @@ class HeadroomDetector(CountedFindings):
         refit_every: int, samples of an op between two fits of its trend (a fit
             costs O(window log window); the near check runs on every sample).
             Defaults to 10.
+        setup: `TrainingSetup` or None, the user's training setup: its framework
+            spells the warning's fixes. Defaults to None (unknown).
 
     Raises:
         ValueError: for an argument out of range, e.g. a `window` below 3.
@@ -129,6 +132,7 @@ class HeadroomDetector(CountedFindings):
         near_fraction: float = NEAR_FRACTION,
         noise_multiple: float = NOISE_MULTIPLE,
         refit_every: int = REFIT_EVERY,
+        setup: TrainingSetup | None = None,
     ) -> None:
         self._window = check_int(window, "window", 3)
         self._min_points = check_int(min_points, "min_points", 3)
@@ -142,6 +146,7 @@ class HeadroomDetector(CountedFindings):
         self._noise_multiple = check_float(noise_multiple, "noise_multiple", 0.0, math.inf, True)
         self._refit_every = check_int(refit_every, "refit_every", 1)
         self._tracks: dict[str, _Track] = {}
+        self._setup = setup
 
     def observe(self, record: StepRecord) -> None:
         """Take in the headroom samples of one step; non-finite samples are skipped."""
@@ -211,7 +216,7 @@ class HeadroomDetector(CountedFindings):
                 track.warning, explanation=explanation, forecast_step=forecast, headroom=headroom
             )
             return
-        fixes, not_fixes = headroom_remedies(sample)
+        fixes, not_fixes = headroom_remedies(sample, self._setup)
         track.warning = Finding(
             category="forward_overflow" if sample.kind in _OVERFLOW_KINDS else "forward_domain",
             step=step,

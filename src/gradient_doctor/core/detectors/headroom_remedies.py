@@ -7,7 +7,7 @@ so warnings and problems share one knowledge base (no second copy of the snippet
 
 from __future__ import annotations
 
-from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.evidence import Evidence, TrainingSetup
 from gradient_doctor.core.findings import Fix, NotFix, Origin, SourceLine, TensorStats
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.records import HeadroomSample
@@ -20,8 +20,9 @@ def source_of(sample: HeadroomSample) -> SourceLine | None:
     return SourceLine(sample.file, sample.line, sample.code or "")
 
 
-def projected_evidence(sample: HeadroomSample) -> Evidence:
-    """The evidence of the step at which the op's input reaches its limit.
+def projected_evidence(sample: HeadroomSample, setup: TrainingSetup | None = None) -> Evidence:
+    """The evidence of the step at which the op's input reaches its limit, in the
+    training `setup` when known (its framework spells the fixes).
 
     The input is placed at the limit and the output made non-finite the way the
     kind fails: an infinity for an overflow, a NaN for a domain error. Every input
@@ -59,17 +60,26 @@ def projected_evidence(sample: HeadroomSample) -> Evidence:
         inputs=(at_limit, at_limit),
         outputs=(failed,),
     )
-    return Evidence(step=None, phase="forward", origin=origin, reduction_axis=sample.reduction_axis)
+    return Evidence(
+        step=None,
+        phase="forward",
+        origin=origin,
+        reduction_axis=sample.reduction_axis,
+        setup=setup if setup is not None else TrainingSetup(),
+    )
 
 
-def headroom_remedies(sample: HeadroomSample) -> tuple[tuple[Fix, ...], tuple[NotFix, ...]]:
+def headroom_remedies(
+    sample: HeadroomSample, setup: TrainingSetup | None = None
+) -> tuple[tuple[Fix, ...], tuple[NotFix, ...]]:
     """The fixes and not-fixes the knowledge base gives for the forecast failure.
 
     Args:
         sample: the op's latest `HeadroomSample`.
+        setup: the user's training setup, or None (unknown: TensorFlow's spelling).
 
     Returns:
         (fixes, not_fixes), most specific fix first.
     """
-    diagnosis = diagnose(projected_evidence(sample))
+    diagnosis = diagnose(projected_evidence(sample, setup))
     return diagnosis.fixes, diagnosis.not_fixes

@@ -24,7 +24,7 @@ def default_detectors(setup: TrainingSetup | None = None) -> tuple[Detector, ...
             detectors whose fixes name them. Defaults to None (unknown).
     """
     return (
-        HeadroomDetector(),
+        HeadroomDetector(setup=setup),
         ExplodingGradientsDetector(setup=setup),
         VanishingGradientsDetector(setup=setup),
         LossSpikeDetector(setup=setup),

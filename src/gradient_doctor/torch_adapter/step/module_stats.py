@@ -10,7 +10,9 @@ hooks and a `TorchFunctionMode` that see each parameter-owning module's output (
 largest |value|: the pre-activation of the activation that follows) and each ReLU, tanh
 and sigmoid, module or functional (the fraction of its units 0 for the whole batch, or
 in the flat part of the curve, with the thresholds of `core.records`), put with the
-module whose output it read. Its update is bracketed by a copy of the parameters, for
+module whose output it read; and each risky op the user calls there (exp, expm1, acos,
+asin: the largest input, or |input|, for the headroom detector's forecast, with the dim
+a sum then normalises it along). Its update is bracketed by a copy of the parameters, for
 the norm of the change over the weight norm. All of it stays on the device until the
 sampled step is read, with one host copy; the other steps pay only a list append.
 Everything is read, never written: training computes what it computes unwatched.
@@ -19,6 +21,8 @@ Everything is read, never written: training computes what it computes unwatched.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -31,19 +35,39 @@ from torch.nn.modules.module import (
 )
 from torch.overrides import TorchFunctionMode
 
+from gradient_doctor.core import source_frames
+from gradient_doctor.core.dtype_limits import dtype_limits
+from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.records import (
     LAYER_STATS_EVERY,
     SIGMOID_FLAT,
     TANH_FLAT,
+    HeadroomSample,
     LayerRecord,
     StepRecord,
 )
+from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.module_scope import module_names
 
 # The activations whose units can die (0 for the whole batch) or saturate, by the name of
 # the torch function (module forwards call these too).
 _DEAD = frozenset({"relu", "relu_", "relu6"})
 _SATURATING = {"tanh": "tanh", "tanh_": "tanh", "sigmoid": "sigmoid", "sigmoid_": "sigmoid"}
+# The risky ops whose input a sampled forward measures against its limit when the user
+# calls them (TensorFlow's headroom probes measure the same), by torch function name:
+# (op type, headroom kind). Log, sqrt and division are not: a tiny positive input is
+# harmless there, and its distance to 0 cannot tell it from one about to cross.
+_RISKY = {
+    **dict.fromkeys(("exp", "exp_"), ("Exp", "max_input")),
+    **dict.fromkeys(("expm1", "expm1_", "special_expm1"), ("Expm1", "max_input")),
+    **dict.fromkeys(("acos", "acos_", "arccos"), ("Acos", "abs_input")),
+    **dict.fromkeys(("asin", "asin_", "arcsin"), ("Asin", "abs_input")),
+}
+# Reductions whose dim is the axis a risky op's output is normalised along (a
+# hand-written softmax's sum): its fix shifts the input by the max along it.
+_SUMS = frozenset({"sum", "mean", "nansum"})
+# torch's dispatch of a torch function to the modes, between the user's call and the mode.
+_OVERRIDES = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "overrides.py")
 # Modules whose outputs hold their units (channels) on axis 1, not the last axis.
 _CHANNELS_FIRST = (
     torch.nn.modules.conv._ConvNd,
@@ -61,12 +85,28 @@ class _Sample:
         weights: (parameters, per-parameter weight norms) of each sampled update.
         updates: (parameters, per-parameter norms of the change) of each update.
         copies: optimizer id -> (parameters, their values before the update).
+        risky: (module id, file, line, op type) -> the risky op's measure there.
     """
 
     activations: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     weights: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = field(default_factory=list)
     updates: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = field(default_factory=list)
     copies: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = field(default_factory=dict)
+    risky: dict[tuple, _RiskyOp] = field(default_factory=dict)
+
+
+@dataclass
+class _RiskyOp:
+    """One risky op of the user's in a sampled forward: its largest input (or |input|),
+    the max over its calls, on the device until read."""
+
+    module: int
+    op: str
+    kind: str
+    dtype: str
+    source: SourceLine
+    value: torch.Tensor
+    reduction_axis: int | None = None
 
 
 class ModuleStats:
@@ -105,6 +145,8 @@ class ModuleStats:
         self._mode: _Activations | None = None
         self._produced: dict[int, tuple[weakref.ref, torch.nn.Module]] = {}
         self._latest: tuple[LayerRecord, ...] | None = None
+        self._headroom: tuple[HeadroomSample, ...] = ()  # the last sampled step's
+        self._risky_outputs: dict[int, tuple[weakref.ref, _RiskyOp]] = {}
 
     def samples(self, step: int) -> bool:
         """Whether `step` is a sampled step."""
@@ -187,7 +229,7 @@ class ModuleStats:
             return (StepRecord(step, loss=loss, grad_norm=grad_norm),)
         names = self._trained_names()
         history = self._read(names)
-        return (*history, StepRecord(step, loss, grad_norm, self._latest or ()))
+        return (*history, StepRecord(step, loss, grad_norm, self._latest or (), self._headroom))
 
     def close(self) -> None:
         """Remove the hooks (the run ended)."""
@@ -219,8 +261,9 @@ class ModuleStats:
             for module, fields in sample.activations.items()
             for name, value in fields.items()
         ]
+        risky = [(op, take([op.value])) for sample in samples for op in sample.risky.values()]
         if not tensors:
-            self._latest = ()
+            self._latest, self._headroom = (), ()
             return []
         first = tensors[0]
         values = torch.cat([t.to(first.device, torch.float32) for t in tensors]).tolist()
@@ -260,6 +303,7 @@ class ModuleStats:
                 LayerRecord(name, weight_norm=weight, update_ratio=ratio, **measured.get(name, {}))
             )
         self._latest = tuple(layers)
+        self._headroom = _headroom(risky, values, names)
         return history
 
     def _trained_names(self) -> dict[int, str]:
@@ -305,6 +349,7 @@ class ModuleStats:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
             self._produced.clear()
+            self._risky_outputs.clear()
 
     def activation(self, name: str, inputs: tuple, output: torch.Tensor) -> None:
         """Measure one ReLU / tanh / sigmoid output: its stuck units, with the module
@@ -325,6 +370,46 @@ class ModuleStats:
         with torch.no_grad(), _unobserved():
             fraction, field_name = _stuck_fraction(name, output.detach(), axis)
             self._keep(sample, module, field_name, fraction)
+
+    def risky(self, name: str, inputs: tuple, output: object) -> None:
+        """Measure a risky op the user called in a sampled forward (not one a library
+        called for the user: those guard their own inputs), with the module running it."""
+        sample = self._sample
+        source = inputs[0] if inputs else None
+        if sample is None or not self._stack or not isinstance(source, torch.Tensor):
+            return
+        if not source.is_floating_point() or not source.numel():
+            return
+        line = _users_call()
+        if line is None:
+            return
+        op, kind = _RISKY[name]
+        module = id(self._stack[-1])
+        with torch.no_grad(), _unobserved():
+            values = source.detach()
+            value = (values if kind == "max_input" else values.abs()).amax().float()
+            key = (module, line.file, line.line, op)
+            known = sample.risky.get(key)
+            if known is None:
+                computed = output if isinstance(output, torch.Tensor) else source  # autocast's
+                dtype = str(computed.dtype).removeprefix("torch.")
+                known = sample.risky[key] = _RiskyOp(module, op, kind, dtype, line, value)
+            else:
+                known.value = torch.maximum(known.value, value)
+        if isinstance(output, torch.Tensor):
+            self._risky_outputs[id(output)] = (weakref.ref(output), known)
+
+    def summed(self, inputs: tuple, kwargs: dict) -> None:
+        """Note the dim a risky op's output is summed along (a hand-written softmax's)."""
+        summed = inputs[0] if inputs else None
+        entry = self._risky_outputs.get(id(summed)) if summed is not None else None
+        if entry is None or entry[0]() is not summed:
+            return
+        dim = inputs[1] if len(inputs) > 1 else kwargs.get("dim")
+        if isinstance(dim, list | tuple) and len(dim) == 1:
+            dim = dim[0]
+        if isinstance(dim, int) and not isinstance(dim, bool):
+            entry[1].reduction_axis = dim
 
     @staticmethod
     def _keep(sample: _Sample, module, field_name: str, value: torch.Tensor) -> None:
@@ -351,10 +436,15 @@ class _Activations(TorchFunctionMode):
         self.stats = stats
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        output = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        output = func(*args, **kwargs)
         name = getattr(func, "__name__", None)
         if (name in _DEAD or name in _SATURATING) and isinstance(output, torch.Tensor):
             self.stats.activation(name, args, output)
+        elif name in _RISKY:
+            self.stats.risky(name, args, output)
+        elif name in _SUMS and self.stats._risky_outputs:
+            self.stats.summed(args, kwargs)
         return output
 
 
@@ -373,6 +463,51 @@ def _stuck_fraction(name: str, output: torch.Tensor, axis: int) -> tuple[torch.T
         return (nearest > TANH_FLAT).float().mean(), "saturated_fraction"
     nearest = (output - 0.5).abs().amin(dim=others)  # each unit's value closest to 1/2
     return (nearest > 0.5 - SIGMOID_FLAT).float().mean(), "saturated_fraction"
+
+
+def _users_call() -> SourceLine | None:
+    """The user's line calling the torch function a mode is handling now, or None when
+    the innermost caller outside the doctor and torch's dispatch is not the user's."""
+    frame = sys._getframe(1)
+    while frame is not None and (
+        source_frames.is_doctor_file(frame.f_code.co_filename)
+        or frame.f_code.co_filename == _OVERRIDES
+    ):
+        frame = frame.f_back
+    if frame is None or not source_lines.is_user_file(frame.f_code.co_filename):
+        return None
+    return source_frames.user_line(frame, source_lines.is_user_file)
+
+
+def _headroom(
+    risky: list[tuple[_RiskyOp, slice]], values: list[float], names: dict[int, str]
+) -> tuple[HeadroomSample, ...]:
+    """The risky ops' measures as headroom samples (finite ones, of a trained model's
+    modules), one series per module, line and op."""
+    samples = {}
+    for op, where in risky:
+        layer, value = names.get(op.module), values[where][0]
+        if layer is None or not math.isfinite(value):
+            continue
+        key = f"{layer}/{op.op}@{op.source.file}:{op.source.line}"
+        limits = dtype_limits(op.dtype)
+        known = samples.get(key)
+        if known is not None and known.value >= value:
+            continue
+        samples[key] = HeadroomSample(
+            key=key,
+            op=op.op,
+            layer=layer,
+            file=op.source.file,
+            line=op.source.line,
+            code=op.source.code,
+            dtype=op.dtype,
+            kind=op.kind,
+            value=value,
+            limit=limits.exp_limit if op.kind == "max_input" else 1.0,
+            reduction_axis=op.reduction_axis,
+        )
+    return tuple(samples.values())
 
 
 def _unobserved():
