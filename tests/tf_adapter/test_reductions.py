@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from gradient_doctor.core.dtype_limits import dtype_limits
 from gradient_doctor.core.knowledge.rewrites.exp import stable_softmax
-from gradient_doctor.tf_adapter.localize.reductions import find_reduction
+from gradient_doctor.core.summed_groups import find_reduction
+from gradient_doctor.tf_adapter.localize.reductions import TensorflowReductions
 from gradient_doctor.tf_adapter.localize.replay import replay_step
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 
@@ -116,7 +117,7 @@ ROW_SCORES = [[300.0, 600.0, 299.0, 2.0]]  # 600 is masked: float64 holds its ex
 )
 def test_segment_sums_name_the_users_ids_and_count(fn, kind, ids, count, compiled):
     result, exp = _replayed_exp(fn, SEGMENT_SCORES, compiled)
-    reduction = find_reduction(result.events, exp, result.tensors)
+    reduction = find_reduction(result.events, exp, TensorflowReductions(result.tensors))
     assert (reduction.kind, reduction.segment_ids, reduction.num_segments) == (kind, ids, count)
     assert reduction.axis is None and reduction.mask is None
     assert reduction.source.line == _line_of(fn, reduction.function + "(")
@@ -137,21 +138,21 @@ def test_axis_sums_name_the_axis_and_the_mask_on_the_way(fn, axis, mask, conditi
     if fn is one_line_middle_axis:
         scores = [[[1.0], [2.0]]]
     result, exp = _replayed_exp(fn, scores, compiled=True)
-    reduction = find_reduction(result.events, exp, result.tensors)
+    reduction = find_reduction(result.events, exp, TensorflowReductions(result.tensors))
     assert (reduction.kind, reduction.axis, reduction.mask) == ("axis", axis, mask)
     assert reduction.mask_is_condition is condition
 
 
 def test_a_product_with_weights_without_zeros_is_no_mask_and_a_broadcast_is_not_followed():
     result, exp = _replayed_exp(weighted_sum, ROW_SCORES, compiled=False)
-    reduction = find_reduction(result.events, exp, result.tensors)
+    reduction = find_reduction(result.events, exp, TensorflowReductions(result.tensors))
     assert (reduction.axis, reduction.mask) == (-1, None)
 
     def broadcast(scores):  # (1, 4, 1) * (1, 1, 4): the sum runs over another tensor
         return tf.reduce_sum(tf.exp(scores) * tf.ones([1, 1, 4]), axis=1)
 
     result, exp = _replayed_exp(broadcast, [[[1.0], [2.0], [3.0], [4.0]]], compiled=False)
-    assert find_reduction(result.events, exp, result.tensors) is None
+    assert find_reduction(result.events, exp, TensorflowReductions(result.tensors)) is None
 
 
 @pytest.mark.parametrize(
@@ -171,7 +172,7 @@ def test_a_product_with_weights_without_zeros_is_no_mask_and_a_broadcast_is_not_
 )
 def test_the_shift_written_from_the_replay_keeps_the_softmax_and_stays_finite(fn, scores):
     result, exp = _replayed_exp(fn, scores, compiled=False)
-    reduction = find_reduction(result.events, exp, result.tensors)
+    reduction = find_reduction(result.events, exp, TensorflowReductions(result.tensors))
     minus_infinity = exp.inputs[0].neg_inf > 0
     source = exp.source
     fix = stable_softmax(
@@ -189,7 +190,7 @@ def test_a_fully_masked_row_stays_finite_under_the_masked_shift():
     rows = tf.constant([[900.0, 5.0, 1.0, 2.0], [1.0, 2.0, 3.0, 4.0]])
     for fn, mask in ((masked_product, tf.zeros([2, 4])), (minus_infinity_mask, None)):
         result, exp = _replayed_exp(fn, rows.numpy().tolist(), compiled=False)
-        reduction = find_reduction(result.events, exp, result.tensors)
+        reduction = find_reduction(result.events, exp, TensorflowReductions(result.tensors))
         source = exp.source
         fix = stable_softmax(source.code, reduction, source.span, dtype_limits("float32"), True)
         patched = _patched(fn, source.code, fix.rewrite[0])

@@ -185,6 +185,9 @@ def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, O
     return {output: event for event in events[: target.index] for output in event.output_ids}
 
 
+# Ops that pick values from one of two branches (a `where`): a non-finite value in the
+# branch not taken does not reach their output, but still poisons the gradient.
+SELECT_OPS = frozenset({"Select", "SelectV2"})
 # Ops that sum entries (a softmax's normaliser; the sum inside a logsumexp).
 _SUMS = frozenset({"Sum", "UnsortedSegmentSum", "SegmentSum", "SparseSegmentSum", "ScatterAdd"})
 # Ops a summed value passes through on its way to a log, unchanged but for its shape or

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gradient_doctor.core.evidence import Evidence, OpCall
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
+    SELECT_OPS,
     OpEvent,
     feeding_op_types,
     input_producers,
@@ -17,11 +18,7 @@ from gradient_doctor.core.op_trace import (
     weights_upstream,
     where_values_grew,
 )
-from gradient_doctor.core.summed_groups import find_reduction
-
-# Ops that pick values from one of two branches: a non-finite value in the branch
-# not taken does not reach their output, but still poisons the gradient.
-SELECT_OPS = frozenset({"Select", "SelectV2"})
+from gradient_doctor.core.summed_groups import ReductionReader, find_reduction
 
 
 @dataclass(frozen=True)
@@ -164,6 +161,7 @@ def trace_evidence(
     weight_reads: frozenset[str] = frozenset(),
     stats: Mapping[int, TensorStats | None] | None = None,
     input_values: Callable[[OpEvent], tuple[tuple[float, ...], ...]] | None = None,
+    reductions: ReductionReader | None = None,
 ) -> TracedOrigin:
     """Walk a replayed step's trace back to its origin: the evidence for the knowledge base.
 
@@ -180,10 +178,8 @@ def trace_evidence(
             None: only what the events say.
         input_values: a few values of each input of an event, for the report; None
             takes the event's own `input_values`.
-
-    The reduction that sums the origin's output next is found here when the events
-    carry their axes (`summed_groups`); an adapter whose reductions take their axes
-    as tensors adds its own.
+        reductions: the adapter's reader of its framework's reductions, for the one
+            that sums the origin's output next (`summed_groups`); None: not looked for.
     """
     search = find_origin(list(events), list(bad_ids))
     event = search.origin
@@ -195,7 +191,11 @@ def trace_evidence(
     if foreign:
         event = search.first_reader
     forward = search.forward_op
-    reduction = find_reduction(events, event) if event is not None else None
+    reduction = (
+        find_reduction(events, event, reductions)
+        if event is not None and reductions is not None
+        else None
+    )
     evidence = Evidence(
         step=step,
         phase=event.phase if event is not None else None,

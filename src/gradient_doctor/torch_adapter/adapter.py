@@ -29,6 +29,7 @@ from gradient_doctor.torch_adapter.localize.module_scope import (
     parameter_names,
 )
 from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE, OpRecorder
+from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
 from gradient_doctor.torch_adapter.step import rng_state
 from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
@@ -150,6 +151,7 @@ class TorchAdapter(PyTorchAdapter):
             data_ids=data_ids,
             weight_reads=frozenset({READ_VARIABLE}),
             stats=recorder.stats,
+            reductions=TorchReductions(),
         )
         evidence = replace(
             traced.evidence, history=history, setup=setup, reproduced=bool(recorder.bad_ids)

@@ -42,6 +42,7 @@ from gradient_doctor.torch_adapter.localize.gradient_paths import (
     trainable_count,
 )
 from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE
+from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.step_check import Check, combined
@@ -269,6 +270,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             data_ids=_made_before(events),
             weight_reads=frozenset({READ_VARIABLE}),
             stats=recorded.stats,
+            reductions=TorchReductions(),
         )
         reproduced = bool(recorded.bad_ids)
         if not reproduced:

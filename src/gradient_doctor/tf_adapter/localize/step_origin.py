@@ -26,7 +26,7 @@ from gradient_doctor.tf_adapter.hooks.creation_sites import (
 )
 from gradient_doctor.tf_adapter.localize import input_scan
 from gradient_doctor.tf_adapter.localize.broken_state import broken_state
-from gradient_doctor.tf_adapter.localize.reductions import find_reduction
+from gradient_doctor.tf_adapter.localize.reductions import TensorflowReductions
 from gradient_doctor.tf_adapter.localize.replay import ReplayResult, replay_step
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.step.guard import gradient_values
@@ -83,10 +83,10 @@ def evidence_from_replay(
     """Walk a replayed step's trace back to its origin: the evidence for the knowledge base.
 
     Shared by the run's own replay and the replay of a crash dump, so both name the
-    same op from the same trace. The walk is the core's (`trace_evidence`); what only
-    TensorFlow's tensors tell is added here: a variable that held non-finite values
-    before the step, the reduction that sums the origin's output, an update whose
-    finite gradients' norm overflowed.
+    same op from the same trace. The walk is the core's (`trace_evidence`, which finds
+    the reduction that sums the origin's output through `TensorflowReductions`); what
+    only TensorFlow's tensors tell is added here: a variable that held non-finite
+    values before the step, an update whose finite gradients' norm overflowed.
 
     Args:
         result: the replayed step's trace and its non-finite results.
@@ -104,6 +104,7 @@ def evidence_from_replay(
         WEIGHT_READS,
         result.stats,
         input_values=lambda event: tuple(sample_values(result.tensors[i]) for i in event.input_ids),
+        reductions=TensorflowReductions(result.tensors),
     )
     event, origin = traced.event, traced.evidence.origin
     overflowed = None if result.reproduced else _overflowed_update(result)
@@ -114,7 +115,6 @@ def evidence_from_replay(
             origin = _state_origin(origin, broken)
     elif overflowed is not None:
         origin = overflowed[1]
-    reduction = find_reduction(result.events, event, result.tensors) if event is not None else None
     return replace(
         traced.evidence,
         origin=origin,
@@ -122,8 +122,6 @@ def evidence_from_replay(
         history=history,
         setup=setup,
         reproduced=result.reproduced or overflowed is not None,
-        reduction_axis=reduction.axis if reduction is not None else None,
-        reduction=reduction,
         overflowed_norm=overflowed[0] if overflowed is not None else None,
         nonfinite_constant=traced.foreign and broken is None,
         broken_state=broken,
