@@ -198,8 +198,10 @@ class Evidence:
             (log(sum(exp(x))) written out, on one line or over several), as a call on
             the user's line; None when no log reads such a sum.
         input_producers: for a forward origin, the op that made each of its inputs,
-            aligned with `origin.inputs`; None for an input no op of the step made
-            (a weight, the batch, a constant) or one made where no user's line is known.
+            aligned with `origin.inputs`, looked for through ops that only reshape,
+            view or index a value (`op_trace.VIEW_OPS`); None for an input no op of the
+            step made (a weight, the batch, a constant) or one made where no user's
+            line is known.
     """
 
     step: int | None

@@ -8,6 +8,36 @@ from dataclasses import dataclass
 
 from gradient_doctor.core.findings import SourceLine, TensorStats
 
+# Ops that only reshape, view, copy or index their first input, in TensorFlow's names
+# and the torch recorder's (`torch_adapter/localize/op_names.py`: an aten op's name in
+# CamelCase, `_unsafe_view` -> "UnsafeView", `contiguous` -> "Clone"): the values they
+# hold are their input's. PyTorch's `select` (`x[:, 0]`) is left out: the recorder names
+# it "Select", the core's name for a `where`, which picks from two branches.
+VIEW_OPS = frozenset(
+    {
+        # TensorFlow
+        "Reshape",
+        "Squeeze",
+        "ExpandDims",
+        "Identity",
+        "StridedSlice",
+        "Slice",
+        "Transpose",
+        # PyTorch
+        "Unsqueeze",
+        "View",
+        "UnsafeView",
+        "Expand",
+        "Permute",
+        "T",
+        "Clone",
+        "Alias",
+        "Detach",
+        "Flatten",
+        "Contiguous",
+    }
+)
+
 
 @dataclass(frozen=True)
 class OpEvent:
@@ -108,10 +138,18 @@ def feeding_op_types(events: Sequence[OpEvent], target: OpEvent, depth: int = 3)
 
 
 def input_producers(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEvent | None, ...]:
-    """The event that wrote each of `target`'s inputs, aligned with them; None for an
-    input no earlier op of the trace wrote (a weight read, the batch, a constant)."""
+    """The event that made each of `target`'s inputs, aligned with them, looking through
+    ops that only reshape, view or index a value (`VIEW_OPS`: the relu behind
+    `F.relu(h).squeeze(-1)`); None for an input no earlier op of the trace made (a
+    weight read, the batch, a constant)."""
     producers = _producers_before(events, target)
-    return tuple(producers.get(tensor) for tensor in target.input_ids)
+    found = []
+    for tensor in target.input_ids:
+        producer = producers.get(tensor)
+        while producer is not None and producer.op_type in VIEW_OPS and producer.input_ids:
+            producer = producers.get(producer.input_ids[0])
+        found.append(producer)
+    return tuple(found)
 
 
 def nearest_weight_layer(
@@ -192,9 +230,7 @@ SELECT_OPS = frozenset({"Select", "SelectV2"})
 _SUMS = frozenset({"Sum", "UnsortedSegmentSum", "SegmentSum", "SparseSegmentSum", "ScatterAdd"})
 # Ops a summed value passes through on its way to a log, unchanged but for its shape or
 # a small constant added (`log(sum + 1e-9)`).
-_ON_THE_WAY = frozenset(
-    {"Reshape", "ExpandDims", "Squeeze", "Identity", "Cast", "AddV2", "Add", "Unsqueeze", "View"}
-)
+_ON_THE_WAY = VIEW_OPS | {"Cast", "AddV2", "Add"}
 _LOGS = frozenset({"Log", "Log1p"})
 
 

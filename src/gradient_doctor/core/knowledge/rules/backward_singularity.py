@@ -11,6 +11,7 @@ from gradient_doctor.core.knowledge.facts import input_at, source_code, source_f
 from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
 from gradient_doctor.core.knowledge.rewrites.division import safe_div
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
+from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax
 from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm, safe_norm
 from gradient_doctor.core.knowledge.wording import (
     at_step,
@@ -123,7 +124,8 @@ def guard_fixes(forward: str, code: str, focus: tuple[int, int] | None = None) -
         focus: where on the line the forward op was made (`SourceLine.span`).
 
     Returns:
-        safe_norm for a line that computes a norm, else the op's own guard.
+        safe_norm for a line that computes a norm, else the op's own guard (after the
+        exact log_softmax, for a log of a softmax).
     """
     singularity = SINGULARITIES[forward]
     if mentions_norm(code) or forward == "EuclideanNorm":
@@ -133,4 +135,6 @@ def guard_fixes(forward: str, code: str, focus: tuple[int, int] | None = None) -
     if singularity.family == "safe_div":
         return (safe_div(code, forward, focus),)
     title = f"Keep the input of {forward} off {singularity.point}"
-    return (guard_fix(singularity.family, title, code, forward, focus=focus),)
+    guard = guard_fix(singularity.family, title, code, forward, focus=focus)
+    exact = log_softmax(code, forward, focus)
+    return (guard,) if exact is None else (exact, guard)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.rewrites.activation import positive_activation
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
+from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax
 from gradient_doctor.core.knowledge.rules.domain_rule import (
     Domain,
     diagnose_domain,
@@ -78,7 +81,12 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         siblings = risky_siblings(evidence, domain)
         generic = _positive_activation(evidence.setup.framework)
         extra = (positive_activation(evidence, domain.argument, generic),)
-    return diagnose_domain(evidence, domain, extra, siblings)
+    diagnosis = diagnose_domain(evidence, domain, extra, siblings)
+    exact = log_softmax(code, op, source_focus(evidence))
+    if diagnosis is None or exact is None:
+        return diagnosis
+    # First: it computes the same value, finite everywhere; the guard changes it.
+    return replace(diagnosis, fixes=(exact, *diagnosis.fixes))
 
 
 def _may_be_probability(evidence: Evidence) -> bool:
