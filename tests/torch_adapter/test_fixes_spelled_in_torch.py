@@ -12,7 +12,11 @@ torch = pytest.importorskip("torch")
 import gradient_doctor.torch as doctor_torch  # noqa: E402
 from gradient_doctor.core.patches import apply_unified_diff  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
-from tests.scripts.torch import mlp_log_of_sigmoid, wgan_gp_padded_rows  # noqa: E402
+from tests.scripts.torch import (  # noqa: E402
+    layer_norm_constant_rows,
+    mlp_log_of_sigmoid,
+    wgan_gp_padded_rows,
+)
 from tests.torch_adapter.conftest import first_nonfinite_step, run_until_stopped  # noqa: E402
 
 
@@ -60,3 +64,20 @@ def test_the_hand_written_norm_gets_an_epsilon_that_holds(tmp_path):
     fixed = patched.CriticTrainer()
     parameters = list(fixed.critic.parameters())
     assert first_nonfinite_step(fixed.step, patched.batches(epochs=3), parameters) is None
+
+
+def test_a_division_written_as_an_operator_is_made_safe_in_torch(tmp_path):
+    model, optimizer, step = layer_norm_constant_rows.build()
+    watched = doctor_torch.watch(step, model=model, optimizer=optimizer, verbose=False)
+    finding, _ = run_until_stopped(watched, layer_norm_constant_rows.batches(3))
+    assert (finding.category, finding.origin.op, finding.step) == ("forward_domain", "RealDiv", 0)
+    assert finding.origin.layer == "norm"
+    (fix,) = [fix for fix in finding.fixes if fix.family == "safe_div"]
+    assert "tf." not in fix.patch and "divide_no_nan" not in fix.code
+    assert "+        return self.gain * torch.where(std == 0, 0.0, (x - mean) / torch.where(" in (
+        fix.patch
+    )
+    patched = _patched(layer_norm_constant_rows, fix.patch, tmp_path)
+    patched_model, patched_optimizer, patched_step = patched.build()
+    parameters = list(patched_model.parameters())
+    assert first_nonfinite_step(patched_step, patched.batches(20), parameters) is None

@@ -4,32 +4,57 @@ from __future__ import annotations
 
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.source.call_names import call_names
-from gradient_doctor.core.knowledge.source.calls import Call, find_call, replace_span
+from gradient_doctor.core.knowledge.source.calls import (
+    Call,
+    find_call,
+    matching_close,
+    replace_span,
+)
 from gradient_doctor.core.knowledge.source.operators import find_binary
-from gradient_doctor.core.knowledge.source.spelling import spell
+from gradient_doctor.core.knowledge.source.spelling import namespace, spell
 
 _TITLE = "Divide safely: the result is 0 where the denominator is 0"
-_FALLBACK = "z = tf.math.divide_no_nan(x, y)  # 0 where y == 0"
+_FALLBACK = {
+    "tf": "z = tf.math.divide_no_nan(x, y)  # 0 where y == 0",
+    "torch": "z = torch.where(y == 0, 0.0, x / torch.where(y == 0, 1.0, y))  # 0 where y == 0",
+}
 
 
-def safe_div(code: str, op: str, focus: tuple[int, int] | None = None) -> Fix:
-    """Rewrite the op's division on the line with divide_no_nan, plus an epsilon variant.
+def safe_div(
+    code: str, op: str, focus: tuple[int, int] | None = None, framework: str = "tf"
+) -> Fix:
+    """Rewrite the op's division on the line to give 0 where the denominator is 0, plus
+    an epsilon variant.
+
+    TensorFlow has `tf.math.divide_no_nan` (its gradient is finite at 0 too); PyTorch
+    has none, so its division is written with the double `where`: the denominator is
+    swapped for 1 where it is 0 before dividing, so neither the value nor the gradient
+    of the discarded branch is inf or NaN.
 
     Args:
         code: str, the user's line, e.g. "w = a / tf.reduce_sum(a, axis=1)".
         op: str, the division op type ("RealDiv", "Div", "FloorDiv", "Reciprocal", ...).
         focus: where on the line the op was made (`SourceLine.span`).
+        framework: the framework the user trains with ("tf" or "torch"): a division
+            written as an operator is spelled in it.
 
     Returns:
         A `safe_div` fix; a generic one when the line has no division to rewrite.
     """
     operands = _operands(code, op, focus)
     if operands is None:
-        return Fix("safe_div", _TITLE, _FALLBACK)
+        return Fix("safe_div", _TITLE, _FALLBACK.get(framework, _FALLBACK["tf"]))
     numerator, denominator, start, end, call = operands
-    safe = f"{spell(call, 'divide_no_nan')}({numerator}, {denominator})"
+    if namespace(call, framework) == "torch":
+        kept = _grouped(denominator)
+        safe = (
+            f"torch.where({kept} == 0, 0.0, "
+            f"{_grouped(numerator)} / torch.where({kept} == 0, 1.0, {kept}))"
+        )
+    else:
+        safe = f"{spell(call, 'divide_no_nan')}({numerator}, {denominator})"
     if op == "FloorDiv":
-        safe = f"{spell(call, 'floor')}({safe})"
+        safe = f"{spell(call, 'floor', framework)}({safe})"
     epsilon = f"{numerator} / ({denominator} + 1e-12)"
     lines = [
         replace_span(code, start, end, safe),
@@ -37,6 +62,29 @@ def safe_div(code: str, op: str, focus: tuple[int, int] | None = None) -> Fix:
         replace_span(code, start, end, epsilon),
     ]
     return Fix("safe_div", _TITLE, "\n".join(lines), rewrite=(lines[0],))
+
+
+def _grouped(text: str) -> str:
+    """`text` as one operand: a name, or a bracketed whole, as written; else in brackets."""
+    text = text.strip()
+    head = text
+    while head.endswith((")", "]")):  # a call or an index: `b.sum(1)`, `norms[i]`
+        opening = next(
+            (
+                i
+                for i, char in enumerate(head)
+                if char in "([" and matching_close(head, i) == len(head) - 1
+            ),
+            None,
+        )
+        if opening is None or opening == 0:
+            break
+        head = head[:opening]
+    if head.replace(".", "").replace("_", "").isalnum():
+        return text
+    if text.startswith("(") and matching_close(text, 0) == len(text) - 1:
+        return text
+    return f"({text})"
 
 
 def _operands(

@@ -89,7 +89,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         not_fixes=nan_gradient_not_fixes(
             f"the derivative of {forward} itself, evaluated at {singularity.point}"
         ),
-        fixes=guard_fixes(forward, source_code(evidence), source_focus(evidence)),
+        fixes=guard_fixes(
+            forward, source_code(evidence), source_focus(evidence), evidence.setup.framework
+        ),
     )
 
 
@@ -115,13 +117,16 @@ def explain(origin: Origin, forward: str, step: int | None) -> str:
     )
 
 
-def guard_fixes(forward: str, code: str, focus: tuple[int, int] | None = None) -> tuple[Fix, ...]:
+def guard_fixes(
+    forward: str, code: str, focus: tuple[int, int] | None = None, framework: str = "tf"
+) -> tuple[Fix, ...]:
     """The fixes that keep the forward op off its singular point, for the user's line.
 
     Args:
         forward: str, the forward op type, e.g. "Sqrt".
         code: str, the user's line ("" when unknown).
         focus: where on the line the forward op was made (`SourceLine.span`).
+        framework: the framework the user trains with, which spells a division.
 
     Returns:
         safe_norm for a line that computes a norm, else the op's own guard (after the
@@ -133,7 +138,7 @@ def guard_fixes(forward: str, code: str, focus: tuple[int, int] | None = None) -
         if norm is not None:
             return (norm,)
     if singularity.family == "safe_div":
-        return (safe_div(code, forward, focus),)
+        return (safe_div(code, forward, focus, framework),)
     title = f"Keep the input of {forward} off {singularity.point}"
     guard = guard_fix(singularity.family, title, code, forward, focus=focus)
     exact = log_softmax(code, forward, focus)

@@ -38,7 +38,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return None
     code, focus = source_code(evidence), source_focus(evidence)
     norm = safe_norm(code, focus=focus)
-    division = safe_div(code, origin.op, focus)
+    division = safe_div(code, origin.op, focus, evidence.setup.framework)
     fixes = (norm, division) if norm else (division,)
     # A denominator a relu made is meant to be positive: make it so where it is made.
     softplus = positive_activation(evidence, 0 if origin.op in _UNARY else 1)

@@ -29,7 +29,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     code, focus = source_code(evidence), source_focus(evidence)
     fixes = (safe_where(code, forward, focus),)
     if forward in SINGULARITIES:
-        fixes += guard_fixes(forward, code, focus)
+        fixes += guard_fixes(forward, code, focus, evidence.setup.framework)
     return Diagnosis(
         category="backward_singularity",
         explanation=explain(origin, forward, evidence.step),
