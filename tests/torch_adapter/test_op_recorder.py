@@ -98,3 +98,17 @@ def test_an_in_place_write_gives_the_value_a_new_id():
 )
 def test_op_type(aten, expected):
     assert op_type(aten) == expected
+
+
+def test_a_window_that_builds_an_embedding_with_a_padding_row_records_its_step():
+    # `nn.Embedding(padding_idx=)` zeroes a view of its weight made under no_grad; torch
+    # refuses that view's `grad_fn`. A rerun recording from the start builds the model
+    # inside its window, and must still tie the backward ops to their forward ones.
+    scope = ModuleScope({})
+    recorder = OpRecorder(scope, {})
+    with scope.hooked(), recorder:
+        embedding = nn.Embedding(10, 4, padding_idx=0)
+        loss = torch.log(embedding(torch.tensor([1, 2, 0])).sum() * 0.0)
+        loss.backward()
+    backward = [e for e in recorder.events if e.phase == "backward"]
+    assert any(e.gradient_of == "Log" for e in backward)

@@ -176,11 +176,22 @@ class OpRecorder(TorchDispatchMode):
         gradient accumulation, or an op recorded before the replay began)."""
         if node not in self._forward_of:
             for tensor, index in self._pending:
-                grad_fn = tensor.grad_fn
+                grad_fn = _grad_fn(tensor)
                 if grad_fn is not None and grad_fn not in self._forward_of:
                     self._forward_of[grad_fn] = self.events[index]
             self._pending.clear()
         return self._forward_of.get(node)
+
+
+def _grad_fn(tensor: torch.Tensor):
+    """The tensor's autograd node, or None when it has none or torch refuses to give it:
+    a view made under `no_grad` and changed in place after (`nn.Embedding(padding_idx=)`
+    zeroes such a view of its weight while it is built, in a window recorded from the
+    start) raises on `grad_fn`; no gradient flows through it anyway."""
+    try:
+        return tensor.grad_fn
+    except RuntimeError:
+        return None
 
 
 def _dims(args: tuple) -> tuple[int, ...] | None:
