@@ -1,11 +1,14 @@
-"""PyTorch optimizer fixes as patches: the line that built the optimizer, a clip before step().
+"""PyTorch optimizer fixes as patches: the line that built the optimizer or its scheduler,
+a clip before step().
 
 Each script trains a tiny real model a few steps while `OptimizerSites` notes its
 lines, as under `gradient-doctor run`; the fixes are placed as the session places
 them, and the patched script is run again to see that it does what the patch says
-(the learning rate the optimizer is built with, the tensors the clip line clips).
+(the learning rate the optimizer is built with or its scheduler sets, the tensors
+the clip line clips).
 """
 
+import linecache
 import runpy
 import textwrap
 
@@ -179,12 +182,101 @@ OPTIMIZER = opt
 """
 
 
+ONE_CYCLE = """
+import torch
+
+CONFIG = {"max_lr": 2.0}
+
+
+class Trainer:
+    def __init__(self, cfg):
+        self.model = torch.nn.Linear(3, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+        self.sched = torch.optim.lr_scheduler.OneCycleLR(
+            self.opt, max_lr=cfg["max_lr"], total_steps=10, pct_start=0.5, div_factor=10,
+            anneal_strategy="linear",
+        )
+
+    def fit(self, steps):
+        for _ in range(steps):
+            self.model(torch.ones(2, 3)).sum().backward()
+            self.opt.step()
+            self.opt.zero_grad()
+            self.sched.step()
+
+
+trainer = Trainer(CONFIG)
+trainer.fit(2)
+OPTIMIZER = trainer.opt
+"""
+
+ONE_CYCLE_POSITIONAL = """
+from torch import nn, ones, optim
+
+model = nn.Linear(3, 1)
+opt = optim.Adam(model.parameters(), lr=1e-3)
+sched = optim.lr_scheduler.OneCycleLR(opt, 3, total_steps=10)
+model(ones(2, 3)).sum().backward()
+opt.step()
+sched.step()
+OPTIMIZER = opt
+"""
+
+CYCLIC_GROUPS = """
+import torch
+
+body, head = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+opt = torch.optim.SGD([{"params": body.parameters()}, {"params": head.parameters()}], lr=0.1)
+sched = torch.optim.lr_scheduler.CyclicLR(opt, base_lr=[0.01, 0.02], max_lr=[0.1, 0.2])
+head(body(torch.ones(2, 3))).sum().backward()
+opt.step()
+sched.step()
+OPTIMIZER = opt
+"""
+
+WARM_UP_THEN_COSINE = """
+import torch
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+
+PEAK, FLOOR = 0.5, 0.01
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=PEAK)
+sched = SequentialLR(
+    opt,
+    [LinearLR(opt, start_factor=0.1, total_iters=2), CosineAnnealingLR(opt, 5, FLOOR)],
+    milestones=[2],
+)
+restarts = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=4, eta_min=0)
+for _ in range(3):
+    model(torch.ones(2, 3)).sum().backward()
+    opt.step()
+    sched.step()
+OPTIMIZER = opt
+"""
+
+ONE_CYCLE_SUBCLASS = """
+import torch
+
+
+class Warm(torch.optim.lr_scheduler.OneCycleLR):
+    def __init__(self, optimizer, peak):
+        super().__init__(optimizer, max_lr=peak, total_steps=10)
+
+
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+sched = Warm(opt, 2.0)
+OPTIMIZER = opt
+"""
+
+
 def _recorded(
     tmp_path, monkeypatch, source: str, name: str = "train.py"
 ) -> tuple[dict, OptimizerSites]:
     """Run `source` as the script `name` in `tmp_path` with the lines noted."""
     (tmp_path / name).write_text(textwrap.dedent(source).lstrip())
     monkeypatch.chdir(tmp_path)
+    linecache.checkcache()  # another test's `train.py` may be cached under the same name
     sites = OptimizerSites()
     sites.install()
     try:
@@ -364,21 +456,105 @@ def test_a_file_that_binds_no_torch_name_for_the_clip_gets_no_clipping_patch(tmp
     assert _added(fixes["lower_learning_rate"].patch) == ["opt = SGD(model.parameters(), lr=0.01)"]
 
 
-def test_the_sites_keep_no_optimizer_alive_and_uninstall_cleanly(tmp_path, monkeypatch):
-    original = torch.optim.Optimizer.__init__
-    namespace, sites = _recorded(tmp_path, monkeypatch, MODULE_LOOP)
-    assert torch.optim.Optimizer.__init__ is original
+def test_a_one_cycle_schedule_has_its_max_lr_scaled_not_the_optimizer_lr(tmp_path, monkeypatch):
+    """OneCycleLR overwrites the optimizer's `lr` every step: the patch scales the
+    rate it sets, and the title names the rate in use, not the constructor's 0.1."""
+    namespace, sites = _recorded(tmp_path, monkeypatch, ONE_CYCLE)
+    optimizer = namespace["OPTIMIZER"]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1.1)  # 0.2 warming up to 2
+    lower = _placed(sites, optimizer, tmp_path)["lower_learning_rate"]
+    assert _added(lower.patch) == [
+        '            self.opt, max_lr=cfg["max_lr"] * 0.1, total_steps=10, pct_start=0.5,'
+        " div_factor=10,"
+    ]
+    assert "lr=0.1, momentum" not in "".join(_added(lower.patch))
+    assert lower.title == "Lower the learning rate 10x, from 1.1 to 0.11"
+    assert lower.trial_setting == ("learning_rate_scale", 0.1)
+    assert 'max_lr=cfg["max_lr"] * 0.01' in _added(lower.stronger.patch)[0]
+    assert lower.stronger.title == "Lower the learning rate 100x, from 1.1 to 0.011"
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
+    assert patched.param_groups[0]["max_lr"] == pytest.approx(0.2)
+    assert patched.param_groups[0]["lr"] == pytest.approx(0.11)  # every rate a tenth
+
+
+def test_a_positional_max_lr_is_scaled(tmp_path, monkeypatch):
+    namespace, sites = _recorded(tmp_path, monkeypatch, ONE_CYCLE_POSITIONAL)
+    lower = _placed(sites, namespace["OPTIMIZER"], tmp_path)["lower_learning_rate"]
+    assert _added(lower.patch) == [
+        "sched = optim.lr_scheduler.OneCycleLR(opt, 0.3, total_steps=10)"
+    ]
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
+    assert patched.param_groups[0]["max_lr"] == pytest.approx(0.3)
+
+
+def test_a_cyclic_schedule_has_both_rates_scaled_item_by_item(tmp_path, monkeypatch):
+    """The optimizer's groups are built on its line without rates of their own; the
+    rates are CyclicLR's, a list per group."""
+    namespace, sites = _recorded(tmp_path, monkeypatch, CYCLIC_GROUPS)
+    lower = _placed(sites, namespace["OPTIMIZER"], tmp_path)["lower_learning_rate"]
+    assert _added(lower.patch) == [
+        "sched = torch.optim.lr_scheduler.CyclicLR("
+        "opt, base_lr=[0.001, 0.002], max_lr=[0.01, 0.02])"
+    ]
+    patched = _run_patched(tmp_path, lower.patch)["sched"]
+    assert (patched.base_lrs, patched.max_lrs) == (
+        pytest.approx([0.001, 0.002]),
+        pytest.approx([0.01, 0.02]),
+    )
+
+
+def test_a_multiplying_chain_scales_the_optimizer_lr_and_a_cosine_floor(tmp_path, monkeypatch):
+    """A warm-up chained to a cosine multiplies the optimizer's `lr`: that is scaled,
+    with the cosine's absolute `eta_min`; a floor of 0 is left as written."""
+    namespace, sites = _recorded(tmp_path, monkeypatch, WARM_UP_THEN_COSINE)
+    optimizer = namespace["OPTIMIZER"]
+    assert [s.kind for s in sites.schedulers(optimizer)] == [
+        "LinearLR",
+        "CosineAnnealingLR",
+        "CosineAnnealingWarmRestarts",
+    ]
+    lower = _placed(sites, optimizer, tmp_path)["lower_learning_rate"]
+    assert _added(lower.patch) == [
+        "opt = torch.optim.SGD(model.parameters(), lr=PEAK * 0.1)",
+        "    [LinearLR(opt, start_factor=0.1, total_iters=2),"
+        " CosineAnnealingLR(opt, 5, FLOOR * 0.1)],",
+    ]
+    assert lower.title == "Lower the learning rate 10x, from 0.5 to 0.05"
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
+    assert patched.param_groups[0]["initial_lr"] == pytest.approx(0.05)
+
+
+def test_a_subclass_of_one_cycle_gets_no_rate_patch(tmp_path, monkeypatch):
+    """Its arguments may not be OneCycleLR's, and the optimizer's `lr` is overwritten."""
+    namespace, sites = _recorded(tmp_path, monkeypatch, ONE_CYCLE_SUBCLASS)
+    (scheduler,) = sites.schedulers(namespace["OPTIMIZER"])
+    assert (scheduler.class_name, scheduler.kind, scheduler.source.line) == (
+        "Warm",
+        "OneCycleLR",
+        11,
+    )
+    assert _placed(sites, namespace["OPTIMIZER"], tmp_path)["lower_learning_rate"].patch is None
+
+
+def test_the_sites_keep_nothing_alive_and_uninstall_cleanly(tmp_path, monkeypatch):
+    originals = torch.optim.Optimizer.__init__, torch.optim.lr_scheduler.LRScheduler.__init__
+    namespace, sites = _recorded(tmp_path, monkeypatch, ONE_CYCLE_POSITIONAL)
+    assert (torch.optim.Optimizer.__init__, torch.optim.lr_scheduler.LRScheduler.__init__) == (
+        originals
+    )
     optimizer = namespace.pop("OPTIMIZER")
-    assert sites.construction(optimizer).source.line == 5
-    assert sites.step_line(optimizer).code == "optimizer.step()"
+    assert sites.construction(optimizer).source.line == 4
+    assert sites.step_line(optimizer).code == "opt.step()"
+    assert [s.source.line for s in sites.schedulers(optimizer)] == [5]
     namespace.clear()
     del optimizer
     import gc
 
     gc.collect()
-    assert len(sites._built) == 0 and len(sites._stepped) == 0
+    assert len(sites._built) == len(sites._stepped) == len(sites._schedulers) == 0
     after = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-    assert sites.construction(after) is None
+    torch.optim.lr_scheduler.StepLR(after, 1)
+    assert sites.construction(after) is None and sites.schedulers(after) == ()
 
 
 def _fix_with(family: str, setting: tuple) -> Fix:

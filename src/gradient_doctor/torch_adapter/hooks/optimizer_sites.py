@@ -1,16 +1,19 @@
-"""The user's lines that built each optimizer and called its `step()`: where optimizer fixes go.
+"""The user's lines that built each optimizer, its schedulers, and called its `step()`.
 
 A lower learning rate is a patch of the line that constructed the optimizer
-(`torch.optim.SGD(model.parameters(), lr=...)`), and gradient clipping in PyTorch is
-a line the user writes just before `optimizer.step()`; neither line is an op the
+(`torch.optim.SGD(model.parameters(), lr=...)`), or of the line that built its
+`OneCycleLR` (which sets the rates itself), and gradient clipping in PyTorch is a
+line the user writes just before `optimizer.step()`; no such line is an op the
 replay sees. Under `gradient-doctor run` the doctor is installed before the script
 runs, so `OptimizerSites` wraps `torch.optim.Optimizer.__init__` (which every torch
-optimizer's constructor calls) to note the user's frame that constructed each
-optimizer, and registers a global step pre-hook to note the user's line of each
-optimizer's first `step()`. Frames of the optimizer's own constructor chain or
+optimizer's constructor calls) and `torch.optim.lr_scheduler.LRScheduler.__init__`
+(which every scheduler stepping an optimizer's rate calls: `SequentialLR` and
+`ChainedScheduler` only hold such schedulers) to note the user's frame that
+constructed each, and registers a global step pre-hook to note the user's line of
+each optimizer's first `step()`. Frames of the object's own constructor chain or
 `step` (a user's subclass calling `super().__init__()`) are skipped, so the line is
-the one that built or stepped it. Optimizers are held by weak reference: nothing
-is kept alive, and nothing the optimizer computes changes.
+the one that built or stepped it. Optimizers and schedulers are held by weak
+reference: nothing is kept alive, and nothing either computes changes.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from dataclasses import dataclass
 from types import FrameType
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
+from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite, SchedulerSite
+from gradient_doctor.core.knowledge.rewrites.torch_optimizer import RATE_SETTING_SCHEDULERS
 from gradient_doctor.core.source_frames import statement_line
 from gradient_doctor.torch_adapter.localize.source_lines import is_user_file
 
@@ -54,36 +59,44 @@ class Construction:
 
 
 class OptimizerSites:
-    """Notes, while installed, the lines that construct and step each torch optimizer."""
+    """Notes, while installed, the lines that construct and step each torch optimizer
+    and construct its learning-rate schedulers."""
 
     def __init__(self) -> None:
         self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._original_init = None
+        # scheduler -> (a weak reference to its optimizer, where it was built)
+        self._schedulers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._originals: dict[type, object] = {}
         self._handle = None
 
     def install(self) -> None:
-        """Wrap `Optimizer.__init__` and register the step pre-hook (once)."""
-        if self._original_init is not None:
+        """Wrap the two constructors and register the step pre-hook (once)."""
+        if self._originals:
             return
-        original = self._original_init = torch.optim.Optimizer.__dict__["__init__"]
-
-        @functools.wraps(original)
-        def noting_init(optimizer, *args, **kwargs):
-            params = args[0] if args else kwargs.get("params")
-            original(optimizer, *args, **kwargs)
-            self._note_construction(optimizer, params, sys._getframe(1))
-
-        torch.optim.Optimizer.__init__ = noting_init
+        self._wrap_init(torch.optim.Optimizer, self._note_construction)
+        self._wrap_init(LRScheduler, self._note_scheduler)
         self._handle = register_optimizer_step_pre_hook(self._note_step)
 
     def uninstall(self) -> None:
-        """Put `Optimizer.__init__` back and remove the hook; what was noted stays."""
-        if self._original_init is not None:
-            torch.optim.Optimizer.__init__, self._original_init = self._original_init, None
+        """Put the constructors back and remove the hook; what was noted stays."""
+        for cls, original in self._originals.items():
+            cls.__init__ = original
+        self._originals.clear()
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+
+    def _wrap_init(self, cls: type, note) -> None:
+        """Make `cls.__init__` call `note(instance, args, kwargs, caller's frame)` after it."""
+        original = self._originals[cls] = cls.__dict__["__init__"]
+
+        @functools.wraps(original)
+        def noting_init(instance, *args, **kwargs):
+            original(instance, *args, **kwargs)
+            note(instance, args, kwargs, sys._getframe(1))
+
+        cls.__init__ = noting_init
 
     def construction(self, optimizer: torch.optim.Optimizer) -> Construction | None:
         """How `optimizer` was built, or None when it was built before the install."""
@@ -93,9 +106,16 @@ class OptimizerSites:
         """The user's line of `optimizer`'s first `step()`, or None before it stepped."""
         return self._stepped.get(optimizer)
 
+    def schedulers(self, optimizer: torch.optim.Optimizer) -> tuple[SchedulerSite, ...]:
+        """The live schedulers built on `optimizer` while installed, in order."""
+        return tuple(
+            built for owner, built in list(self._schedulers.values()) if owner() is optimizer
+        )
+
     def site(self, optimizer: torch.optim.Optimizer) -> OptimizerSite | None:
         """`optimizer` as the core's optimizer rewrites need it, or None without the line
-        that built it."""
+        that built it. Under a scheduler that sets the rates itself its learning rate
+        is the one in use now (at a failing update, that update's)."""
         built = self.construction(optimizer)
         if built is None:
             return None
@@ -106,20 +126,26 @@ class OptimizerSites:
             for other, line in self._stepped.items()
             if other is not optimizer
         )
+        schedulers = self.schedulers(optimizer)
+        rate = built.learning_rate
+        if any(scheduler.kind in RATE_SETTING_SCHEDULERS for scheduler in schedulers):
+            rate = _number(optimizer.param_groups[0].get("lr"))
         return OptimizerSite(
             built.source,
             built.class_name,
-            built.learning_rate,
+            rate,
             framework="torch",
             step_line=step,
             param_groups=built.param_groups,
             params_iterator=built.params_iterator,
             step_shared=shared,
+            schedulers=schedulers,
         )
 
-    def _note_construction(self, optimizer, params, frame: FrameType) -> None:
+    def _note_construction(self, optimizer, args, kwargs, frame: FrameType) -> None:
         try:
             if optimizer not in self._built:
+                params = args[0] if args else kwargs.get("params")
                 self._note_built(optimizer, params, frame)
         except Exception:  # noqa: BLE001 - never let the doctor's notes break the user's code
             pass
@@ -128,21 +154,28 @@ class OptimizerSites:
         source = statement_line(_user_frame(frame, optimizer))
         if source is None:
             return
-        rate = optimizer.defaults.get("lr")
-        try:
-            learning_rate = float(rate) if rate is not None else None
-        except (TypeError, ValueError, RuntimeError):  # a tensor of several values
-            learning_rate = None
         groups = len(optimizer.param_groups)
         if isinstance(params, list | tuple) and params and isinstance(params[0], dict):
             groups = max(groups, 2)  # written as dicts: not a list of tensors to clip
         self._built[optimizer] = Construction(
             source,
             type(optimizer).__name__,
-            learning_rate,
+            _number(optimizer.defaults.get("lr")),
             groups,
             params_iterator=isinstance(params, Iterator),
         )
+
+    def _note_scheduler(self, scheduler, args, kwargs, frame: FrameType) -> None:
+        try:
+            optimizer = scheduler.optimizer
+            if scheduler in self._schedulers or not isinstance(optimizer, torch.optim.Optimizer):
+                return
+            source = statement_line(_user_frame(frame, scheduler))
+            if source is not None:
+                built = SchedulerSite(source, type(scheduler).__name__, _torch_kind(scheduler))
+                self._schedulers[scheduler] = (weakref.ref(optimizer), built)
+        except Exception:  # noqa: BLE001 - never let the doctor's notes break the user's code
+            pass
 
     def _note_step(self, optimizer, args, kwargs) -> None:
         if optimizer in self._stepped:
@@ -155,11 +188,31 @@ class OptimizerSites:
             self._stepped[optimizer] = line
 
 
-def _user_frame(frame: FrameType | None, optimizer) -> FrameType | None:
+def _user_frame(frame: FrameType | None, owner) -> FrameType | None:
     """The innermost frame from `frame` out that is the user's and not one of
-    `optimizer`'s own methods (a user's subclass's `__init__` or `step`)."""
+    `owner`'s own methods (a user's subclass's `__init__` or `step`)."""
     while frame is not None:
-        if is_user_file(frame.f_code.co_filename) and frame.f_locals.get("self") is not optimizer:
+        if is_user_file(frame.f_code.co_filename) and frame.f_locals.get("self") is not owner:
             return frame
         frame = frame.f_back
     return None
+
+
+def _number(rate) -> float | None:
+    """A learning rate as a float; None when it is not one number (a tensor of several)."""
+    try:
+        return float(rate) if rate is not None else None
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _torch_kind(scheduler: LRScheduler) -> str:
+    """The name of the `torch.optim.lr_scheduler` class `scheduler` is or derives from."""
+    return next(
+        (
+            cls.__name__
+            for cls in type(scheduler).__mro__
+            if cls.__module__ == LRScheduler.__module__ and cls.__name__ != "_LRScheduler"
+        ),
+        "LRScheduler",
+    )

@@ -70,6 +70,22 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class SchedulerSite:
+    """PyTorch: a learning-rate scheduler stepping the optimizer, where the user built it.
+
+    Attributes:
+        source: the user's call that built it.
+        class_name: its class as the call names it, e.g. "OneCycleLR".
+        kind: the `torch.optim.lr_scheduler` class it is or derives from (a user's
+            subclass of `OneCycleLR`: "OneCycleLR"), which says how it sets the rate.
+    """
+
+    source: SourceLine
+    class_name: str
+    kind: str
+
+
+@dataclass(frozen=True)
 class OptimizerSite:
     """The user's optimizer, as a fix to it needs to know it.
 
@@ -77,6 +93,8 @@ class OptimizerSite:
         source: the line (or lines) that built it.
         class_name: its class, e.g. "SGD".
         learning_rate: its learning rate when that is a fixed number, else None.
+            PyTorch: its `lr` as constructed; under a scheduler that sets the rates
+            itself (`OneCycleLR`), the rate in use when the site was taken.
         schedule: True when its learning rate is a schedule.
         framework: "tf" or "torch": PyTorch's are rewritten by `torch_optimizer`.
         step_line: PyTorch: the user's line of the optimizer's `step()`, where a
@@ -87,6 +105,7 @@ class OptimizerSite:
             name holding `model.parameters()` is empty when read again).
         step_shared: PyTorch: another optimizer steps on the same line (a loop over
             optimizers), so a clipping line there must clip the one stepping.
+        schedulers: PyTorch: the learning-rate schedulers built on it, in order.
     """
 
     source: SourceLine
@@ -98,6 +117,7 @@ class OptimizerSite:
     param_groups: int = 1
     params_iterator: bool = False
     step_shared: bool = False
+    schedulers: tuple[SchedulerSite, ...] = ()
 
 
 def lower_learning_rate(
@@ -251,24 +271,20 @@ def _scale_schedule(
             spelled = f"{keyword}={literal(rounded(default * factor))}"
             edits.append(("add", spelled))
             continue
-        scaled = _scaled(text, node, factor)
-        if scaled is None:
-            return None
-        edits.append((node, scaled))
+        edits.append((node, scaled(text, node, factor)))
     if not edits:
         return None
     return (combined(text, schedule, edits, file),)
 
 
-def _scaled(text: list[str], node: ast.expr, factor: float) -> str | None:
-    """The expression `node` times `factor`, as the user would write it."""
+def scaled(text: list[str], node: ast.expr, factor: float) -> str:
+    """The expression `node` times `factor`, as the user would write it: a literal
+    divided, a list or tuple item by item, else the expression times the factor."""
     value = number(node)
     if value is not None:
         return literal(rounded(value * factor))
     if isinstance(node, ast.List | ast.Tuple):
-        parts = [_scaled(text, item, factor) for item in node.elts]
-        if any(part is None for part in parts):
-            return None
+        parts = [scaled(text, item, factor) for item in node.elts]
         open_, close = ("[", "]") if isinstance(node, ast.List) else ("(", ")")
         return open_ + ", ".join(parts) + ("," if len(parts) == 1 and close == ")" else "") + close
     source = segment(text, node)

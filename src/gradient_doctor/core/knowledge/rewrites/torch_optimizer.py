@@ -3,9 +3,14 @@
 A lower learning rate scales the `lr` the user passed (keyword `lr`, or the second
 positional argument after the parameters) where the optimizer is built:
 `lr=PEAK_LR` becomes `lr=PEAK_LR * 0.1`, a literal is divided, a missing `lr` is
-written as the class's own default divided. A scheduler (`LambdaLR`, `StepLR`, ...)
-multiplies the rate it was built with, so every rate the run uses is scaled alike;
-the trial's setting says so ("learning_rate_scale"). PyTorch has no clipping keyword
+written as the class's own default divided. Most schedulers (`LambdaLR`, `StepLR`,
+`LinearLR`, ...) multiply the rate it was built with, so every rate the run uses is
+scaled alike (a cosine's absolute floor `eta_min` is scaled on its own line with
+it); the trial's setting says so ("learning_rate_scale"). `OneCycleLR` and
+`CyclicLR` set the rates themselves, overwriting the optimizer's `lr` every step:
+their rate arguments are scaled where they are built instead, and the optimizer's
+line is left alone (both edited, the run would not be scaled twice, but the
+optimizer's edit would change nothing). PyTorch has no clipping keyword
 on the optimizer: clipping is a line the user writes just before `optimizer.step()`,
 `torch.nn.utils.clip_grad_norm_(<the constructor's first argument>, max_norm=...)`,
 spelled with the names the file imports.
@@ -18,7 +23,13 @@ import builtins
 from collections.abc import Sequence
 
 from gradient_doctor.core.findings import Edit, SourceLine
-from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite, Setting, optimizer_call
+from gradient_doctor.core.knowledge.rewrites.optimizer import (
+    OptimizerSite,
+    SchedulerSite,
+    Setting,
+    optimizer_call,
+    scaled,
+)
 from gradient_doctor.core.knowledge.source.syntax_edit import (
     argument,
     callee,
@@ -40,6 +51,21 @@ _CLIPPING = {
 _CLIPPING_CALLS = frozenset(
     {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grads_with_norm_"}
 )
+# `torch.optim.lr_scheduler` classes that set the rate to absolute values of their
+# own every step (OneCycleLR starts at max_lr / div_factor whatever the optimizer's
+# `lr`): their arguments that are rates, as (position, the optimizer at 0; keyword).
+_RATE_SETTING = {
+    "OneCycleLR": ((1, "max_lr"),),
+    "CyclicLR": ((1, "base_lr"), (2, "max_lr")),
+}
+# Schedulers that multiply the optimizer's `lr` towards an absolute floor of their own:
+# the floor is scaled with the `lr` when written and not 0.
+_RATE_FLOORS = {
+    "CosineAnnealingLR": ((2, "eta_min"),),
+    "CosineAnnealingWarmRestarts": ((3, "eta_min"),),
+}
+# The scheduler kinds under which the optimizer's `lr` is not the rate in use.
+RATE_SETTING_SCHEDULERS = frozenset(_RATE_SETTING)
 _BUILTINS = frozenset(dir(builtins))
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -47,21 +73,29 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 def lower_learning_rate(
     site: OptimizerSite, lines: Sequence[str], factor: float = 0.1
 ) -> tuple[tuple[Edit, ...], Setting] | None:
-    """The edit scaling the `lr` of the optimizer's constructor, and the trial's setting.
+    """The edits scaling the rates the run uses, and the trial's setting.
+
+    The optimizer's `lr` where it is built (and a cosine scheduler's `eta_min`), or,
+    under a scheduler that sets the rates itself, that scheduler's rate arguments.
 
     Args:
-        site: the optimizer (`learning_rate` is its `lr` as constructed).
+        site: the optimizer (`learning_rate` is its `lr` as constructed), with its
+            schedulers.
         lines: the lines of the file that built it.
         factor: the new rate over the old.
 
     Returns:
         None when the line holds no call of the optimizer's class, the call unpacks
         `*args` or `**kwargs` (where `lr` is cannot be seen), or a literal or missing
-        `lr` is not a positive number.
+        `lr` is not a positive number; under a scheduler that sets the rates, when
+        its call is not found in that file or its rates cannot be seen there.
     """
     tree, text = parse(lines)
     if tree is None:
         return None
+    if any(scheduler.kind in _RATE_SETTING for scheduler in site.schedulers):
+        edits = _scheduler_edits(site, tree, text, _RATE_SETTING, factor)
+        return (edits, Setting("learning_rate_scale", factor)) if edits else None
     call, _ = optimizer_call(tree, site)
     if call is None or _unpacks(call):
         return None
@@ -77,10 +111,70 @@ def lower_learning_rate(
         change = ("add", f"lr={literal(value)}") if rate is None else (rate, literal(value))
         scale = value / was
     else:
-        change, scale = (rate, _scaled(text, rate, factor)), factor
-    changes = [change, *((node, _scaled(text, node, factor)) for node in groups or ())]
+        change, scale = (rate, scaled(text, rate, factor)), factor
+    changes = [change, *((node, scaled(text, node, factor)) for node in groups or ())]
     edit = combined(text, call, changes, site.source.file)
-    return (edit,), Setting("learning_rate_scale", scale)
+    floors = _scheduler_edits(site, tree, text, _RATE_FLOORS, factor)
+    if floors is None or not _disjoint((edit, *floors)):
+        floors = ()  # a floor unseen here: the rate above it is still scaled
+    return (edit, *floors), Setting("learning_rate_scale", scale)
+
+
+def _scheduler_edits(
+    site: OptimizerSite,
+    tree: ast.Module,
+    text: list[str],
+    table: dict[str, tuple[tuple[int, str], ...]],
+    factor: float,
+) -> tuple[Edit, ...] | None:
+    """The edits scaling the rate arguments (`table`) of the optimizer's schedulers
+    of a kind in `table`: one per call, a rate not given or a literal 0 left as it is.
+    None when such a scheduler was built in another file, by a call not found or that
+    unpacks arguments, or by a subclass (its arguments may differ), or when two edits
+    would overlap."""
+    edits = []
+    for scheduler in site.schedulers:
+        if scheduler.kind not in table:
+            continue
+        call = _scheduler_call(tree, text, scheduler)
+        if (
+            scheduler.source.file != site.source.file
+            or scheduler.class_name != scheduler.kind
+            or call is None
+            or _unpacks(call)
+        ):
+            return None
+        changes = []
+        for position, keyword in table[scheduler.kind]:
+            node = argument(call, position, keyword)
+            if node is not None and number(node) != 0:
+                changes.append((node, scaled(text, node, factor)))
+        if changes:
+            edits.append(combined(text, call, changes, site.source.file))
+    return tuple(edits) if _disjoint(edits) else None
+
+
+def _scheduler_call(tree: ast.Module, text: list[str], scheduler: SchedulerSite) -> ast.Call | None:
+    """The call of the scheduler's class on its lines; the one at the recorded columns
+    when there are several."""
+    calls = [c for c in calls_on(tree, scheduler.source) if callee(c.func) == scheduler.class_name]
+    return _the_call(calls, scheduler.source, text)
+
+
+def _the_call(calls: list[ast.Call], source: SourceLine, text: list[str]) -> ast.Call | None:
+    """The one call of `calls` (found on `source`'s lines), picked by the columns
+    `source` records when there are several; None when it is not one."""
+    if source.span is not None and len(calls) > 1 and 0 < source.line <= len(text):
+        line = text[source.line - 1]
+        indent = len(line.encode("utf-8")) - len(line.lstrip().encode("utf-8"))
+        calls = [c for c in calls if c.col_offset - indent == source.span[0]]
+    return calls[0] if len(calls) == 1 else None
+
+
+def _disjoint(edits: Sequence[Edit]) -> bool:
+    """Whether no two of `edits` change the same line."""
+    spans = sorted((edit.line, edit.end_line) for edit in edits)
+    return all(end < start for (_, end), (start, _) in zip(spans, spans[1:]))
 
 
 def _group_rates(call: ast.Call) -> list[ast.expr] | None:
@@ -97,18 +191,6 @@ def _group_rates(call: ast.Call) -> list[ast.expr] | None:
         for key, value in zip(group.keys, group.values)
         if isinstance(key, ast.Constant) and key.value == "lr"
     ]
-
-
-def _scaled(text: list[str], node: ast.expr, factor: float) -> str:
-    """`node` times `factor` as the user would write it: a literal divided, else the
-    expression times the factor."""
-    value = number(node)
-    if value is not None:
-        return literal(rounded(value * factor))
-    written = segment(text, node)
-    if not isinstance(node, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
-        written = f"({written})"
-    return f"{written} * {literal(factor)}"
 
 
 def clip_before_step(
@@ -145,7 +227,7 @@ def clip_before_step(
     tree, text = parse(step_lines)
     if tree is None or not 0 < step.line <= len(text):
         return None
-    call = _step_call(tree, step, text[step.line - 1])
+    call = _step_call(tree, step, text)
     scope = _scope_of(tree, step.line)
     if call is None or not _starts_statement(scope, step.line, text[step.line - 1]):
         return None
@@ -199,7 +281,7 @@ def _unpacks(call: ast.Call) -> bool:
     )
 
 
-def _step_call(tree: ast.Module, step: SourceLine, line: str) -> ast.Call | None:
+def _step_call(tree: ast.Module, step: SourceLine, text: list[str]) -> ast.Call | None:
     """The `X.step()` call (no arguments: a closure recomputes the loss inside it) on
     the step's line; the one at the recorded columns when there are several."""
     at_line = SourceLine(step.file, step.line, step.code)
@@ -211,10 +293,7 @@ def _step_call(tree: ast.Module, step: SourceLine, line: str) -> ast.Call | None
         and not call.args
         and not call.keywords
     ]
-    if step.span is not None and len(calls) > 1:
-        indent = len(line.encode("utf-8")) - len(line.lstrip().encode("utf-8"))
-        calls = [c for c in calls if c.col_offset - indent == step.span[0]]
-    return calls[0] if len(calls) == 1 else None
+    return _the_call(calls, step, text)
 
 
 def _scope_of(tree: ast.Module, line: int) -> ast.AST:
