@@ -94,8 +94,27 @@ def test_missing_and_non_finite_losses_are_skipped(run):
         ({"warmup": 200}, r"`warmup` must be at most `window` \(100\). Received: warmup=200"),
         ({"sigmas": 0}, r"`sigmas` must be a float > 0. Received: sigmas=0"),
         ({"min_rise": -0.1}, r"`min_rise` must be a float >= 0"),
+        ({"min_scale_rise": -1}, r"`min_scale_rise` must be a float >= 0"),
     ],
 )
 def test_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LossSpikeDetector(**kwargs)
+
+
+def _converging(step, rng):
+    """A loss that converges from 2.3 to about 1e-4, with +-50% batch noise."""
+    return (2.3 * math.exp(-step / 40) + 1e-4) * math.exp(rng.gauss(0.0, 0.5))
+
+
+def test_a_converged_loss_does_not_flag_a_hard_batch(run, rng):
+    losses = [_converging(step, rng) for step in range(600)]
+    losses[500] = 8 * losses[499]  # eight times the median, 0.04% of the start
+    assert run(LossSpikeDetector(), _records(losses))[-1] == []
+
+
+def test_a_converged_loss_still_flags_a_rise_on_the_runs_scale(run, rng):
+    losses = [_converging(step, rng) for step in range(600)]
+    losses[500] = 0.5  # a fifth of where the run began
+    (warning,) = run(LossSpikeDetector(), _records(losses))[-1]
+    assert warning.step == 500 and "The loss jumped to 0.5 at step 500" in warning.explanation

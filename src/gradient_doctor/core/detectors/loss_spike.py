@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 
 from gradient_doctor.core.arguments import check_float, check_int
@@ -17,14 +18,18 @@ from gradient_doctor.core.records import StepRecord
 
 # Like large-scale trainers, compare each loss with the running window of the last
 # WINDOW losses, once WARMUP are in: a spike is a loss above
-#   median + max(SIGMAS * 1.4826 * MAD, MIN_RISE * |median|).
+#   median + max(SIGMAS * 1.4826 * MAD, MIN_RISE * |median|, MIN_SCALE_RISE * scale),
+# where `scale` is the median |loss| of the run's first WARMUP losses.
 # Six robust standard deviations keep the per-batch noise of small batches quiet; the
 # relative floor keeps a loss that has settled to near-constant values (MAD ~ 0) from
-# flagging rounding-sized bumps.
+# flagging rounding-sized bumps; the floor on the run's own scale keeps a loss that has
+# converged near zero from flagging a hard batch: from 2.3 down to 1e-4, a batch at
+# 5e-4 is five times the median but a rise of 0.02% of where the run began.
 WINDOW = 100
 WARMUP = 20
 SIGMAS = 6.0
 MIN_RISE = 0.25
+MIN_SCALE_RISE = 0.05
 # Episodes beyond this many are counted in the last finding, not reported one by one.
 MAX_EPISODES = 10
 
@@ -64,6 +69,9 @@ class LossSpikeDetector(CountedFindings):
             median that make a spike. Defaults to 6.0.
         min_rise: float, the least rise above the median, as a fraction of |median|.
             Defaults to 0.25.
+        min_scale_rise: float, the least rise above the median, as a fraction of the
+            run's starting scale (the median |loss| of its first `warmup` losses).
+            Defaults to 0.05.
         setup: `TrainingSetup` or None, the user's optimizer settings, so that the
             fixes name the actual learning rate and clipping. Defaults to None.
 
@@ -77,6 +85,7 @@ class LossSpikeDetector(CountedFindings):
         warmup: int = WARMUP,
         sigmas: float = SIGMAS,
         min_rise: float = MIN_RISE,
+        min_scale_rise: float = MIN_SCALE_RISE,
         setup: TrainingSetup | None = None,
     ) -> None:
         self._window = check_int(window, "window", 3)
@@ -87,6 +96,8 @@ class LossSpikeDetector(CountedFindings):
             )
         self._sigmas = check_float(sigmas, "sigmas")
         self._min_rise = check_float(min_rise, "min_rise", 0.0, math.inf, True)
+        self._min_scale_rise = check_float(min_scale_rise, "min_scale_rise", 0.0, math.inf, True)
+        self._scale: float | None = None  # set once `warmup` losses are in
         self._setup = setup or TrainingSetup()
         # Kept sorted: the running median and its spread without sorting every step.
         self._losses = SortedWindow(self._window)
@@ -101,8 +112,10 @@ class LossSpikeDetector(CountedFindings):
             return
         spike = False
         if len(self._losses) >= self._warmup:
+            if self._scale is None:
+                self._scale = self._starting_scale()
             baseline = self._losses.median()
-            floor = self._min_rise * abs(baseline)
+            floor = max(self._min_rise * abs(baseline), self._min_scale_rise * self._scale)
             # The threshold is never below baseline + floor: a loss at or under it is no
             # spike, whatever the spread (most steps; the spread is then not needed).
             if loss > baseline + floor:
@@ -113,6 +126,10 @@ class LossSpikeDetector(CountedFindings):
                     self._extend(record.step, loss, baseline, threshold)
         self._in_episode = spike
         self._losses.append(loss)
+
+    def _starting_scale(self) -> float:
+        """The median |loss| of the losses in so far (the first `warmup` of the run)."""
+        return statistics.median(abs(loss) for loss in self._losses)
 
     def _build_findings(self) -> list[Finding]:
         """One warning for all the spikes (no warning storm), or none.
