@@ -195,6 +195,8 @@ def test_a_patch_of_module_level_code_is_proved_by_the_rerun_against_the_unchang
     assert safe["verified"] is True
     assert safe["evidence"].startswith("confirmed: the patched copy of your files trained")
     assert "where the unchanged copy, run from the start, found forward_domain" in safe["evidence"]
+    origin = problem["origin"]  # the unchanged copy fails where the run did, and says where
+    assert f" in {origin['op']} at {origin['file']}:{origin['line']} `" in safe["evidence"]
     assert "(not tried inside the run" in safe["evidence"]
 
 

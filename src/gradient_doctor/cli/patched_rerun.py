@@ -94,7 +94,8 @@ def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
             False,
             steps,
             f"{what}, run from the start, found {first['category']} at step "
-            f"{first.get('step')} (the original failed at step {failed_at})",
+            f"{first.get('step')}{_place(first.get('origin'))} (the original failed at "
+            f"step {failed_at})",
         )
     if report.get("script_error"):
         return Rerun(False, steps, f"{what} failed: {report['script_error']}")
@@ -111,6 +112,19 @@ def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
         f"{what} of your files trained {steps} steps from the start with every "
         f"loss and gradient finite, past step {failed_at} where the original failed",
     )
+
+
+def _place(origin: dict | None) -> str:
+    """ " in Pow at train.py:24 `loss = ((rate - y) ** 2).mean()`": where a rerun's problem
+    arose, so a patch that moved the trouble downstream says where it went; "" when the
+    rerun named no op."""
+    if not origin or not origin.get("op"):
+        return ""
+    gradient_of = origin.get("gradient_of")
+    place = f" in {origin['op']}" + (f", the gradient of {gradient_of}," if gradient_of else "")
+    if origin.get("file"):
+        place += f" at {origin['file']}:{origin.get('line')}"
+    return place + (f" `{origin['code']}`" if origin.get("code") else "")
 
 
 def doctor_report(

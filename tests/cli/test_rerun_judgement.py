@@ -1,0 +1,52 @@
+"""How a rerun's report is judged and told: a patch that moved the trouble says where to."""
+
+from gradient_doctor.cli.patched_rerun import _judged
+
+
+def _report(steps, *problems):
+    return {"steps_watched": steps, "problems": list(problems)}
+
+
+def test_a_patched_copy_that_failed_elsewhere_names_the_op_and_line():
+    moved = {
+        "category": "forward_overflow",
+        "step": 1,
+        "origin": {
+            "op": "Pow",
+            "file": "train.py",
+            "line": 24,
+            "code": "loss = ((rate - y) ** 2).mean()",
+            "gradient_of": None,
+        },
+    }
+    rerun = _judged(_report(2, moved), 1, "the patched copy")
+    assert not rerun.held
+    assert rerun.why == (
+        "the patched copy, run from the start, found forward_overflow at step 1 in Pow at "
+        "train.py:24 `loss = ((rate - y) ** 2).mean()` (the original failed at step 1)"
+    )
+
+
+def test_a_backward_origin_names_the_forward_op_it_is_the_gradient_of():
+    backward = {
+        "category": "backward_singularity",
+        "step": 7,
+        "origin": {"op": "SqrtGrad", "file": "gan.py", "line": 9, "gradient_of": "Sqrt"},
+    }
+    why = _judged(_report(8, backward), 7, "the unchanged copy").why
+    assert (
+        "found backward_singularity at step 7 in SqrtGrad, the gradient of Sqrt, at gan.py:9 ("
+        in why
+    )
+
+
+def test_a_problem_without_an_op_is_told_without_a_place():
+    unlocated = {"category": "loss_spike", "step": 3, "origin": None}
+    why = _judged(_report(4, unlocated), 3, "the patched copy").why
+    assert why.endswith("found loss_spike at step 3 (the original failed at step 3)")
+
+
+def test_a_copy_that_trained_past_the_failing_step_held():
+    rerun = _judged(_report(40), 12, "the patched copy")
+    assert rerun.held and rerun.steps == 40
+    assert "past step 12 where the original failed" in rerun.why
