@@ -19,7 +19,12 @@ from gradient_doctor.torch_adapter.localize.gradient_paths import (  # noqa: E40
 )
 from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope  # noqa: E402
 from tests.conftest import line_of  # noqa: E402
-from tests.scripts.torch import healthy_frozen_parts, item_round_trip, partial_cuts  # noqa: E402
+from tests.scripts.torch import (  # noqa: E402
+    healthy_frozen_parts,
+    item_round_trip,
+    numpy_round_trip_encoder,
+    partial_cuts,
+)
 from tests.scripts.torch import mlp_log_of_sigmoid as healthy_mlp  # noqa: E402
 from tests.scripts.torch import text_gan_argmax as gan  # noqa: E402
 from tests.scripts.torch import three_cuts_in_one_step as three_cuts  # noqa: E402
@@ -124,7 +129,29 @@ def test_an_item_round_trip_rewrapped_by_torch_tensor_leaves_at_the_item_line():
     assert _break(problem) == ("Item", script, item_line)
     back = line_of(script, "loss = torch.tensor(errors, requires_grad=True).mean()")
     assert f"came back as a new tensor on your line {script}:{back}" in problem["explanation"]
-    assert [f["family"] for f in problem["fixes"]] == ["stay_in_tensorflow"]
+    assert [f["family"] for f in problem["fixes"]] == ["stay_in_framework"]
+
+
+def test_a_numpy_round_trip_through_from_numpy_is_rewritten_in_torch():
+    watched = _watched(numpy_round_trip_encoder.build)
+    run_until_stopped(watched, numpy_round_trip_encoder.batches(2))  # a partial cut: goes on
+    (problem,) = _problems(watched)
+    assert problem["disconnected"]["variables"] == ["encoder.0.weight", "encoder.0.bias"]
+    script = f"{SCRIPTS}/numpy_round_trip_encoder.py"
+    code = "h = torch.from_numpy(self.encoder(x).detach().numpy())"
+    assert problem["disconnected"]["break"]["line"] == line_of(script, code)
+    explanation = problem["explanation"]
+    assert "left PyTorch for NumPy (`.numpy()`)" in explanation
+    assert "`torch.from_numpy(...)` has no autograd history" in explanation
+    assert explanation.count(code) == 1  # it left and came back on the same line
+    (fix,) = problem["fixes"]
+    assert fix["family"] == "stay_in_framework"
+    assert fix["code"].splitlines()[:2] == [
+        f"# {script}:{line_of(script, code)} was: {code}",
+        "h = self.encoder(x)",
+    ]
+    assert not any(word in json.dumps(problem) for word in ("tf.", "TensorFlow", "Keras"))
+    assert "torch.tensor" not in explanation + fix["code"]  # the line calls torch.from_numpy
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,10 @@ FIX_FAMILIES = (
     "magnitude",
     # Added: a literal its dtype cannot hold (-1e9 in float16) written as one it can.
     "dtype_safe_constant",
+    # Added: PyTorch's spellings of `stay_in_tensorflow` and `compute_inside_tape` (DESIGN.md
+    # allows them), so a PyTorch report names no TensorFlow.
+    "stay_in_framework",
+    "compute_inside_graph",
     # Added: a weight or statistic that was NaN or Inf before training (a broken
     # checkpoint, `set_weights` or `assign` of non-finite values) set from finite ones.
     "finite_weights",

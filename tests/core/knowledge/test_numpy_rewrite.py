@@ -1,8 +1,8 @@
-"""Lines that leave TensorFlow for NumPy, rewritten in TensorFlow ops."""
+"""Lines that leave TensorFlow or PyTorch for NumPy, rewritten in the framework's ops."""
 
 import pytest
 
-from gradient_doctor.core.knowledge.rewrites.numpy_calls import stay_in_tensorflow
+from gradient_doctor.core.knowledge.rewrites.numpy_calls import stay_in_tensorflow, stay_in_torch
 from gradient_doctor.core.knowledge.source.spelling import tensorflow_name
 
 
@@ -25,6 +25,22 @@ def test_round_trips_become_tensorflow_ops(code, rewritten):
 
 def test_a_line_without_numpy_is_left_alone():
     assert stay_in_tensorflow("pred = model(x, training=True)") is None
+
+
+@pytest.mark.parametrize(
+    ("code", "rewritten"),
+    [
+        ("h = torch.from_numpy(self.encoder(x).detach().numpy())", "h = self.encoder(x)"),
+        ("h = torch.tensor(t.detach().cpu().numpy())", "h = t.cpu()"),
+        ("z = torch.as_tensor(np.tanh(t.detach().numpy()), dtype=torch.float32)", "z = np.tanh(t)"),
+    ],
+)
+def test_round_trips_become_torch_ops(code, rewritten):
+    assert stay_in_torch(code) == rewritten
+
+
+def test_a_torch_line_without_numpy_is_left_alone():
+    assert stay_in_torch("h = torch.tensor(errors).mean()") is None
 
 
 @pytest.mark.parametrize(

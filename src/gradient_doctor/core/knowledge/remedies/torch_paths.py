@@ -12,9 +12,12 @@ from collections.abc import Callable, Sequence
 
 from gradient_doctor.core.findings import Fix, SourceLine
 from gradient_doctor.core.knowledge.layer_groups import LayerGroup
+from gradient_doctor.core.knowledge.rewrites.numpy_calls import TORCH_REENTRY_CALLS
+from gradient_doctor.core.knowledge.rewrites.numpy_calls import stay_in_torch as torch_rewrite
 from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
+    find_call,
     is_identifier,
     replace_span,
 )
@@ -216,10 +219,11 @@ BLOCKER_CALLS: dict[str, tuple[str, ...]] = {
 
 
 def enable_grad(source: SourceLine | None) -> Fix:
-    """Run the user's line with gradients on: out of its `torch.no_grad()` block."""
+    """Run the user's line with gradients on: out of its `torch.no_grad()` block (a
+    `compute_inside_graph` fix, PyTorch's spelling of `compute_inside_tape`)."""
     code = source.code.strip() if source is not None else "h = model.encoder(x)"
     return Fix(
-        "compute_inside_tape",
+        "compute_inside_graph",
         f"Compute `{code}` with gradients on: outside `torch.no_grad()`/`torch.inference_mode()`",
         "\n".join(
             [
@@ -231,23 +235,54 @@ def enable_grad(source: SourceLine | None) -> Fix:
 
 
 def stay_in_torch(left: SourceLine | None, back: SourceLine | None) -> Fix:
-    """Keep a value that left for Python (`.item()`, `.tolist()`, `.numpy()`) a tensor."""
-    span = " and ".join(line_ref(s) for s in (left, back) if s is not None) or "the loss"
-    lines = [
-        f"# between {span}, keep the values tensors: no .item(), .tolist() or .numpy()",
-        "# followed by torch.tensor(...), which makes a new tensor with no history. E.g.",
-        "# errors = [(p - t).abs().item() for p, t in zip(pred, y)]",
-        "# loss = torch.tensor(errors).mean()",
-        "loss = (pred - y).abs().mean()  # the same value, differentiable",
-    ]
-    for source in (left, back):
-        if source is not None:
-            lines.insert(0, f"# {line_ref(source)} was: {source.code.strip()}")
-    return Fix(
-        "stay_in_tensorflow",
-        "Stay in PyTorch: tensor ops instead of Python numbers, so autograd can follow",
-        "\n".join(lines),
-    )
+    """Keep a value that left for Python or NumPy (`.item()`, `.tolist()`, `.numpy()`) a
+    tensor: the user's lines rewritten where they hold a NumPy round trip, else an example.
+
+    Args:
+        left: the user's line whose result left PyTorch, if known.
+        back: the user's line where it came back as a new tensor, if known.
+
+    Returns:
+        A `stay_in_framework` fix (PyTorch's spelling of `stay_in_tensorflow`).
+    """
+    sources = [s for s in (left, back) if s is not None]
+    # One line, once (the value may leave and come back on the same line).
+    sources = [s for n, s in enumerate(sources) if (s.file, s.line) not in _places(sources[:n])]
+    lines: list[str] = []
+    for source in sources:
+        rewritten = torch_rewrite(source.code.strip())
+        if rewritten is None:
+            continue
+        lines += [f"# {line_ref(source)} was: {source.code.strip()}", rewritten]
+        if "np." in rewritten or "numpy." in rewritten:
+            lines.append("# and write the remaining np.* call in torch ops")
+    if lines:
+        lines.append("# any function of yours on the way (a NumPy loss) must use torch ops too")
+        title = "Stay in PyTorch: tensor ops instead of NumPy, so autograd can follow the value"
+    else:
+        made = reentry_call(back)
+        span = " and ".join(line_ref(s) for s in sources) or "the loss"
+        lines = [
+            *(f"# {line_ref(s)} was: {s.code.strip()}" for s in sources),
+            f"# between {span}, keep the values tensors: no .item(), .tolist() or .numpy()",
+            f"# followed by {made}(...), which makes a new tensor with no history. E.g.",
+            "# errors = [(p - t).abs().item() for p, t in zip(pred, y)]",
+            f"# loss = {made}(errors).mean()",
+            "loss = (pred - y).abs().mean()  # the same value, differentiable",
+        ]
+        title = "Stay in PyTorch: tensor ops instead of Python numbers, so autograd can follow"
+    return Fix("stay_in_framework", title, "\n".join(lines))
+
+
+def _places(sources: Sequence[SourceLine]) -> set[tuple[str, int]]:
+    return {(s.file, s.line) for s in sources}
+
+
+def reentry_call(back: SourceLine | None) -> str:
+    """The call that made a tensor again on the user's line `back`, as written
+    (`torch.from_numpy`, `torch.as_tensor`); `torch.tensor` when none is found."""
+    call = find_call(back.code, TORCH_REENTRY_CALLS) if back is not None else None
+    return f"{call.prefix}{call.name}" if call is not None else "torch.tensor"
 
 
 def exclude_unused_parameters(groups: Sequence[LayerGroup], title: str, lead: str) -> Fix:

@@ -164,11 +164,22 @@ def _outside_tape(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Accoun
 def _left_framework(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     op, source = _op_and_source(path_break)
     if _in_torch(path_break):
+        made = torch_remedies.reentry_call(path_break.reentry)
+        back = path_break.reentry
+        where = f"{_on(source)} and came back as a new tensor"
+        if back is not None and (source is None or (back.file, back.line) != _place(source)):
+            where += _on(back)
+        numpy = source is not None and ".numpy()" in source.code
+        left = (
+            "for NumPy (`.numpy()`)"
+            if numpy
+            else f"as Python numbers ({op}: `.item()`, `.tolist()` or `.numpy()`)"
+        )
+        data = "NumPy data" if numpy else "Python data"
         return Account(
-            story=f"The value left PyTorch as Python numbers ({op}: `.item()`, `.tolist()` or "
-            f"`.numpy()`){_on(source)} and came back as a new tensor"
-            f"{_on(path_break.reentry)}; a tensor made from Python data by `torch.tensor(...)` "
-            "has no autograd history, so to autograd the loss does not depend on them.",
+            story=f"The value left PyTorch {left}{where}; a tensor made from {data} by "
+            f"`{made}(...)` has no autograd history, so to autograd the loss does not depend "
+            "on them.",
             reason=f"the value that left PyTorch{_at(source)} came back as a tensor with no "
             "history",
             fixes=(torch_remedies.stay_in_torch(source, path_break.reentry),),
@@ -273,6 +284,11 @@ def _op_and_source(path_break: PathBreak) -> tuple[str, SourceLine | None]:
 def _on(source: SourceLine | None) -> str:
     """ " on your line train.py:141 `tokens = tf.argmax(logits)`", or "" when unknown."""
     return f" on your line {quoted_line(source)}" if source is not None else ""
+
+
+def _place(source: SourceLine) -> tuple[str, int]:
+    """The file and line of a user's line (two ops of one line differ in their columns)."""
+    return source.file, source.line
 
 
 def _at(source: SourceLine | None) -> str:
