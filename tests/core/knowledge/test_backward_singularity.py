@@ -1,5 +1,7 @@
 """Gradients infinite where the forward value is finite (the WGAN-GP tf.norm story)."""
 
+from dataclasses import replace
+
 import pytest
 
 from gradient_doctor.core.knowledge import diagnose
@@ -35,12 +37,53 @@ def test_norm_gradient_at_zero_gets_safe_norm(make_evidence, make_stats, familie
 
 
 def test_not_fixes_explain_that_clipping_a_nan_gives_nan(make_evidence, make_stats):
-    why = {
-        n.remedy: n.why for n in diagnose(backward(make_evidence, make_stats, "Sqrt", "")).not_fixes
-    }
+    evidence = backward(make_evidence, make_stats, "Sqrt", "")
+    origin = replace(evidence.origin, outputs=(make_stats(min=-1.0, max=1.0, nan=4),))
+    why = {n.remedy: n.why for n in diagnose(replace(evidence, origin=origin)).not_fixes}
+    assert "The NaN comes from the derivative of Sqrt" in why["gradient_clipping"]
     assert "Clipping a NaN gives NaN" in why["gradient_clipping"]
     assert "clip_by_global_norm of a NaN norm turns every gradient NaN" in why["gradient_clipping"]
     assert "still NaN" in why["lower_learning_rate"]
+
+
+@pytest.mark.parametrize(("framework", "clip"), [("tf", "tf."), ("torch", "torch.nn.utils.")])
+def test_not_fixes_name_the_inf_the_backward_op_wrote(make_evidence, make_stats, framework, clip):
+    evidence = backward(make_evidence, make_stats, "Acos", "", op="Rsqrt")  # inf=4 written
+    evidence = replace(evidence, setup=replace(evidence.setup, framework=framework))
+    why = {n.remedy: n.why for n in diagnose(evidence).not_fixes}
+    assert "The inf comes from the derivative of Acos" in why["gradient_clipping"]
+    assert f"{clip}clip_" in why["gradient_clipping"]
+    assert "infinite norm scales every gradient by 0" in why["gradient_clipping"]
+    assert "an inf times a smaller rate is still inf" in why["lower_learning_rate"]
+    assert "NaN comes" not in " ".join(why.values())
+
+
+@pytest.mark.parametrize(
+    ("op", "code", "fixed"),
+    [
+        (
+            "Acos",
+            "angle = torch.acos(torch.clamp(cos, -1.0, 1.0))",
+            "angle = torch.acos(torch.clamp(cos, -1.0 + 1e-7, 1.0 - 1e-7))",
+        ),
+        (
+            "Asin",
+            "a = tf.asin(tf.clip_by_value(s, clip_value_min=-1, clip_value_max=0.5))",
+            "a = tf.asin(tf.clip_by_value(s, clip_value_min=-1.0 + 1e-7, clip_value_max=0.5))",
+        ),
+        (  # a bound not written as a number is kept: the guard goes around the clamp
+            "Acos",
+            "t = torch.acos(torch.clamp(c, low, 1.0))",
+            "t = torch.acos(torch.clamp(torch.clamp(c, low, 1.0), -1.0 + 1e-7, 1.0 - 1e-7))",
+        ),
+    ],
+)
+def test_a_clamp_already_written_is_tightened_not_nested(
+    make_evidence, make_stats, op, code, fixed
+):
+    diagnosis = diagnose(backward(make_evidence, make_stats, op, code, op="Rsqrt"))
+    assert diagnosis.fixes[0].family == "clip_input_domain"
+    assert diagnosis.fixes[0].code == fixed
 
 
 def test_plain_sqrt_gets_safe_sqrt(make_evidence, make_stats, families):

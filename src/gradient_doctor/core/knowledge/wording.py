@@ -152,6 +152,20 @@ def nonfinite_counts(origin: Origin) -> str:
     return f"{words} {'value' if nan + inf == 1 else 'values'}" if words else "non-finite values"
 
 
+def nonfinite_kind(origin: Origin) -> str:
+    """The one kind of non-finite value an op wrote: "NaN", "inf" or "-inf"; "non-finite
+    value" when it wrote several kinds, or none is counted (an inf whose sign is not
+    counted is "inf")."""
+    nan = sum(stats.nan for stats in origin.outputs)
+    inf = sum(stats.inf for stats in origin.outputs)
+    negative = sum(stats.neg_inf for stats in origin.outputs)
+    if nan and not inf:
+        return "NaN"
+    if nan or not inf or 0 < negative < inf:
+        return "non-finite value"
+    return "-inf" if negative == inf else "inf"
+
+
 def approximately(value: float, significant: int = 2) -> str:
     """Format a rate or ratio rounded to a few significant digits: 740, 26, 0.98, 1.2e-06.
 

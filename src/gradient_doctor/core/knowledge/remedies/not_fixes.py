@@ -41,25 +41,37 @@ def forward_not_fixes(problem: str, weights_upstream: bool | None = None) -> tup
     )
 
 
-def nan_gradient_not_fixes(cause: str) -> tuple[NotFix, ...]:
-    """Remedies that act on gradients after they are computed, so cannot undo a NaN.
+def nan_gradient_not_fixes(
+    cause: str, kind: str = "NaN", framework: str = "tf"
+) -> tuple[NotFix, ...]:
+    """Remedies that act on gradients after they are computed, so cannot undo a NaN or inf.
 
     Args:
-        cause: str, where the NaN comes from, e.g. "the data".
+        cause: str, where the value comes from, e.g. "the data".
+        kind: str, the non-finite value the op wrote (`wording.nonfinite_kind`): "NaN",
+            "inf", "-inf" or "non-finite value". Defaults to "NaN".
+        framework: the framework the user trains with, which names the clipping call.
+            Defaults to "tf".
 
     Returns:
         gradient_clipping and lower_learning_rate, each with its reason.
     """
+    clip = "torch.nn.utils.clip_grad_norm_" if framework == "torch" else "tf.clip_by_global_norm"
+    value = kind if kind != "non-finite value" else "non-finite gradient"
+    article = "an" if value[0] in "aeiou" else "a"
+    if kind == "NaN":
+        clipped = f"Clipping a NaN gives NaN, and {clip} of a NaN norm turns every gradient NaN."
+    else:
+        clipped = (
+            f"{clip} of an infinite norm scales every gradient by 0: the finite ones vanish "
+            "and the infinite ones turn NaN."
+        )
     return (
-        NotFix(
-            "gradient_clipping",
-            f"The NaN comes from {cause}. Clipping a NaN gives NaN, and "
-            "tf.clip_by_global_norm of a NaN norm turns every gradient NaN.",
-        ),
+        NotFix("gradient_clipping", f"The {value} comes from {cause}. {clipped}"),
         NotFix(
             "lower_learning_rate",
-            f"The NaN comes from {cause}; the learning rate scales the gradient after it is "
-            "computed, and a NaN times a smaller rate is still NaN.",
+            f"The {value} comes from {cause}; the learning rate scales the gradient after it is "
+            f"computed, and {article} {value} times a smaller rate is still {value}.",
         ),
     )
 

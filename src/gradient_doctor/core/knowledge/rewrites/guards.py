@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Edit, Fix, SourceLine
+from gradient_doctor.core.knowledge.source.calls import find_call
 from gradient_doctor.core.knowledge.source.operands import risky_operand
 from gradient_doctor.core.knowledge.source.spelling import fill
 
@@ -130,7 +132,8 @@ def guard_calls(
             if span == first:
                 return None
             continue
-        code = operand.replaced(code, fill(template, operand.call, operand.text))
+        guarded = fill(template, operand.call, operand.text)
+        code = operand.replaced(code, tightened(guarded) or guarded)
         if span is not None:
             done.append(span)
     return code
@@ -162,3 +165,76 @@ def already_guarded(code: str, op: str, span: tuple[int, int] | None) -> bool:
             for side in (tree.left, tree.right)
         )
     return False
+
+
+# The clamps whose bounds a guard can tighten in place, by name: the keywords of their
+# (lower, upper) bounds (`torch.clamp(x, min=, max=)`, `tf.clip_by_value(t,
+# clip_value_min=, clip_value_max=)`, `np.clip(a, a_min=, a_max=)`); a one-sided clamp
+# has only a lower bound.
+_BOUNDS = {
+    "clamp": ("min", "max"),
+    "clip": ("min", "max"),
+    "clip_by_value": ("clip_value_min", "clip_value_max"),
+    "clamp_min": ("min",),
+    "maximum": ("y",),
+}
+
+
+def tightened(guarded: str) -> str | None:
+    """A guard around a clamp of the user's written as that clamp with tighter bounds.
+
+    `torch.clamp(torch.clamp(cos, -1.0, 1.0), -1.0 + 1e-7, 1.0 - 1e-7)` becomes
+    `torch.clamp(cos, -1.0 + 1e-7, 1.0 - 1e-7)`: each of the user's bounds that lets the
+    value reach the guard's is replaced by the guard's, one already inside it is kept.
+
+    Args:
+        guarded: str, the guard's call, its first argument the user's operand.
+
+    Returns:
+        The user's clamp with the bounds tightened, or None when the operand is no clamp
+        with as many bounds, or one of its bounds is not a number as written.
+    """
+    outer = find_call(guarded, tuple(_BOUNDS))
+    inner = find_call(outer.args[0], tuple(_BOUNDS)) if outer and outer.args else None
+    if inner is None or outer is None or inner.start != 0 or inner.end != len(outer.args[0]):
+        return None
+    keywords = _BOUNDS[inner.name]
+    wanted = outer.args[1:]
+    if len(keywords) != len(wanted) or len(_BOUNDS[outer.name]) != len(wanted):
+        return None
+    args, kwargs = list(inner.args), dict(inner.kwargs)
+    for index, (keyword, bound) in enumerate(zip(keywords, wanted, strict=True)):
+        written = inner.argument(index + 1, keyword)
+        mine, theirs = _number(bound), _number(written) if written is not None else None
+        if written is None or mine is None or theirs is None:
+            return None
+        if (theirs < mine) if index == 0 else (theirs > mine):  # a lower bound, then an upper
+            if index + 1 < len(args):
+                args[index + 1] = bound
+            else:
+                kwargs[keyword] = bound
+    rewritten = dataclasses.replace(inner, kwargs=tuple(kwargs.items()))
+    return rewritten.render(tuple(args))
+
+
+def _number(text: str) -> float | None:
+    """The value of a bound written as a number (`-1.0`, `1.0 - 1e-7`), else None."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    return _value(node)
+
+
+def _value(node: ast.expr) -> float | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        operand = _value(node.operand)
+        return None if operand is None else -operand if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+        left, right = _value(node.left), _value(node.right)
+        if left is None or right is None:
+            return None
+        return left + right if isinstance(node.op, ast.Add) else left - right
+    return None

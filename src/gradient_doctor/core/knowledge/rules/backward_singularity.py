@@ -18,6 +18,7 @@ from gradient_doctor.core.knowledge.wording import (
     count,
     format_number,
     nonfinite_counts,
+    nonfinite_kind,
     op_place,
 )
 
@@ -87,7 +88,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         category="backward_singularity",
         explanation=explain(origin, forward, evidence.step),
         not_fixes=nan_gradient_not_fixes(
-            f"the derivative of {forward} itself, evaluated at {singularity.point}"
+            f"the derivative of {forward} itself, evaluated at {singularity.point}",
+            nonfinite_kind(origin),
+            evidence.setup.framework,
         ),
         fixes=guard_fixes(
             forward, source_code(evidence), source_focus(evidence), evidence.setup.framework

@@ -15,6 +15,7 @@ from gradient_doctor.core.knowledge.wording import (
     at_step,
     from_data_note,
     nonfinite_counts,
+    nonfinite_kind,
     op_place,
     value_range,
 )
@@ -45,7 +46,11 @@ def diagnose(evidence: Evidence) -> Diagnosis:
         return Diagnosis(
             category="backward_singularity",
             explanation=explain(origin, evidence.step, f"the gradient of {forward}"),
-            not_fixes=nan_gradient_not_fixes(f"the derivative of {forward} at these inputs"),
+            not_fixes=nan_gradient_not_fixes(
+                f"the derivative of {forward} at these inputs",
+                nonfinite_kind(origin),
+                evidence.setup.framework,
+            ),
             fixes=(_CLIP_DOMAIN, _CUSTOM_GRADIENT),
         )
     overflow = outputs_inf(origin)

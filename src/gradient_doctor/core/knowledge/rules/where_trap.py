@@ -11,7 +11,7 @@ from gradient_doctor.core.knowledge.rules.backward_singularity import SINGULARIT
 from gradient_doctor.core.knowledge.source.calls import Call, find_call, replace_span
 from gradient_doctor.core.knowledge.source.operands import risky_operand
 from gradient_doctor.core.knowledge.source.spelling import spell
-from gradient_doctor.core.knowledge.wording import at_step, op_place
+from gradient_doctor.core.knowledge.wording import at_step, nonfinite_kind, op_place
 
 _TITLE = "Use the double-where: make the branch not taken harmless before computing it"
 _GENERIC = "safe_x = tf.where(cond, x, tf.ones_like(x))\ny = tf.where(cond, f(safe_x), fallback)"
@@ -33,7 +33,11 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     return Diagnosis(
         category="backward_singularity",
         explanation=explain(origin, forward, evidence.step),
-        not_fixes=nan_gradient_not_fixes(f"{forward}'s derivative in the branch not taken"),
+        not_fixes=nan_gradient_not_fixes(
+            f"{forward}'s derivative in the branch not taken",
+            nonfinite_kind(origin),
+            evidence.setup.framework,
+        ),
         fixes=fixes,
     )
 
