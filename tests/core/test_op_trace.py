@@ -6,7 +6,8 @@ from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import (
     feeding_op_types,
     log_of_sum,
-    nearest_weight_layer,
+    nearest_weight_read,
+    unowned_variable,
     weights_upstream,
     where_values_grew,
 )
@@ -76,9 +77,32 @@ def test_the_closest_variable_read_upstream_names_the_feeding_layer():
         event(4, "Mul", [(7, FINITE), (9, SCALAR)], [(8, FINITE)]),
         event(5, "Exp", [(8, FINITE)], [(10, FINITE)]),
     ]
-    assert nearest_weight_layer(events, events[5], READS) == "encoder/z_log_var"
-    assert nearest_weight_layer(events, events[1], READS) == "encoder/hidden"
-    assert nearest_weight_layer(events, events[0], READS) is None
+    assert nearest_weight_read(events, events[5], READS).layer == "encoder/z_log_var"
+    assert nearest_weight_read(events, events[1], READS).layer == "encoder/hidden"
+    assert nearest_weight_read(events, events[0], READS) is None
+
+
+def test_a_variable_read_outside_every_layer_is_named_as_unowned():
+    def read(index, output, name, layer):
+        made = event(index, "ReadVariableOp", [], [(output, FINITE)])
+        return dataclasses.replace(made, op_name=name, layer=layer)
+
+    matmul = dataclasses.replace(
+        event(2, "MatMul", [(1, FINITE), (3, FINITE)], [(4, FINITE)]), layer="body"
+    )
+    events = [
+        read(0, 3, "body.weight", "body"),
+        read(1, 5, "scale", None),  # a parameter of the root module itself
+        matmul,
+        read(3, 6, "optimizer0.param2", "optimizer0"),  # a free tensor: no op ran there
+        event(4, "Mul", [(4, FINITE), (5, FINITE)], [(7, FINITE)]),
+    ]
+    assert [unowned_variable(events, events[i], READS) for i in (0, 1, 3)] == [
+        None,
+        "scale",
+        "optimizer0.param2",
+    ]
+    assert unowned_variable(events, None, READS) is None
 
 
 def test_the_op_where_values_first_grew_past_a_threshold_is_found():

@@ -15,6 +15,7 @@ from tests.conftest import ROOT  # noqa: E402
 from tests.scripts.torch import (  # noqa: E402
     layer_norm_constant_rows,
     mlp_log_of_sigmoid,
+    root_scale_exp,
     wgan_gp_padded_rows,
 )
 from tests.torch_adapter.conftest import first_nonfinite_step, run_until_stopped  # noqa: E402
@@ -81,3 +82,18 @@ def test_a_division_written_as_an_operator_is_made_safe_in_torch(tmp_path):
     patched_model, patched_optimizer, patched_step = patched.build()
     parameters = list(patched_model.parameters())
     assert first_nonfinite_step(patched_step, patched.batches(20), parameters) is None
+
+
+def test_a_parameter_of_the_root_module_is_bounded_by_its_name():
+    model, optimizer, step = root_scale_exp.build()
+    watched = doctor_torch.watch(step, model=model, optimizer=optimizer, verbose=False)
+    finding, _ = run_until_stopped(watched, root_scale_exp.batches(6))
+    assert finding is not None and finding.origin.op == "Exp"
+    (bound,) = [fix for fix in finding.fixes if fix.family == "constrain_weights"]
+    assert bound.title == "Bound the parameter `scale`, whose values feed Exp"
+    assert "model.scale.clamp_(-3.0, 3.0)" in bound.code
+    assert "no patch" in bound.code and bound.patch is None
+    assert "get_submodule" not in bound.code and "the layer" not in bound.code
+    # the model itself runs: the code bounds the parameter the optimizer steps
+    with torch.no_grad():
+        eval(compile(bound.code.splitlines()[-1].split("#")[0].strip(), "fix", "eval"))

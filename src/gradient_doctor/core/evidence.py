@@ -175,6 +175,9 @@ class Evidence:
             Sigmoid before a Log says the log is taken of a probability).
         weights_layer: the layer whose weights feed the origin most directly (the
             closest variable read upstream in the replay), when known.
+        weights_variable: when that closest read is of a variable no layer owns (a
+            parameter of the root module itself, a free tensor the optimizer trains),
+            its name; None otherwise.
         nonfinite_constant: the origin is the first op that read a non-finite value
             no op of the step made and the batch did not hold: a constant (a literal
             its dtype cannot hold, like -1e9 in float16) or a tensor made before.
@@ -222,6 +225,7 @@ class Evidence:
     weights_upstream: bool | None = None
     feeding_ops: frozenset[str] = frozenset()
     weights_layer: str | None = None
+    weights_variable: str | None = None
     nonfinite_constant: bool = False
     growth: tuple[str | None, str, float] | None = None
     input_scale: tuple[str, float] | None = None

@@ -152,14 +152,13 @@ def input_producers(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEvent
     return tuple(found)
 
 
-def nearest_weight_layer(
+def nearest_weight_read(
     events: Sequence[OpEvent], target: OpEvent, weight_reads: frozenset[str]
-) -> str | None:
-    """The layer of the variable read closest upstream of `target` (breadth first).
+) -> OpEvent | None:
+    """The read of the variable closest upstream of `target` (breadth first), or None.
 
-    That is the layer whose weights feed the op: `z_log_var` for the exp in a VAE's
-    sampling layer, which has no weights of its own. None when no read is upstream
-    or it ran outside any layer.
+    Its layer is the layer whose weights feed the op: `z_log_var` for the exp in a VAE's
+    sampling layer, which has no weights of its own (None: the read ran outside any).
     """
     producers = _producers_before(events, target)
     frontier, seen = list(target.input_ids), set()
@@ -168,9 +167,24 @@ def nearest_weight_layer(
         seen.update(frontier)
         for event in feeding:
             if event.op_type in weight_reads:
-                return event.layer
+                return event
         frontier = [t for event in feeding for t in event.input_ids]
     return None
+
+
+def unowned_variable(
+    events: Sequence[OpEvent], read: OpEvent | None, weight_reads: frozenset[str]
+) -> str | None:
+    """The name of the variable `read` reads when no layer owns it, else None.
+
+    A variable is a layer's when ops of the step ran in the layer its read names; one
+    read outside every layer (a parameter set on the root module itself, a free tensor
+    handed to the optimizer) has no layer whose weights a fix could bound.
+    """
+    if read is None:
+        return None
+    layers = {e.layer for e in events if e.op_type not in weight_reads and e.layer}
+    return read.op_name if read.layer is None or read.layer not in layers else None
 
 
 def where_values_grew(

@@ -14,7 +14,8 @@ from gradient_doctor.core.op_trace import (
     input_producers,
     largest_output,
     log_of_sum,
-    nearest_weight_layer,
+    nearest_weight_read,
+    unowned_variable,
     weights_upstream,
     where_values_grew,
 )
@@ -215,12 +216,14 @@ def trace_evidence(
 
 def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stats) -> dict:
     """What the trace says about what fed a forward origin: the `Evidence` fields
-    `feeding_ops`, `weights_layer`, `weights_upstream` and `growth`."""
+    `feeding_ops`, `weights_layer`, `weights_variable`, `weights_upstream` and `growth`."""
     if origin is None or origin.phase != "forward":
         return {}
+    read = nearest_weight_read(events, origin, weight_reads)
     return {
         "feeding_ops": feeding_op_types(events, origin),
-        "weights_layer": nearest_weight_layer(events, origin, weight_reads),
+        "weights_layer": read.layer if read is not None else None,
+        "weights_variable": unowned_variable(events, read, weight_reads),
         "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats),
         "growth": _growth(events, origin),
         "log_of_sum": _call_or_none(log_of_sum(events, origin)),

@@ -58,6 +58,41 @@ def constrain_weights(
     )
 
 
+def constrain_variable(origin: Origin, variable: str, framework: str = "tf") -> Fix:
+    """Bound the values of a variable no layer owns (a parameter set on the root module
+    itself, a free tensor the optimizer trains), which feeds the op.
+
+    No layer's line builds it, so no constraint can be written there and no patch is
+    offered: its values are clamped after every update, where the user steps.
+
+    Args:
+        origin: the op's `Origin`.
+        variable: the variable's name as the report gives it ("scale", "optimizer0.param3").
+        framework: "tf" or "torch".
+    """
+    noun = "parameter" if framework == "torch" else "variable"
+    title = f"Bound the {noun} `{variable}`, whose values feed {origin.op}"
+    why = f"# `{variable}` belongs to no layer: no layer's line to constrain, so no patch;"
+    bound = MAX_NORM
+    if framework == "torch":
+        attribute = "." not in variable and is_identifier(variable)
+        target = f"model.{variable}" if attribute else "w"
+        named = " (model: your model)" if attribute else f" (w: the tensor `{variable}`)"
+        return Fix(
+            "constrain_weights",
+            title,
+            f"{why}\n# after each optimizer.step(){named}:\n"
+            "with torch.no_grad():\n"
+            f"    {target}.clamp_(-{bound}, {bound})  # each value to |x| <= {bound}",
+        )
+    return Fix(
+        "constrain_weights",
+        title,
+        f"{why}\n# after each optimizer.apply_gradients(...) (v: the variable `{variable}`):\n"
+        f"v.assign(tf.clip_by_value(v, -{bound}, {bound}))  # each value to |x| <= {bound}",
+    )
+
+
 def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
     """Remedies for what feeds the origin op: the feeding layer's weights, then the data.
 
@@ -70,7 +105,11 @@ def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
     # The layer where the values blew up, when the replay saw them grow on the way.
     grew = evidence.growth[0] if evidence.growth else None
     layer = grew or evidence.weights_layer
-    return (constrain_weights(evidence.origin, layer, framework), normalize_input(framework))
+    if evidence.weights_variable is not None:
+        bound = constrain_variable(evidence.origin, evidence.weights_variable, framework)
+    else:
+        bound = constrain_weights(evidence.origin, layer, framework)
+    return (bound, normalize_input(framework))
 
 
 def normalize_input(framework: str = "tf") -> Fix:
