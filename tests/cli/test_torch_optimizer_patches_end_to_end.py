@@ -93,3 +93,29 @@ def test_the_printed_patch_applied_with_patch_p1_trains_healthy(confirmed, tmp_p
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert rerun["problems"] == [], rerun["problems"]
     assert rerun["steps_watched"] > confirmed["step"]
+
+
+def test_a_rate_said_only_to_delay_an_overflow_is_rerun_and_becomes_the_fix(tmp_path):
+    # The forward-overflow rule expects a lower rate only to delay a drift; no trial
+    # inside the run can try it on an unchanged script, so the confirmation reruns its
+    # patch: here the rate is the cause, and the patched copy trains healthy.
+    name = "poisson_exp_link_high_rate.py"
+    shutil.copy(ROOT / "tests" / "scripts" / "torch" / name, tmp_path / name)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("OMP_NUM_THREADS", "1")
+        run = run_doctor(name, tmp=tmp_path, options=("--confirm", "always"), cwd=tmp_path)
+    (problem,) = run.report["problems"]
+    assert (problem["category"], problem["step"], problem["origin"]["op"]) == (
+        "forward_overflow",
+        2,
+        "Exp",
+    )
+    assert "lower_learning_rate" not in [n["remedy"] for n in problem["not_fixes"]]
+    fix = _fix(problem, "lower_learning_rate")
+    assert fix["verified"] is True, fix["evidence"]
+    assert fix["evidence"].startswith("confirmed: the patched copy of your files trained")
+    assert (
+        "where the unchanged copy, run from the start, found forward_overflow at step 2"
+        in (fix["evidence"])
+    )
+    assert _added(fix["patch"]) == ["opt = torch.optim.SGD(model.parameters(), lr=0.1)"]

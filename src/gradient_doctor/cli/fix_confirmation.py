@@ -13,8 +13,13 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from gradient_doctor.cli.patched_rerun import relative_script, rerun_patched, untried_patch
-from gradient_doctor.core.findings import Finding, Fix
+from gradient_doctor.cli.patched_rerun import (
+    Rerun,
+    relative_script,
+    rerun_patched,
+    untried_patch,
+)
+from gradient_doctor.core.findings import Finding, Fix, NotFix
 from gradient_doctor.core.fix_trials import ranked
 from gradient_doctor.core.report import Report
 
@@ -61,27 +66,17 @@ def _confirmed(
 ) -> Finding:
     """Each verified patch rerun from the start; and each patch no trial inside the run
     could try (module-level code, say), rerun too, against the unchanged copy rerun
-    the same way (it must fail again, or the rerun cannot tell). Once a rerun was stopped
-    from writing the user's files, the rest are not run: each would write the same."""
+    the same way (it must fail again, or the rerun cannot tell). Then, while reruns are
+    left, each remedy said not to help on an expectation no trial bore out, whose patch
+    exists: rerun the same way, it is borne out, or it becomes a fix if it held."""
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
-    step = problem.step or 0
-    fixes, done, baseline, stopped = [], 0, None, None
+    reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout)
+    fixes = []
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
-        if fix.patch and (fix.verified is True or untried) and done < MAX_CONFIRMED:
-            done += 1
-            if untried and baseline is None and stopped is None:
-                _say("the unchanged script: running a copy of your folder from the start")
-                baseline = rerun_patched(script, args, None, step, steps_past, timeout)
-                _say(f"the unchanged script: {baseline.why}")
-                stopped = baseline if baseline.blocked else None
-            rerun = stopped
-            if rerun is None:
-                _say(f"{fix.family}: running a patched copy of your folder from the start")
-                rerun = rerun_patched(script, args, fix.patch, step, steps_past, timeout)
-                _say(f"{fix.family}: {rerun.why}")
-                stopped = rerun if rerun.blocked else None
+        if fix.patch and (fix.verified is True or untried) and reruns.left:
+            rerun, baseline = reruns.run(fix.family, fix.patch, untried)
             if rerun.blocked:
                 fix = _not_confirmed(fix, rerun.why, untried)
             elif untried:
@@ -89,7 +84,64 @@ def _confirmed(
             else:
                 fix = _judged(fix, rerun.held, rerun.why)
         fixes.append(fix)
-    return ranked(dataclasses.replace(problem, fixes=tuple(fixes)))
+    not_fixes = []
+    for item in problem.not_fixes:
+        patch = item.fix.patch if item.fix is not None else None
+        if patch and _expected_only(item) and reruns.left:
+            rerun, baseline = reruns.run(item.remedy, patch, untried=True)
+            fix = dataclasses.replace(item.fix, evidence=item.evidence)
+            judged = fix if rerun.blocked else _rerun_only(fix, rerun.held, rerun.why, baseline)
+            if judged.verified is True:  # it helps after all: a fix, proved by the rerun
+                fixes.append(judged)
+                continue
+            item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
+        not_fixes.append(item)
+    return ranked(dataclasses.replace(problem, fixes=tuple(fixes), not_fixes=tuple(not_fixes)))
+
+
+def _expected_only(item: NotFix) -> bool:
+    """A remedy said not to help on an expectation that no trial inside the run tried."""
+    return not item.structural and (item.evidence or "not tried").startswith("not tried")
+
+
+class _Reruns:
+    """The reruns for one problem: the unchanged copy once (the baseline an untried patch
+    is judged against), each patch once, at most `MAX_CONFIRMED`; once a rerun was
+    stopped from writing the user's files, the rest are not run (each would write the
+    same) and each gets that stopped rerun as its answer."""
+
+    def __init__(
+        self, script: str, args: list[str], step: int, steps_past: int, timeout: float
+    ) -> None:
+        self._script, self._args, self._step = script, args, step
+        self._steps_past, self._timeout = steps_past, timeout
+        self._done = 0
+        self._baseline: Rerun | None = None
+        self._stopped: Rerun | None = None
+
+    @property
+    def left(self) -> bool:
+        return self._done < MAX_CONFIRMED
+
+    def run(self, family: str, patch: str, untried: bool) -> tuple[Rerun, Rerun | None]:
+        """The patched copy's rerun, and the unchanged copy's when `untried` (else None)."""
+        self._done += 1
+        if untried and self._baseline is None and self._stopped is None:
+            self._baseline = self._rerun("the unchanged script", None)
+        if self._stopped is None:
+            return self._rerun(family, patch), self._baseline
+        return self._stopped, self._baseline
+
+    def _rerun(self, what: str, patch: str | None) -> Rerun:
+        copy = "a patched copy" if patch else "a copy"
+        _say(f"{what}: running {copy} of your folder from the start")
+        rerun = rerun_patched(
+            self._script, self._args, patch, self._step, self._steps_past, self._timeout
+        )
+        _say(f"{what}: {rerun.why}")
+        if rerun.blocked:
+            self._stopped = rerun
+        return rerun
 
 
 def _not_confirmed(fix: Fix, why: str, untried: bool) -> Fix:
