@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 # PyTorch, for the PyTorch adapter's tests only (`make demo` does not need it).
 $(TORCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet "torch==2.13.0" "safetensors>=0.4"
 	touch $(TORCH_STAMP)
 
 .PHONY: install demo test lint browser

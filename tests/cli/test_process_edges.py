@@ -397,7 +397,10 @@ def test_without_tensorflow_run_and_replay_say_how_to_install_it(tmp_path):
     assert probe.stdout.strip() == "None", probe.stderr
 
     script = SCRIPTS / "loop_until_signal.py"
-    for argv in (["run", str(script)], ["replay", str(tmp_path / "dump")]):
+    dump = tmp_path / "dump"  # a TensorFlow dump's manifest (one names no framework)
+    dump.mkdir()
+    (dump / "manifest.json").write_text('{"format": "gradient-doctor/dump", "version": 1}')
+    for argv in (["run", str(script)], ["replay", str(dump)]):
         completed = subprocess.run(
             [python, "-m", "gradient_doctor", *argv],
             capture_output=True,

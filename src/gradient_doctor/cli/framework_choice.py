@@ -141,8 +141,10 @@ def run_adapter(
             trial_steps=trial_steps,
             on_record=on_record,
             max_steps=max_steps,
+            dump_dir=dump_dir,
         )
-        return RunAdapter(watcher, (Session.after_step, Session.record, ScriptAdapter.finish))
+        protected = (Session.after_step, Session.record, ScriptAdapter.finish)
+        return RunAdapter(watcher, protected, watcher.crash_dump)
     from gradient_doctor.core.pipeline import Session
     from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump
     from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher

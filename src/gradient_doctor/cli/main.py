@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dump",
         metavar="DIR",
         help="at the first non-finite step, save the last good state, the failing batch and "
-        "the step itself to the new folder DIR; `gradient-doctor replay DIR` runs it again",
+        "the step itself to the new folder DIR; `gradient-doctor replay DIR` runs it again "
+        "(PyTorch: its aten ops and at most 256 MiB of tensors; the manifest lists what is "
+        "left out)",
     )
     run.add_argument(
         "--stop-after",
@@ -142,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a crash dump's failing step again and diagnose it, without the script",
         description="Replay the step saved by `gradient-doctor run --dump DIR`: no script, "
         "model code or data needed. Exit status 1 when the problem reproduces, 0 when not, "
-        "2 when the dump cannot be read (or TensorFlow is not installed).",
+        "2 when the dump cannot be read (or the framework that wrote it is not installed).",
     )
     replay.add_argument("--report", metavar="PATH", help="write the JSON report to PATH")
     replay.add_argument("dump", metavar="DIR", help="the folder `run --dump DIR` wrote")
@@ -193,15 +195,6 @@ def check_script(path: str) -> None:
         )
 
 
-def check_tensorflow() -> None:
-    """Raise `UsageError` when TensorFlow is not installed where the doctor runs.
-
-    `pip install gradient-doctor` leaves the framework to the user (any TensorFlow 2
-    build works), so its absence is said in one line instead of a traceback.
-    """
-    check_framework("tensorflow")
-
-
 def check_framework(framework: str) -> None:
     """Raise `UsageError` when `framework` ("tensorflow" or "torch") is not installed here."""
     if importlib.util.find_spec(framework) is None:
@@ -214,22 +207,29 @@ def check_framework(framework: str) -> None:
         )
 
 
+def check_dump_support(framework: str) -> None:
+    """Raise `UsageError` when a dump of `framework` cannot be written or read here: a
+    PyTorch dump's tensors are safetensors files, and safetensors is not installed."""
+    if framework == "torch" and importlib.util.find_spec("safetensors") is None:
+        raise UsageError(
+            "a PyTorch crash dump holds its tensors as safetensors files, and safetensors is "
+            f"not installed in this environment ({sys.executable}). Install it with "
+            f"`{INSTALL_TORCH}` (or `pip install safetensors`), or run without --dump."
+        )
+
+
 def run_command(options: argparse.Namespace) -> int:
     """Run the script under the doctor and report; returns the exit status."""
     check_script(options.script)
     check_outputs(options.script, options.report, options.html, options.tensorboard)
-    from gradient_doctor.cli.framework_choice import TORCH, script_framework
+    from gradient_doctor.cli.framework_choice import script_framework
 
     framework = script_framework(options.script)
     check_framework(framework)
-    if options.dump and framework == TORCH:
-        raise UsageError(
-            f"`--dump` is not yet available for PyTorch scripts. Received: --dump "
-            f"{options.dump} for {options.script}, which imports torch; run it without --dump."
-        )
     if options.dump:
-        from gradient_doctor.tf_adapter.dump.dump_format import check_new_dump_directory
+        from gradient_doctor.core.dump_folder import check_new_dump_directory
 
+        check_dump_support(framework)
         check_new_dump_directory(options.dump)
     # TensorFlow's start-up INFO lines would bury the diagnosis; warnings still show.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -284,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         if options.command == "replay":
             check_outputs(None, options.report)
-            check_tensorflow()
             from gradient_doctor.cli.replay_command import replay_command
 
             return replay_command(options.dump, options.report)

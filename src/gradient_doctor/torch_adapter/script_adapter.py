@@ -18,31 +18,31 @@ front end's confirmation reruns a patched copy of the folder from the start.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import warnings
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
-from gradient_doctor.core.op_trace import OpEvent
-from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.core.pipeline import Localized, Session, StepReading
 from gradient_doctor.core.trial_plans import TrialPlan
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
+from gradient_doctor.torch_adapter.dump.crash_dump import TorchCrashDump
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
+from gradient_doctor.torch_adapter.localize.event_evidence import recorded_evidence
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     CutWatch,
     RecordedPaths,
     breaks_in,
     trainable_count,
 )
-from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE
-from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.step_check import Check, combined
@@ -91,11 +91,18 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
     Args:
         script: the script's path as the user gave it.
         args: its arguments.
+        dump_dir: the `--dump` folder, or None: the first failing step the rerun
+            records is written there (`torch_adapter.dump`).
         **session: passed to `Session` (stop_on_problem, on_finding, max_steps, ...).
     """
 
-    def __init__(self, script: str, args: list[str], **session) -> None:
+    def __init__(
+        self, script: str, args: list[str], dump_dir: str | None = None, **session
+    ) -> None:
         self.script, self.args = script, list(args)
+        self.crash_dump = TorchCrashDump(dump_dir, script) if dump_dir else None
+        self._tape: str | None = None  # the last failing step's tape, for the dump
+        self._no_tape = "the failing step was not recorded"
         self.hooks = UpdateHooks(self)
         self.sites = OptimizerSites()  # the lines that built and stepped each optimizer
         self._failing: weakref.ref | None = None  # the optimizer of the last skipped update
@@ -120,6 +127,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.stats.begin_sample()
 
     def uninstall(self) -> None:
+        self._drop_tape()
         self.stats.close()
         self.hooks.uninstall()
         self.sites.uninstall()
@@ -254,24 +262,17 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             f"step {step} is not finite; running your script again, seeded as it started, to "
             f"record that step op by op"
         )
-        recorded, seconds = self.reruns.record(replay.window_after, replay.failing)
+        tape = self.crash_dump is not None and self.crash_dump.wanted
+        recorded, seconds = self.reruns.record(replay.window_after, replay.failing, tape=tape)
         self.rerun_seconds.append(seconds)
+        self._drop_tape()
+        self._tape, self._no_tape = recorded.tape, recorded.why or self._no_tape
         if not recorded.reached:
             _say(f"{recorded.why}; the step cannot be named op by op")
             evidence = Evidence(
                 step, None, None, history=history, setup=setup, reproduced=False, replayed=False
             )
             return Localized(evidence, rerun=None)
-        events = list(recorded.events)
-        traced = trace_evidence(
-            events,
-            list(recorded.bad_ids),
-            step,
-            data_ids=_made_before(events),
-            weight_reads=frozenset({READ_VARIABLE}),
-            stats=recorded.stats,
-            reductions=TorchReductions(),
-        )
         reproduced = bool(recorded.bad_ids)
         if not reproduced:
             _say(
@@ -281,26 +282,27 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             )
         else:
             _say(f"the rerun reproduced step {step} ({seconds:.1f} s)")
-        evidence = replace(traced.evidence, history=history, setup=setup, reproduced=reproduced)
+        evidence = recorded_evidence(
+            recorded.events, recorded.bad_ids, recorded.stats, step, history, setup
+        )
         return Localized(evidence, rerun=replay if reproduced else None)
+
+    def write_dump(self, finding: Finding, evidence: Evidence, rerun: FailedUpdate | None) -> None:
+        """Write the failing step the rerun recorded to the `--dump` folder (the first only)."""
+        if self.crash_dump is not None:
+            tape = Path(self._tape) if self._tape is not None else None
+            self.crash_dump.write(finding, evidence, tape, self._no_tape)
+        self._drop_tape()
+
+    def _drop_tape(self) -> None:
+        """Remove the rerun's tape folder (the doctor's own temporary one)."""
+        if self._tape is not None:
+            shutil.rmtree(self._tape, ignore_errors=True)
+            self._tape = None
 
     def fix_trials(self, finding: Finding, evidence: Evidence, rerun: FailedUpdate):
         """The finding's fixes, reported not tried here (the confirmation reruns judge them)."""
         return UntriedFixes(tuple(trial_plans(finding, evidence, self.optimizers)))
-
-
-def _made_before(events: list[OpEvent]) -> frozenset[int]:
-    """The tensors the step read that none of its ops made and that are no parameter: what
-    the step was fed (its batch, or tensors the script made before the step)."""
-    produced: set[int] = set()
-    fed: set[int] = set()
-    for event in events:
-        if event.op_type == READ_VARIABLE:
-            produced.update(event.output_ids)
-            continue
-        fed.update(i for i in event.input_ids if i not in produced)
-        produced.update(event.output_ids)
-    return frozenset(fed)
 
 
 def _say(text: str) -> None:

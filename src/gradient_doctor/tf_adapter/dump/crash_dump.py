@@ -9,43 +9,26 @@ standalone graph (see `step_graph`), with the finding as the JSON report has it.
 from __future__ import annotations
 
 import dataclasses
-import math
 import platform
-import sys
-import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gradient_doctor.core.crash_dump import DumpTarget, dump_manifest
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding, SourceLine
 from gradient_doctor.tf_adapter.dump import dump_format
-from gradient_doctor.tf_adapter.dump.dump_format import DumpError, encode_array
+from gradient_doctor.tf_adapter.dump.dump_format import encode_array
 from gradient_doctor.tf_adapter.dump.step_graph import StepNotTraceable, TracedStep, trace_step
 from gradient_doctor.tf_adapter.dump.step_session import run_step_graph
 from gradient_doctor.tf_adapter.localize.missing_gradients import _handle, variable_name
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 
 
-class CrashDump:
-    """The watcher's `on_problem` hook: writes one dump, at the first finding it can.
-
-    Args:
-        directory: str or path-like, the dump folder; it must not exist or be empty.
-        script: str or None, the training script as the user named it.
-
-    Raises:
-        DumpError: `directory` is a file or a folder that holds anything.
-    """
-
-    def __init__(self, directory, script: str | None = None) -> None:
-        dump_format.check_new_dump_directory(directory)
-        self.directory = Path(directory)
-        self.script = script
-        self.written: Path | None = None
-        self._asked = False  # a non-finite step was found (dumped or not)
+class CrashDump(DumpTarget):
+    """The watcher's `on_problem` hook: writes one dump, at the first finding it can (the
+    folder and script as `DumpTarget` takes them)."""
 
     def __call__(
         self,
@@ -54,47 +37,22 @@ class CrashDump:
         call: StepCall | None,
         named_inputs: list[tuple[str, object]],
     ) -> None:
-        self._asked = True
+        self.asked = True
         if self.written is not None:
             return
         if call is None:
-            _warn(
-                self.directory,
+            self.warn(
                 "the failing step cannot be run again (its batch was not kept, or the "
-                "update is made in the training loop's own body rather than a step function)",
+                "update is made in the training loop's own body rather than a step function)"
             )
             return
-        try:
-            self.written = write_crash_dump(
+        self.attempt(
+            finding.step,
+            lambda: write_crash_dump(
                 self.directory, finding, evidence, call, named_inputs, self.script
-            )
-        except (StepNotTraceable, DumpError, OSError) as error:
-            _warn(self.directory, str(error))
-            return
-        except Exception as error:  # the dump is extra: never end the user's run over it
-            _warn(self.directory, f"{type(error).__name__}: {error}")
-            return
-        print(
-            f"gradient-doctor: crash dump of step {finding.step} written to {self.directory}; "
-            f"replay it anywhere with `gradient-doctor replay {self.directory}`",
-            file=sys.stderr,
+            ),
+            expected=(StepNotTraceable,),
         )
-
-    def finish(self) -> None:
-        """At the end of the run, say so when no step ever needed dumping (nothing was written)."""
-        if not self._asked:
-            print(
-                f"gradient-doctor: no crash dump written to {self.directory}: no step had "
-                "non-finite values",
-                file=sys.stderr,
-            )
-
-
-def _warn(directory: Path, why: str) -> None:
-    warnings.warn(
-        f"gradient-doctor could not write the crash dump to {str(directory)!r}: {why}.",
-        stacklevel=3,
-    )
 
 
 def write_crash_dump(
@@ -125,19 +83,7 @@ def write_crash_dump(
     feeds.update(traced.constants)
     variables, rewound = _rewind_integer_state(graph_def, variables, feeds)
     step, variable_arrays, batch_arrays = _describe(traced, variables, rewound)
-    manifest = {
-        "format": dump_format.FORMAT,
-        "version": dump_format.VERSION,
-        "versions": versions(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "script": script,
-        "step": finding.step,
-        "finding": _problem(finding),
-        "context": {
-            "history": json_safe(dataclasses.asdict(evidence.history)),
-            "setup": json_safe(dataclasses.asdict(evidence.setup)),
-        },
-    }
+    manifest = dump_manifest("tensorflow", versions(), finding, _problem(finding), evidence, script)
     return dump_format.write_dump(
         directory,
         manifest,
@@ -269,16 +215,3 @@ def _describe(
         "variables": step_variables + optimizer_variables,
     }
     return step, variable_arrays, batch_arrays
-
-
-def json_safe(value):
-    """`value` with tuples as lists and non-finite floats as None (JSON has neither)."""
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    if isinstance(value, float | np.floating):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value

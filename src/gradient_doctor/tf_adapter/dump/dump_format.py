@@ -1,31 +1,47 @@
-"""The crash dump on disk: its files, format version, checksums, and safe writing and reading.
+"""A TensorFlow crash dump's files, and their safe writing and reading.
 
-A dump is a folder of safe formats only: JSON, NumPy `.npz` (written from plain
+The dump is a folder of safe formats only: JSON, NumPy `.npz` (written from plain
 numeric arrays and read with `allow_pickle=False`) and a binary TensorFlow
-`GraphDef` (protobuf). `manifest.json` names every other file with what it holds,
-its size and its SHA-256, so a missing, truncated or edited file is caught before
-anything is read from it.
+`GraphDef` (protobuf). The folder itself (`manifest.json` naming every other file
+with what it holds, its size and its SHA-256; the staged write) is
+`core.dump_folder`'s, the same for every framework.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import secrets
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gradient_doctor.errors import UsageError
+from gradient_doctor.core.dump_folder import (
+    FORMAT,
+    MANIFEST,
+    VERSION,
+    DumpError,
+    check_files,
+    check_new_dump_directory,
+    corrupted,
+    load_json,
+    read_manifest,
+    write_dump_folder,
+    write_json,
+)
 
-FORMAT = "gradient-doctor/dump"
-VERSION = 1
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "VERSION",
+    "DumpError",
+    "check_new_dump_directory",
+    "decode_array",
+    "encode_array",
+    "read_dump",
+    "write_dump",
+]
 
-MANIFEST = "manifest.json"
 GRAPH = "step.pb"
 STEP = "step.json"
 VARIABLES = "variables.npz"
@@ -46,30 +62,6 @@ HOLDS = {
 # NumPy has no bfloat16 or float8: such arrays are stored as unsigned integers of the
 # same width and viewed back by the dtype name recorded beside them.
 _STORED_AS = {1: np.uint8, 2: np.uint16}
-
-
-class DumpError(UsageError):
-    """A dump folder that cannot be written or read (the message says why and what to do)."""
-
-
-def check_new_dump_directory(path: str | os.PathLike[str]) -> None:
-    """Refuse a dump folder that exists and is not empty (nothing is ever overwritten).
-
-    Raises:
-        DumpError: `path` is a file, or a folder that holds anything.
-    """
-    target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise DumpError(
-            f"cannot write the crash dump to {str(path)!r}: it is a file. Pass a new "
-            "folder, for example `--dump crash_dump`."
-        )
-    if target.is_dir() and any(target.iterdir()):
-        what = "an earlier crash dump" if (target / MANIFEST).exists() else "other files"
-        raise DumpError(
-            f"cannot write the crash dump to {str(path)!r}: the folder already holds {what}, "
-            "and the doctor never overwrites files. Pass a new or empty folder."
-        )
 
 
 def encode_array(array: np.ndarray) -> tuple[np.ndarray, str]:
@@ -120,28 +112,15 @@ def write_dump(
         DumpError: the folder holds files, or appeared while the dump was written.
         OSError: the files cannot be written.
     """
-    target = Path(directory)
-    check_new_dump_directory(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    staging.mkdir()
-    try:
+
+    def write_files(staging: Path) -> dict[str, str]:
         (staging / GRAPH).write_bytes(graph)
-        _write_json(staging / STEP, step)
+        write_json(staging / STEP, step)
         np.savez(staging / VARIABLES, **variables)
         np.savez(staging / BATCH, **batch)
-        files = {
-            name: {"holds": HOLDS[name], **_fingerprint(staging / name)}
-            for name in (GRAPH, STEP, VARIABLES, BATCH)
-        }
-        _write_json(staging / MANIFEST, {**manifest, "files": files})
-        if target.is_dir():
-            target.rmdir()  # empty, as checked: the staged folder takes its place
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)  # only the doctor's own staging folder
-        raise
-    return target
+        return {name: HOLDS[name] for name in (GRAPH, STEP, VARIABLES, BATCH)}
+
+    return write_dump_folder(directory, manifest, write_files)
 
 
 @dataclass(frozen=True)
@@ -167,99 +146,16 @@ def read_dump(directory: str | os.PathLike[str]) -> DumpFiles:
             checksum (truncated or corrupted).
     """
     folder = Path(directory)
-    if not folder.is_dir():
-        raise DumpError(
-            f"cannot replay {str(directory)!r}: no such folder. Pass the folder that "
-            "`gradient-doctor run --dump DIR` wrote."
-        )
-    manifest = _read_manifest(folder)
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        raise DumpError(_corrupted(folder, MANIFEST, "it lists no files"))
-    for name in (GRAPH, STEP, VARIABLES, BATCH):
-        _check_file(folder, name, files.get(name))
-    step = _load_json(folder, STEP)
+    manifest = read_manifest(folder)
+    check_files(folder, manifest, (GRAPH, STEP, VARIABLES, BATCH))
     return DumpFiles(
         directory=folder,
         manifest=manifest,
         graph=(folder / GRAPH).read_bytes(),
-        step=step,
+        step=load_json(folder, STEP),
         variables=_load_npz(folder, VARIABLES),
         batch=_load_npz(folder, BATCH),
     )
-
-
-def _read_manifest(folder: Path) -> dict[str, Any]:
-    if not (folder / MANIFEST).is_file():
-        raise DumpError(
-            f"cannot replay {str(folder)!r}: it has no {MANIFEST}, so it is not a crash dump "
-            "(or an incomplete copy of one). Pass the folder `gradient-doctor run --dump DIR` "
-            "wrote, with all its files."
-        )
-    manifest = _load_json(folder, MANIFEST)
-    if manifest.get("format") != FORMAT:
-        raise DumpError(_corrupted(folder, MANIFEST, f"its format is not {FORMAT!r}"))
-    version = manifest.get("version")
-    if version != VERSION:
-        made_by = (manifest.get("versions") or {}).get("gradient_doctor", "an unknown version")
-        raise DumpError(
-            f"cannot replay {str(folder)!r}: it is a version {version!r} dump (written by "
-            f"gradient-doctor {made_by}), and this gradient-doctor reads version {VERSION} "
-            "only. Replay it with the gradient-doctor that wrote it, or dump the run again."
-        )
-    return manifest
-
-
-def _check_file(folder: Path, name: str, recorded) -> None:
-    path = folder / name
-    if not path.is_file():
-        raise DumpError(
-            f"cannot replay {str(folder)!r}: {name} is missing. Copy the whole dump folder, "
-            "every file the manifest lists."
-        )
-    if not isinstance(recorded, dict) or "sha256" not in recorded or "bytes" not in recorded:
-        raise DumpError(_corrupted(folder, MANIFEST, f"it has no checksum for {name}"))
-    found = _fingerprint(path)
-    if found["bytes"] != recorded["bytes"]:
-        raise DumpError(
-            _corrupted(
-                folder,
-                name,
-                f"it has {found['bytes']} bytes where {recorded['bytes']} were written "
-                "(truncated or changed)",
-            )
-        )
-    if found["sha256"] != recorded["sha256"]:
-        raise DumpError(_corrupted(folder, name, "its contents do not match their checksum"))
-
-
-def _corrupted(folder: Path, name: str, why: str) -> str:
-    return (
-        f"cannot replay {str(folder)!r}: {name} is corrupted: {why}. Copy the dump again "
-        "from where it was written, or dump the run again."
-    )
-
-
-def _fingerprint(path: Path) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    path.write_text(json.dumps(value, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def _load_json(folder: Path, name: str) -> dict[str, Any]:
-    try:
-        value = json.loads((folder / name).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DumpError(_corrupted(folder, name, f"it is not valid JSON ({error})")) from None
-    if not isinstance(value, dict):
-        raise DumpError(_corrupted(folder, name, "it is not a JSON object"))
-    return value
 
 
 def _load_npz(folder: Path, name: str) -> dict[str, np.ndarray]:
@@ -268,5 +164,5 @@ def _load_npz(folder: Path, name: str) -> dict[str, np.ndarray]:
             return {key: arrays[key] for key in arrays.files}
     except Exception as error:  # zipfile, format and pickle refusals all mean a bad file
         raise DumpError(
-            _corrupted(folder, name, f"NumPy cannot read it ({type(error).__name__}: {error})")
+            corrupted(folder, name, f"NumPy cannot read it ({type(error).__name__}: {error})")
         ) from None

@@ -11,16 +11,14 @@ origin and explain it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 from tensorflow.core.framework import graph_pb2
 
-from gradient_doctor.core.evidence import StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Finding, SourceLine, TensorStats
+from gradient_doctor.core.crash_dump import DumpReplay, restored_context
+from gradient_doctor.core.findings import SourceLine, TensorStats
 from gradient_doctor.core.pipeline import diagnosed
 from gradient_doctor.tf_adapter.dump.dump_format import STEP, DumpError, decode_array, read_dump
 from gradient_doctor.tf_adapter.dump.step_session import SessionRun, run_step_graph
@@ -32,26 +30,6 @@ from gradient_doctor.tf_adapter.localize.replay import (
 )
 from gradient_doctor.tf_adapter.localize.step_origin import evidence_from_replay
 from gradient_doctor.tf_adapter.step.tensor_summary import summarize
-
-
-@dataclass(frozen=True)
-class DumpReplay:
-    """The outcome of replaying a dump.
-
-    Attributes:
-        manifest: the dump's manifest (versions, script, step, the run's finding).
-        finding: the diagnosis of the replayed step.
-        reproduced: the replayed step produced non-finite values again.
-    """
-
-    manifest: dict[str, Any]
-    finding: Finding
-    reproduced: bool
-
-    @property
-    def dumped_finding(self) -> dict[str, Any]:
-        """The run's own finding, as its JSON report had it."""
-        return self.manifest.get("finding") or {}
 
 
 def replay_dump(directory: str | os.PathLike[str]) -> DumpReplay:
@@ -97,14 +75,14 @@ def replay_dump(directory: str | os.PathLike[str]) -> DumpReplay:
         )
     result, ids = _replay_result(ops, sources, run, updates, losses)
     data_ids = frozenset(ids[e["placeholder"]] for e in step["batch"] if e["placeholder"] in ids)
-    context = manifest.get("context") or {}
+    history, setup = restored_context(manifest)
     named = [(entry["name"], tf.constant(feeds[entry["placeholder"]])) for entry in step["batch"]]
     evidence = evidence_from_replay(
         result,
         manifest.get("step"),
         input_scan.scan(named),
-        _restore(StepHistory, context.get("history")),
-        _restore(TrainingSetup, context.get("setup")),
+        history,
+        setup,
         data_ids,
     )
     return DumpReplay(manifest, diagnosed(evidence), result.reproduced)
@@ -165,17 +143,6 @@ def _replay_result(
     applies = [(gradients, [], []) for gradients in updates]
     bad_ids = first_nonfinite(applies, losses, tracked)
     return ReplayResult(events, bad_ids, tensors, stats, [], None, {}), ids
-
-
-def _restore(cls, values: dict | None):
-    """A context dataclass from its JSON fields (fields this version lacks are left out)."""
-    known = {field.name for field in fields(cls)}
-    kwargs = {
-        key: tuple(value) if isinstance(value, list) else value
-        for key, value in (values or {}).items()
-        if key in known
-    }
-    return cls(**kwargs)
 
 
 def _unreadable(folder, why: str) -> str:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from gradient_doctor.core.findings import TensorStats
+from gradient_doctor.core.findings import SourceLine, TensorStats
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope
 from gradient_doctor.torch_adapter.localize.op_names import ALONG_DIMS, op_type
@@ -26,6 +27,29 @@ _UNINITIALIZED = frozenset(
 )
 # In-place ops that overwrite their first argument whole: its old values feed nothing.
 _OVERWRITES_FIRST = frozenset({"copy_", "fill_", "zero_", "uniform_", "normal_", "bernoulli_"})
+
+
+@dataclass(frozen=True)
+class OpPlace:
+    """Where one op ran, as its event names it.
+
+    Attributes:
+        layer: the module path ("head.linear"), or None outside every module.
+        where: its op name's prefix: the module path, and for a backward op its
+            autograd node ("head.linear/AddmmBackward0").
+        phase: "forward" or "backward".
+        forward_index: for a backward op, the event index of the forward op it
+            differentiates.
+        gradient_of: that forward op's type.
+        source: the user's line.
+    """
+
+    layer: str | None
+    where: str | None
+    phase: str
+    forward_index: int | None
+    gradient_of: str | None
+    source: SourceLine | None
 
 
 class OpRecorder(TorchDispatchMode):
@@ -92,12 +116,29 @@ class OpRecorder(TorchDispatchMode):
                 if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                     self.bad_ids.append(self.key(tensor))
 
+    def current_id(self, tensor: torch.Tensor) -> int | None:
+        """The id of `tensor`'s current value, or None for a tensor no op has read or
+        written yet (unlike `key`, it gives none)."""
+        return self._current.get(id(tensor))
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self._paused:
             return func(*args, **kwargs)
-        name = func.overloadpacket.__name__
         node = torch._C._current_autograd_node()
+        return self.run_op(func, args, kwargs, lambda: self._live_place(node))[0]
+
+    def run_op(
+        self, func, args: tuple, kwargs: dict, place_of: Callable[[], OpPlace]
+    ) -> tuple[object, OpPlace, OpEvent]:
+        """Run one aten op and record its event: its inputs' and outputs' ids and values,
+        and its place (`place_of`, asked once the op ran: the live step's module scope and
+        autograd node, or a crash dump's record of them in a replay).
+
+        Returns:
+            The op's output, its place, and its event.
+        """
+        name = func.overloadpacket.__name__
         inputs = [t for t in tree_leaves((args, kwargs)) if _is_tensor(t)]
         if name in _OVERWRITES_FIRST and inputs:
             inputs = inputs[1:]
@@ -113,31 +154,45 @@ class OpRecorder(TorchDispatchMode):
             _unwritten(t) if name in _UNINITIALIZED else self._summary(t, key, fresh=True)
             for t, key in zip(outputs, output_ids)
         )
+        place = place_of()
+        event = OpEvent(
+            index=len(self.events),
+            op_type=op_type(name),
+            op_name=f"{place.where}/aten.{name}" if place.where else f"aten.{name}",
+            layer=place.layer,
+            phase=place.phase,
+            gradient_of=place.gradient_of,
+            forward_index=place.forward_index,
+            input_ids=input_ids,
+            output_ids=output_ids,
+            inputs=input_stats,
+            outputs=output_stats,
+            source=place.source,
+            input_values=values,
+            axes=_dims(args) if name in ALONG_DIMS else None,
+        )
+        self.events.append(event)
+        self._pending.extend((t, event.index) for t in outputs)
+        return out, place, event
+
+    def _live_place(self, node) -> OpPlace:
+        """The place of the op that just ran in the live step: a backward op (`node`,
+        its autograd node) belongs to the module and line of the forward op it
+        differentiates; a forward op to the module running and the user's line."""
         forward = self._forward_event(node) if node is not None else None
         layer = forward.layer if forward is not None else self._scope.current
         if node is not None:
             where = f"{layer}/{node.name()}" if layer else node.name()
         else:
             where = layer
-        event = OpEvent(
-            index=len(self.events),
-            op_type=op_type(name),
-            op_name=f"{where}/aten.{name}" if where else f"aten.{name}",
+        return OpPlace(
             layer=layer,
+            where=where,
             phase="backward" if node is not None else "forward",
-            gradient_of=forward.op_type if forward is not None else None,
             forward_index=forward.index if forward is not None else None,
-            input_ids=input_ids,
-            output_ids=output_ids,
-            inputs=input_stats,
-            outputs=output_stats,
+            gradient_of=forward.op_type if forward is not None else None,
             source=forward.source if forward is not None else user_line(),
-            input_values=values,
-            axes=_dims(args) if name in ALONG_DIMS else None,
         )
-        self.events.append(event)
-        self._pending.extend((t, event.index) for t in outputs)
-        return out
 
     def _summary(self, tensor: torch.Tensor, key: int, fresh: bool = False) -> TensorStats:
         """The summary of one tensor value, computed once per id."""
@@ -181,6 +236,20 @@ class OpRecorder(TorchDispatchMode):
                     self._forward_of[grad_fn] = self.events[index]
             self._pending.clear()
         return self._forward_of.get(node)
+
+
+def made_before(events: Iterable[OpEvent]) -> frozenset[int]:
+    """The tensors the step read that none of its ops made and that are no parameter: what
+    the step was fed (its batch, or tensors the script made before the step)."""
+    produced: set[int] = set()
+    fed: set[int] = set()
+    for event in events:
+        if event.op_type == READ_VARIABLE:
+            produced.update(event.output_ids)
+            continue
+        fed.update(i for i in event.input_ids if i not in produced)
+        produced.update(event.output_ids)
+    return frozenset(fed)
 
 
 def _grad_fn(tensor: torch.Tensor):

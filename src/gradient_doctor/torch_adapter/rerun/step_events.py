@@ -54,6 +54,8 @@ class RecordedStep:
         why: what happened, in words, when the failing update was not reached.
         paths: for a step recorded for its parameters without a gradient, what the
             path search needs besides the events (None otherwise).
+        tape: the folder holding the step's tape for `--dump` (`torch_adapter.dump`),
+            set by the parent after the rerun; None when none was asked or written.
     """
 
     reached: bool
@@ -62,6 +64,7 @@ class RecordedStep:
     stats: dict[int, TensorStats] = dataclasses.field(default_factory=dict)
     why: str = ""
     paths: CutPaths | None = None
+    tape: str | None = None
 
 
 def write(path: str, step: RecordedStep) -> None:

@@ -19,6 +19,7 @@ are named when first seen, without a root prefix while they are the only one).
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 from torch.nn.modules.module import (
@@ -27,6 +28,8 @@ from torch.nn.modules.module import (
 )
 
 from gradient_doctor.errors import DoctorError, TrainingStopped
+from gradient_doctor.torch_adapter.dump.step_tape import TapedRecorder
+from gradient_doctor.torch_adapter.dump.tape_files import TAPE_ERROR, write_tape
 from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.localize.gradient_paths import PathRecorder, missing_gradients
 from gradient_doctor.torch_adapter.localize.module_scope import (
@@ -60,13 +63,23 @@ class StepRecording(UpdateListener):
         out: the JSON file written.
         paths: record where the paths to the update's parameters without a gradient
             break, rather than its non-finite values.
+        tape: a folder to write the step's tape to, for `--dump` (the ops under the
+            `TapedRecorder`, `tape_files`), or None.
     """
 
-    def __init__(self, window_after: int, failing: int, out: str, paths: bool = False) -> None:
+    def __init__(
+        self,
+        window_after: int,
+        failing: int,
+        out: str,
+        paths: bool = False,
+        tape: str | None = None,
+    ) -> None:
         self.window_after = window_after
         self.failing = failing
         self.out = out
         self.paths = paths
+        self.tape = tape
         self.hooks = UpdateHooks(self)
         self.recorder: OpRecorder | None = None
         self._roots: list[torch.nn.Module] = []  # modules first called at depth 0
@@ -116,6 +129,8 @@ class StepRecording(UpdateListener):
         self._window.close()
         step = RecordedStep(True, tuple(recorder.events), tuple(recorder.bad_ids), recorder.stats)
         step_events.write(self.out, step)
+        if isinstance(recorder, TapedRecorder):
+            _write_tape(self.tape, recorder)
         raise StepRecorded(index)
 
     def _write_paths(self, recorder: PathRecorder, optimizer, losses: list) -> None:
@@ -148,6 +163,8 @@ class StepRecording(UpdateListener):
         if self.paths:
             self.recorder = PathRecorder(scope, self._parameters)
             self._window.enter_context(self.recorder.exits_noted())
+        elif self.tape is not None:
+            self.recorder = TapedRecorder(scope, self._parameters)
         else:
             self.recorder = OpRecorder(scope, self._parameters)
         self._window.enter_context(scope.hooked())
@@ -176,3 +193,14 @@ class StepRecording(UpdateListener):
             self._module_names.setdefault(key, name)
         for key, name in parameters.items():
             self._parameters.setdefault(key, name)
+
+
+def _write_tape(folder: str, recorder: TapedRecorder) -> None:
+    """Write the tape; why it could not be, to `tape_error.txt` beside it (the step's
+    events are written already: the run's diagnosis never waits on the dump)."""
+    try:
+        write_tape(folder, recorder)
+    except Exception as error:  # the dump is extra
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, TAPE_ERROR), "w", encoding="utf-8") as handle:
+            handle.write(f"{type(error).__name__}: {error}\n")

@@ -28,12 +28,13 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gradient_doctor.cli import write_guard
 from gradient_doctor.cli.scratch_copy import copy_folder, folder_listing
@@ -112,7 +113,7 @@ class StepReruns:
             self._fork = None
 
     def record(
-        self, window_after: int, failing: int, paths: bool = False
+        self, window_after: int, failing: int, paths: bool = False, tape: bool = False
     ) -> tuple[RecordedStep, float]:
         """Run the script again from its start and record the step ending at update `failing`.
 
@@ -121,6 +122,9 @@ class StepReruns:
             failing: the failing update's index (over every optimizer of the run).
             paths: record where the paths to the parameters that update leaves without
                 a gradient break (`StepRecording`'s `paths`).
+            tape: also record the step's tape for `--dump` (`torch_adapter.dump`); it
+                is moved out of the rerun's scratch folder to a folder of its own,
+                named by the answer's `tape`, which the caller removes.
 
         Returns:
             What the rerun recorded, and how long it took (wall seconds).
@@ -142,6 +146,7 @@ class StepReruns:
                 "failing": failing,
                 "paths": paths,
                 "out": os.path.join(scratch, "step.json"),
+                "tape": os.path.join(scratch, "tape") if tape else None,
             }
             if self._fork is not None:
                 ended = self._fork.run(request, timeout)
@@ -151,7 +156,7 @@ class StepReruns:
                 why = f"the rerun of your script ran past {timeout:.0f} s and was stopped"
                 recorded = RecordedStep(False, why=why)
             elif os.path.exists(request["out"]):
-                recorded = step_events.read(request["out"])
+                recorded = _with_tape(step_events.read(request["out"]), request["tape"])
             else:
                 recorded = RecordedStep(False, why=f"the rerun of your script {ended}")
             trespass = copy.trespass(guard)
@@ -160,6 +165,16 @@ class StepReruns:
         elif trespass is not None:  # recorded all the same: said, never passed over
             print(f"gradient-doctor: {trespass}", file=sys.stderr, flush=True)
         return recorded, time.monotonic() - began
+
+
+def _with_tape(recorded: RecordedStep, tape: str | None) -> RecordedStep:
+    """`recorded` with its tape moved out of the scratch folder, when the rerun wrote one."""
+    if tape is None or not recorded.reached or not os.path.isdir(tape):
+        return recorded
+    kept = tempfile.mkdtemp(prefix="gradient-doctor-tape-")
+    for name in os.listdir(tape):
+        shutil.move(os.path.join(tape, name), os.path.join(kept, name))
+    return replace(recorded, tape=kept)
 
 
 class _ForkedStart:
@@ -292,7 +307,11 @@ def _record(request: dict) -> None:
     write_guard.install(write_guard.WriteGuard.load(request["guard"]))
 
     recording = StepRecording(
-        request["window_after"], request["failing"], request["out"], request.get("paths", False)
+        request["window_after"],
+        request["failing"],
+        request["out"],
+        request.get("paths", False),
+        tape=request.get("tape"),
     )
     recording.install()
     try:

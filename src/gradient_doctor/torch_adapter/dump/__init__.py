@@ -1,0 +1,3 @@
+"""The PyTorch crash dump: the failing step's aten ops and the tensors they start from,
+written in the seeded rerun, and replayed op by op for `gradient-doctor replay`.
+"""
