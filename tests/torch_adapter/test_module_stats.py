@@ -276,3 +276,37 @@ def test_a_sampled_forward_measures_the_users_risky_ops_against_their_limits():
 def _line_of(text: str) -> int:
     with open(__file__) as handle:
         return next(n for n, line in enumerate(handle, 1) if line.strip() == text)
+
+
+def test_the_loss_written_after_the_forward_is_measured_too_without_layer_units():
+    # A Poisson loss's exp in the step function, outside any module, is the user's risky
+    # op (no layer); a hinge's relu there is no layer's unit, so no dead-unit fraction.
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        log_rate = net(x)
+        poisson = (torch.exp(log_rate * 2.0) - y.abs() * log_rate).mean()
+        hinge = F.relu(1.0 - y * log_rate).mean()
+        (poisson + hinge).backward()
+        optimizer.step()
+        return poisson.detach()
+
+    watched = doctor_torch.watch(step, model=net, optimizer=optimizer, verbose=False)
+    seen = []
+    original = watched.adapter.step_records
+    watched.adapter.step_records = lambda i, r: seen.append(original(i, r)) or seen[-1]
+    (x, y), *_ = batches = _batches(2)
+    with torch.no_grad():
+        expected = float((net(x) * 2.0).max())
+    for batch in batches:
+        watched(*batch)
+    record = seen[0][-1]
+    (sample,) = record.headroom
+    line = _line_of("poisson = (torch.exp(log_rate * 2.0) - y.abs() * log_rate).mean()")
+    assert (sample.op, sample.layer, sample.line) == ("Exp", None, line)
+    assert sample.key == f"Exp@{sample.file}:{line}"
+    assert sample.value == pytest.approx(expected, rel=1e-6)
+    assert all(layer.dead_fraction is None for layer in record.layers)

@@ -97,10 +97,11 @@ class _Sample:
 
 @dataclass
 class _RiskyOp:
-    """One risky op of the user's in a sampled forward: its largest input (or |input|),
-    the max over its calls, on the device until read."""
+    """One risky op of the user's in a sampled step: its largest input (or |input|),
+    the max over its calls, on the device until read. `module` is the id of the module
+    running it, None for the user's code outside any (the loss written in the loop)."""
 
-    module: int
+    module: int | None
     op: str
     kind: str
     dtype: str
@@ -330,8 +331,9 @@ class ModuleStats:
     def _enter(self, module, args) -> None:
         if not self._stack:
             self._add_root(module)
-            self._mode = _Activations(self)
-            self._mode.__enter__()
+            if self._mode is None:
+                self._mode = _Activations(self)
+                self._mode.__enter__()
         self._stack.append(module)
 
     def _leave(self, module, args, output) -> None:
@@ -345,38 +347,36 @@ class ModuleStats:
                     largest = output.detach().abs().amax()
                     self._keep(sample, module, "activation_max_abs", largest)
                 self._produced[id(output)] = (weakref.ref(output), module)
-        if not self._stack and self._mode is not None:
-            mode, self._mode = self._mode, None
-            mode.__exit__(None, None, None)
-            self._produced.clear()
-            self._risky_outputs.clear()
+        # The mode stays on after the model's forward, until the update (`_unhook`):
+        # the loss the user writes in the loop, from the model's outputs, is measured too.
 
     def activation(self, name: str, inputs: tuple, output: torch.Tensor) -> None:
         """Measure one ReLU / tanh / sigmoid output: its stuck units, with the module
         whose output it read (or the module running it)."""
         sample = self._sample
-        if sample is None or output.dim() < 2 or not output.is_floating_point():
+        if sample is None or not self._stack:  # a loss's relu (a hinge) is no layer's unit
+            return
+        if output.dim() < 2 or not output.is_floating_point():
             return
         source = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
         produced = self._produced.get(id(source)) if source is not None else None
         if produced is not None and produced[0]() is source:
             module = produced[1]
             axis = 1 if isinstance(module, _CHANNELS_FIRST) else -1
-        elif self._stack:
+        else:
             module = self._stack[-1]
             axis = 1 if output.dim() in (4, 5) else -1
-        else:
-            return
         with torch.no_grad(), _unobserved():
             fraction, field_name = _stuck_fraction(name, output.detach(), axis)
             self._keep(sample, module, field_name, fraction)
 
     def risky(self, name: str, inputs: tuple, output: object) -> None:
-        """Measure a risky op the user called in a sampled forward (not one a library
-        called for the user: those guard their own inputs), with the module running it."""
+        """Measure a risky op the user called in a sampled step (not one a library called
+        for the user: those guard their own inputs), with the module running it, if any:
+        in a forward, or in the loss code after it."""
         sample = self._sample
         source = inputs[0] if inputs else None
-        if sample is None or not self._stack or not isinstance(source, torch.Tensor):
+        if sample is None or not isinstance(source, torch.Tensor):
             return
         if not source.is_floating_point() or not source.numel():
             return
@@ -384,7 +384,7 @@ class ModuleStats:
         if line is None:
             return
         op, kind = _RISKY[name]
-        module = id(self._stack[-1])
+        module = id(self._stack[-1]) if self._stack else None
         with torch.no_grad(), _unobserved():
             values = source.detach()
             value = (values if kind == "max_input" else values.abs()).amax().float()
@@ -426,10 +426,12 @@ class ModuleStats:
             mode.__exit__(None, None, None)
         self._stack.clear()
         self._produced.clear()
+        self._risky_outputs.clear()
 
 
 class _Activations(TorchFunctionMode):
-    """Hands each ReLU / tanh / sigmoid call of a sampled forward to the stats."""
+    """Hands each ReLU / tanh / sigmoid call of a sampled forward, and each risky op of
+    the step until its update (the loss code too), to the stats."""
 
     def __init__(self, stats: ModuleStats) -> None:
         super().__init__()
@@ -483,13 +485,13 @@ def _headroom(
     risky: list[tuple[_RiskyOp, slice]], values: list[float], names: dict[int, str]
 ) -> tuple[HeadroomSample, ...]:
     """The risky ops' measures as headroom samples (finite ones, of a trained model's
-    modules), one series per module, line and op."""
+    modules or of the user's code outside any), one series per module, line and op."""
     samples = {}
     for op, where in risky:
         layer, value = names.get(op.module), values[where][0]
-        if layer is None or not math.isfinite(value):
-            continue
-        key = f"{layer}/{op.op}@{op.source.file}:{op.source.line}"
+        if (layer is None and op.module is not None) or not math.isfinite(value):
+            continue  # a module of no trained model (a frozen target network's)
+        key = f"{layer + '/' if layer else ''}{op.op}@{op.source.file}:{op.source.line}"
         limits = dtype_limits(op.dtype)
         known = samples.get(key)
         if known is not None and known.value >= value:
