@@ -181,3 +181,26 @@ def test_a_rerun_that_does_not_fail_the_same_way_says_so(tmp_path):
     assert "replaying the step stayed finite" in problem["explanation"]
     assert "so the failure was not reproduced" in run.stderr
     assert json.loads(json.dumps(run.report))["framework"] == "torch"
+
+
+def test_parameters_cut_where_no_rerun_can_reach_are_still_reported(tmp_path, monkeypatch):
+    # The script counts its runs in a file outside its folder and trains shorter once it
+    # exists: the seeded rerun ends before the step whose gradients are cut, so the break
+    # cannot be named; the parameters that stop training are still the problem.
+    monkeypatch.setenv("RUNS_FILE", str(tmp_path / "runs.txt"))
+    script = "tests/scripts/torch/unrepeatable_cut.py"
+    run = run_doctor(script, tmp=tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert run.report["steps_watched"] == 20  # a part of the optimizer: training went on
+    (problem,) = run.report["problems"]
+    assert (problem["category"], problem["step"]) == ("disconnected_gradients", 8)
+    assert problem["disconnected"] == {
+        "variables": ["Sequential.0.weight", "Sequential.0.bias"],
+        "all": False,
+        "break": None,
+    }
+    assert (
+        "Where their path to the loss breaks was not found (the rerun of your script "
+        in (problem["explanation"])
+    )
+    assert "never reached update 8" in problem["explanation"]

@@ -14,6 +14,7 @@ LEFT_FRAMEWORK = "left_framework"  # the value left the framework (numpy) and ca
 NOT_USED = "not_used"  # the variable is read, but the loss does not depend on it
 NEVER_READ = "never_read"  # the step never reads the variable (a layer not called)
 ZERO_GRADIENT = "zero_gradient"  # a gradient exists but was exactly zero on every step
+UNLOCATED = "unlocated"  # no gradient, but the adapter could not look for the break
 BREAK_KINDS = (
     NON_DIFFERENTIABLE,
     OUTSIDE_TAPE,
@@ -21,6 +22,7 @@ BREAK_KINDS = (
     NOT_USED,
     NEVER_READ,
     ZERO_GRADIENT,
+    UNLOCATED,
 )
 
 
@@ -74,6 +76,8 @@ class PathBreak:
             the tape's block names that call's target loss).
         framework: the framework the step ran in, "tf" or "torch": the account and
             its fixes are spelled in it.
+        why: for `unlocated`, why the break was not looked for, in words ("the rerun
+            stopped before update 12").
     """
 
     kind: str
@@ -82,6 +86,7 @@ class PathBreak:
     reentry: SourceLine | None = None
     gradient_call: SourceLine | None = None
     framework: str = "tf"
+    why: str | None = None
 
 
 def find_breaks(

@@ -29,6 +29,7 @@ import torch
 
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.gradient_paths import UNLOCATED, PathBreak
 from gradient_doctor.core.pipeline import Localized, Session, StepReading
 from gradient_doctor.core.trial_plans import TrialPlan
 from gradient_doctor.errors import TrainingStopped
@@ -43,6 +44,7 @@ from gradient_doctor.torch_adapter.localize.gradient_paths import (
     breaks_in,
     trainable_count,
 )
+from gradient_doctor.torch_adapter.localize.module_scope import parameter_names
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.step_check import Check, combined
@@ -207,19 +209,20 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self, index: int, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor]
     ) -> None:
         """Record where the paths to `cut`, the parameters update `index` left without a
-        gradient, break: the script run again, seeded, recording that step's paths."""
+        gradient, break: the script run again, seeded, recording that step's paths. When
+        the break cannot be looked for, the parameters are recorded without it."""
         step = self.session.steps_watched
+        counted = (
+            f"{len(cut)} parameters of {type(optimizer).__name__} got no gradient at step {step}"
+        )
         if self.reruns is None or self._path_reruns >= MAX_PATH_RERUNS:
-            _say(
-                f"{len(cut)} parameters of {type(optimizer).__name__} got no gradient at step "
-                f"{step}; {MAX_PATH_RERUNS} reruns were spent on such sets already, so where "
-                "their path breaks is not looked for"
-            )
+            why = f"{MAX_PATH_RERUNS} reruns were spent on such sets already"
+            _say(f"{counted}; {why}, so where their path breaks is not looked for")
+            self._unlocated(optimizer, cut, why)
             return
         self._path_reruns += 1
         _say(
-            f"{len(cut)} parameters of {type(optimizer).__name__} got no gradient at step "
-            f"{step}; running your script again, seeded as it started, to find where their "
+            f"{counted}; running your script again, seeded as it started, to find where their "
             "path to the loss breaks"
         )
         try:
@@ -227,7 +230,9 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             self.rerun_seconds.append(seconds)
             paths = recorded.paths
             if not recorded.reached or paths is None:
-                _say(f"{recorded.why or 'the rerun recorded no paths'}; the break is not named")
+                why = recorded.why or "the rerun recorded no paths"
+                _say(f"{why}; the break is not named")
+                self._unlocated(optimizer, cut, why)
                 return
             if not self.session.disconnected_first_seen(paths.parameters):
                 return
@@ -242,6 +247,18 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
                 f"{len(cut)} parameters are lost ({type(error).__name__}: {error}).",
                 stacklevel=2,
             )
+
+    def _unlocated(
+        self, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor], why: str
+    ) -> None:
+        """Record the parameters left without a gradient, where no rerun named the break:
+        the report still says which never train."""
+        names = parameter_names(self.stats.models, self.optimizers)
+        variables = tuple(names.get(id(p), f"param{i}") for i, p in enumerate(cut))
+        if not self.session.disconnected_first_seen(variables):
+            return
+        unlocated = PathBreak(UNLOCATED, None, variables, framework="torch", why=why)
+        self.session.record_path_breaks([unlocated], len(cut) == trainable_count(optimizer))
 
     def _reading(self, failed: bool) -> StepReading:
         """The step's reading: the last checked loss, the global norm over its updates."""

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from gradient_doctor.core.evidence import BadInput
+from gradient_doctor.core.evidence import BadInput, Evidence
 from gradient_doctor.core.findings import FIX_FAMILIES
 from gradient_doctor.core.gradient_paths import (
     BREAK_KINDS,
@@ -12,6 +12,8 @@ from gradient_doctor.core.gradient_paths import (
     NEVER_READ,
     NOT_USED,
     OUTSIDE_TAPE,
+    UNLOCATED,
+    PathBreak,
 )
 from gradient_doctor.core.knowledge import diagnose
 from gradient_doctor.core.knowledge.blockers import BLOCKERS
@@ -345,3 +347,26 @@ def test_a_path_break_comes_before_bad_input(make_break_evidence):
 
 def test_declines_without_a_path_break(make_evidence):
     assert disconnected.diagnose(make_evidence()) is None
+
+
+def test_an_unlocated_break_still_names_the_parameters_that_never_train():
+    # The adapter could not look for the break (its rerun stopped early): the finding
+    # still says which parameters get no gradient, why the break is not named, and
+    # what PyTorch does with them, spelled in PyTorch.
+    cut = PathBreak(
+        UNLOCATED,
+        None,
+        ("head.weight", "head.bias", "encoder.0.weight"),
+        framework="torch",
+        why="the rerun stopped before update 12",
+    )
+    evidence = Evidence(step=12, phase=None, origin=None, path_break=cut, all_disconnected=False)
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "disconnected_gradients"
+    text = diagnosis.explanation
+    assert text.startswith("3 variables handed to the optimizer get no gradient at step 12")
+    assert "`head` (weight, bias)" in text and "`encoder.0` (weight)" in text
+    assert "Where their path to the loss breaks was not found (the rerun stopped before " in text
+    assert "skips the parameters whose `.grad` is None" in text
+    assert [fix.family for fix in diagnosis.fixes] == ["exclude_unused_variables"]
+    assert "tf." not in text + diagnosis.fixes[0].code

@@ -159,6 +159,11 @@ class ModuleStats:
         return bool(self._handles)
 
     @property
+    def models(self) -> list[torch.nn.Module]:
+        """The models seen so far (modules called outside any other, holding parameters)."""
+        return [root for root in (ref() for ref in self._roots) if root is not None]
+
+    @property
     def latest(self) -> tuple[LayerRecord, ...] | None:
         """The last sampled step's records, or None before the first."""
         return self._latest
@@ -310,8 +315,7 @@ class ModuleStats:
     def _trained_names(self) -> dict[int, str]:
         """Module id -> path, over the models whose parameters a watched optimizer holds."""
         trained = {id(p) for o in self._optimizers() for g in o.param_groups for p in g["params"]}
-        roots = [root for root in (ref() for ref in self._roots) if root is not None]
-        roots = [root for root in roots if any(id(p) in trained for p in root.parameters())]
+        roots = [root for root in self.models if any(id(p) in trained for p in root.parameters())]
         return module_names(roots)
 
     # Forward hooks of a sampled step.

@@ -13,6 +13,7 @@ from gradient_doctor.core.gradient_paths import (
     NON_DIFFERENTIABLE,
     NOT_USED,
     OUTSIDE_TAPE,
+    UNLOCATED,
     ZERO_GRADIENT,
     PathBreak,
 )
@@ -259,6 +260,22 @@ def _zero_gradient(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Accou
     )
 
 
+def _unlocated(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    """No break named: the variables and that they never train are still the finding."""
+    why = f" ({path_break.why})" if path_break.why else ""
+    return Account(
+        story=f"Where their path to the loss breaks was not found{why}.",
+        reason="their path to the loss is broken",
+        fixes=(
+            _exclude(path_break)(
+                groups,
+                "If these variables should not train, stop handing them to the optimizer",
+                "if they should train, their path to the loss must be mended; otherwise:",
+            ),
+        ),
+    )
+
+
 _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     NON_DIFFERENTIABLE: _non_differentiable,
     OUTSIDE_TAPE: _outside_tape,
@@ -266,6 +283,7 @@ _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     NOT_USED: _not_used,
     NEVER_READ: _never_read,
     ZERO_GRADIENT: _zero_gradient,
+    UNLOCATED: _unlocated,
 }
 
 
