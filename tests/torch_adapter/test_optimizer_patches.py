@@ -537,11 +537,11 @@ def test_a_subclass_of_one_cycle_gets_no_rate_patch(tmp_path, monkeypatch):
 
 
 def test_the_sites_keep_nothing_alive_and_uninstall_cleanly(tmp_path, monkeypatch):
-    originals = torch.optim.Optimizer.__init__, torch.optim.lr_scheduler.LRScheduler.__init__
+    schedulers = torch.optim.lr_scheduler
+    constructors = (torch.optim.Optimizer, schedulers.LRScheduler, schedulers.ReduceLROnPlateau)
+    originals = [cls.__init__ for cls in constructors]
     namespace, sites = _recorded(tmp_path, monkeypatch, ONE_CYCLE_POSITIONAL)
-    assert (torch.optim.Optimizer.__init__, torch.optim.lr_scheduler.LRScheduler.__init__) == (
-        originals
-    )
+    assert [cls.__init__ for cls in constructors] == originals
     optimizer = namespace.pop("OPTIMIZER")
     assert sites.construction(optimizer).source.line == 4
     assert sites.step_line(optimizer).code == "opt.step()"
@@ -584,3 +584,37 @@ def test_a_watch_trial_clips_at_the_bound_the_patch_writes(clipped):
     assert clipped == [(_parameter_ids(optimizer), 0.0625)]
     optimizer.step()  # the plan is closed: no clip
     assert len(clipped) == 1
+
+
+PLATEAU_WITH_A_FLOOR = """
+import torch
+
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.Adam(model.parameters(), lr=0.02)
+plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0, min_lr=0.01)
+for _ in range(3):
+    loss = model(torch.ones(2, 3)).sum() ** 2
+    loss.backward()
+    opt.step()
+    plateau.step(1.0)  # no improvement: a plateau at every step
+OPTIMIZER = opt
+"""
+
+
+def test_a_plateau_floor_is_scaled_with_the_rate_or_it_would_lift_it_back(tmp_path, monkeypatch):
+    """ReduceLROnPlateau's own constructor does not call LRScheduler's: it is noted all
+    the same, and its `min_lr` is scaled with the optimizer's `lr` (a rate patched below
+    the floor would never be reduced again: max(lr * factor, min_lr) is not lower)."""
+    namespace, sites = _recorded(tmp_path, monkeypatch, PLATEAU_WITH_A_FLOOR)
+    optimizer = namespace["OPTIMIZER"]
+    assert [(s.kind, s.source.line) for s in sites.schedulers(optimizer)] == [
+        ("ReduceLROnPlateau", 5)
+    ]
+    lower = _placed(sites, optimizer, tmp_path)["lower_learning_rate"]
+    assert _added(lower.patch) == [
+        "opt = torch.optim.Adam(model.parameters(), lr=0.002)",
+        "plateau = torch.optim.lr_scheduler.ReduceLROnPlateau("
+        "opt, factor=0.5, patience=0, min_lr=0.001)",
+    ]
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
+    assert patched.param_groups[0]["lr"] == pytest.approx(0.001)  # halved to its scaled floor

@@ -8,7 +8,8 @@ replay sees. Under `gradient-doctor run` the doctor is installed before the scri
 runs, so `OptimizerSites` wraps `torch.optim.Optimizer.__init__` (which every torch
 optimizer's constructor calls) and `torch.optim.lr_scheduler.LRScheduler.__init__`
 (which every scheduler stepping an optimizer's rate calls: `SequentialLR` and
-`ChainedScheduler` only hold such schedulers) to note the user's frame that
+`ChainedScheduler` only hold such schedulers; `ReduceLROnPlateau`, which does not
+call it, is wrapped on its own) to note the user's frame that
 constructed each, and registers a global step pre-hook to note the user's line of
 each optimizer's first `step()`. Frames of the object's own constructor chain or
 `step` (a user's subclass calling `super().__init__()`) are skipped, so the line is
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 import torch
-from torch.optim.lr_scheduler import LRScheduler
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from gradient_doctor.core.findings import SourceLine
@@ -71,11 +72,13 @@ class OptimizerSites:
         self._handle = None
 
     def install(self) -> None:
-        """Wrap the two constructors and register the step pre-hook (once)."""
+        """Wrap the constructors and register the step pre-hook (once)."""
         if self._originals:
             return
         self._wrap_init(torch.optim.Optimizer, self._note_construction)
         self._wrap_init(LRScheduler, self._note_scheduler)
+        if "__init__" in ReduceLROnPlateau.__dict__:  # its own, not calling LRScheduler's
+            self._wrap_init(ReduceLROnPlateau, self._note_scheduler)
         self._handle = register_optimizer_step_pre_hook(self._note_step)
 
     def uninstall(self) -> None:

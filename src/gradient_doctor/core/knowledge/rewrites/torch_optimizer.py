@@ -5,8 +5,8 @@ positional argument after the parameters) where the optimizer is built:
 `lr=PEAK_LR` becomes `lr=PEAK_LR * 0.1`, a literal is divided, a missing `lr` is
 written as the class's own default divided. Most schedulers (`LambdaLR`, `StepLR`,
 `LinearLR`, ...) multiply the rate it was built with, so every rate the run uses is
-scaled alike (a cosine's absolute floor `eta_min` is scaled on its own line with
-it); the trial's setting says so ("learning_rate_scale"). `OneCycleLR` and
+scaled alike (a cosine's absolute floor `eta_min`, a plateau's `min_lr`, is scaled on
+its own line with it); the trial's setting says so ("learning_rate_scale"). `OneCycleLR` and
 `CyclicLR` set the rates themselves, overwriting the optimizer's `lr` every step:
 their rate arguments are scaled where they are built instead, and the optimizer's
 line is left alone (both edited, the run would not be scaled twice, but the
@@ -60,9 +60,12 @@ _RATE_SETTING = {
 }
 # Schedulers that multiply the optimizer's `lr` towards an absolute floor of their own:
 # the floor is scaled with the `lr` when written and not 0.
+# (A rate patched below ReduceLROnPlateau's `min_lr` would never be reduced again: a
+# plateau sets max(lr * factor, min_lr) only when that is lower than the rate.)
 _RATE_FLOORS = {
     "CosineAnnealingLR": ((2, "eta_min"),),
     "CosineAnnealingWarmRestarts": ((3, "eta_min"),),
+    "ReduceLROnPlateau": ((7, "min_lr"),),
 }
 # The scheduler kinds under which the optimizer's `lr` is not the rate in use.
 RATE_SETTING_SCHEDULERS = frozenset(_RATE_SETTING)
