@@ -369,4 +369,7 @@ def test_an_unlocated_break_still_names_the_parameters_that_never_train():
     assert "Where their path to the loss breaks was not found (the rerun stopped before " in text
     assert "skips the parameters whose `.grad` is None" in text
     assert [fix.family for fix in diagnosis.fixes] == ["exclude_unused_variables"]
-    assert "tf." not in text + diagnosis.fixes[0].code
+    code = diagnosis.fixes[0].code
+    assert "tf." not in text + code
+    assert 'unused = ("head.", "encoder.0.")' in code
+    assert "optimizer.step() skips them" in code and "Adam" not in code  # not the user's

@@ -287,7 +287,7 @@ def reentry_call(back: SourceLine | None) -> str:
 
 def exclude_unused_parameters(groups: Sequence[LayerGroup], title: str, lead: str) -> Fix:
     """Freeze the parameters the loss does not depend on, or leave them out of the
-    optimizer."""
+    optimizer (the user's own optimizer: its class and settings are not rewritten here)."""
     layers = [g.layer for g in groups]
     listed = ", ".join(f'"{layer}."' for layer in layers) + ("," if len(layers) == 1 else "")
     return Fix(
@@ -300,9 +300,8 @@ def exclude_unused_parameters(groups: Sequence[LayerGroup], title: str, lead: st
                 "for name, parameter in model.named_parameters():",
                 "    if name.startswith(unused):",
                 "        parameter.requires_grad_(False)",
-                "optimizer = torch.optim.Adam(",
-                "    [p for p in model.parameters() if p.requires_grad], lr=1e-3",
-                ")",
+                "# optimizer.step() skips them (their .grad stays None); to leave them out of",
+                "# it, build it from [p for p in model.parameters() if p.requires_grad]",
             ]
         ),
     )
