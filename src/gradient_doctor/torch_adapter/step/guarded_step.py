@@ -112,6 +112,8 @@ class StepGuard:
             return None
         self.cuts.observe(optimizer, len(grads))
         self.updates += 1
+        if self.stats is not None:
+            self.stats.forwards_done()
         result = check(losses, grads)
         self.checks.append(result)
         self.closed = self.closed or not result.finite

@@ -194,6 +194,13 @@ class ModuleStats:
                 register_module_forward_hook(self._leave, always_call=True),
             ]
 
+    def forwards_done(self) -> None:
+        """An update was asked for: a sampled step's forwards and loss are over, so the
+        hooks and the mode go off before the update's check (whose torch calls the mode
+        would otherwise see, one Python call each)."""
+        if self._handles:
+            self._unhook()
+
     def update_start(self, optimizer: torch.optim.Optimizer) -> None:
         """Before an update of a sampled step: stop watching forwards, take the weight
         norms and a copy of the parameters."""
