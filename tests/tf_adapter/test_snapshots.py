@@ -34,3 +34,30 @@ def test_kept_batches_run_from_a_start_and_stay_within_the_budget(monkeypatch):
     assert complete
     kept, complete = ring.batches_from(0)  # the first two were let go
     assert not complete and len(kept) == 3
+
+
+def test_a_start_copy_taken_before_the_model_was_built_gives_way_to_the_first_full_one():
+    # A subclassed model without an `Input` makes its weights inside its first step:
+    # the copy before that step holds only what existed then (here, a step counter).
+    counter = tf.Variable(0, trainable=False)
+    ring = SnapshotRing(every=50)
+    ring.before_first_step(lambda: [counter])
+    weights = tf.Variable(tf.fill((4,), 1.0))  # built by the first step
+    weights.assign_add(tf.ones_like(weights))  # and updated by it
+    counter.assign_add(1)
+    ring.after_finite_step(0, lambda: [counter, weights])
+    assert [s.step for s in ring.saved()] == [1]  # not "the state before step 0"
+    np.testing.assert_array_equal(dict((id(v), x) for v, x in ring.first.values)[id(weights)], 2.0)
+    weights.assign_add(tf.ones_like(weights))
+    ring.after_finite_step(1, lambda: [counter, weights])
+    assert [s.step for s in ring.saved()] == [1]  # kept for good from there
+
+
+def test_a_start_copy_holding_every_trained_variable_is_kept():
+    weights = tf.Variable(tf.fill((4,), 1.0))
+    ring = SnapshotRing(every=50)
+    ring.before_first_step(lambda: [weights])
+    slot = tf.Variable(tf.zeros((4,)), trainable=False)  # an optimizer's, made at its update
+    weights.assign_add(tf.ones_like(weights))
+    ring.after_finite_step(0, lambda: [weights, slot])
+    assert [s.step for s in ring.saved()] == [0]

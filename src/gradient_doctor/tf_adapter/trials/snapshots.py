@@ -53,6 +53,15 @@ class Snapshot:
         self._to_host.join()
         return self._values
 
+    def covers(self, variables: Iterable[tf.Variable]) -> bool:
+        """Whether every trainable one of `variables` was copied. A model built by its
+        first call (a subclassed model without an `Input`) makes its weights inside
+        the first step, after a copy taken before it: restoring that copy would leave
+        them as they are now. (An optimizer's slots are not trainable: a trial starts
+        them at zero, as the optimizer does.)"""
+        copied = {id(variable) for variable, _ in self._values}
+        return all(id(variable) in copied for variable, _ in _read(variables) if variable.trainable)
+
     def _move_to_host(self) -> None:
         self._values = [(variable, np.array(value)) for variable, value in self._values]
 
@@ -75,6 +84,7 @@ class SnapshotRing:
         self._batches: deque[tuple[int, tuple, int]] = deque()
         self._batch_bytes = 0
         self._started = False
+        self._first_complete = False  # the first copy holds every trained variable
 
     def before_first_step(self, variables: Callable[[], Iterable[tf.Variable]]) -> None:
         """Copy the state training starts from (once, before the first step runs).
@@ -106,6 +116,10 @@ class SnapshotRing:
         self._started = True
         if batch is not None:
             self._keep_batch(step, batch)
+        if self.first is not None and not self._first_complete:
+            self._first_complete = True
+            if not self.first.covers(variables()):  # taken before the model was built
+                self.first = None
         if self.first is None or (step + 1) % self.every == 0:
             snapshot = Snapshot(step + 1, variables())
             if self.first is None:
