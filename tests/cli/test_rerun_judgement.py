@@ -50,3 +50,27 @@ def test_a_copy_that_trained_past_the_failing_step_held():
     rerun = _judged(_report(40), 12, "the patched copy")
     assert rerun.held and rerun.steps == 40
     assert "past step 12 where the original failed" in rerun.why
+
+
+def test_an_expectation_the_reruns_contradict_is_replaced_by_what_they_showed():
+    from gradient_doctor.cli.fix_confirmation import _borne_out
+    from gradient_doctor.core.findings import NotFix
+
+    def overflow(step):
+        return {"category": "forward_overflow", "step": step, "origin": None}
+
+    delays = NotFix(
+        "lower_learning_rate",
+        "A smaller learning rate only slows the drift: it is expected to delay it.",
+        structural=False,
+    )
+    baseline = _judged(_report(24, overflow(23)), 23, "the unchanged copy")
+    sooner = _judged(_report(6, overflow(5)), 23, "the patched copy")
+    assert sooner.failed_step == 5
+    told = _borne_out(delays, sooner, baseline)
+    assert told.why == (
+        "Applied, it made things no better: the patched copy failed sooner, at step 5 "
+        "(the unchanged copy at step 23)."
+    )
+    later = _judged(_report(41, overflow(40)), 23, "the patched copy")
+    assert _borne_out(delays, later, baseline) is delays  # it did delay it: as expected

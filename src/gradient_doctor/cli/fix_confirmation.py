@@ -95,6 +95,7 @@ def _confirmed(
                 fixes.append(judged)
                 continue
             item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
+            item = _borne_out(item, rerun, baseline)
         not_fixes.append(item)
     return ranked(dataclasses.replace(problem, fixes=tuple(fixes), not_fixes=tuple(not_fixes)))
 
@@ -102,6 +103,21 @@ def _confirmed(
 def _expected_only(item: NotFix) -> bool:
     """A remedy said not to help on an expectation that no trial inside the run tried."""
     return not item.structural and (item.evidence or "not tried").startswith("not tried")
+
+
+def _borne_out(item: NotFix, rerun: Rerun, baseline: Rerun | None) -> NotFix:
+    """A not-fix whose patched copy failed sooner than the unchanged copy rerun the same
+    way: its expectation (a smaller rate delays the overflow, say) is replaced by what
+    the reruns showed."""
+    failed = rerun.failed_step
+    original = baseline.failed_step if baseline is not None else None
+    if rerun.blocked or failed is None or original is None or failed >= original:
+        return item
+    why = (
+        f"Applied, it made things no better: the patched copy failed sooner, at step "
+        f"{failed} (the unchanged copy at step {original})."
+    )
+    return dataclasses.replace(item, why=why)
 
 
 class _Reruns:

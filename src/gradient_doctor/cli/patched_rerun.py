@@ -33,12 +33,14 @@ class Rerun:
         why: what happened, in words (for the evidence).
         blocked: it was stopped from writing one of the user's own files (or found one
             changed through a link of the copy): it judges nothing, `why` says what.
+        failed_step: the step of the first problem the copy found, or None.
     """
 
     held: bool
     steps: int
     why: str
     blocked: bool = False
+    failed_step: int | None = None
 
 
 def untried_patch(verified: bool | None, evidence: str | None) -> bool:
@@ -96,6 +98,7 @@ def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
             f"{what}, run from the start, found {first['category']} at step "
             f"{first.get('step')}{_place(first.get('origin'))} (the original failed at "
             f"step {failed_at})",
+            failed_step=first.get("step"),
         )
     if report.get("script_error"):
         return Rerun(False, steps, f"{what} failed: {report['script_error']}")

@@ -18,12 +18,14 @@ CLIPPING_ARGUMENTS = ("clipnorm", "clipvalue", "global_clipnorm")
 
 
 def clipping_of(optimizer) -> dict[str, float]:
-    """The clipping a Keras optimizer applies, by argument name (none set: empty)."""
-    return {
-        name: value
-        for name in CLIPPING_ARGUMENTS
-        if (value := getattr(optimizer, name, None)) is not None
-    }
+    """The clipping a Keras optimizer applies, by argument name (none set: empty).
+
+    Plain Python, as the guard's traced step calls it: AutoGraph would otherwise try
+    to convert it and warn on the user's output (it cannot convert an assignment
+    expression in a comprehension).
+    """
+    values = {name: getattr(optimizer, name, None) for name in CLIPPING_ARGUMENTS}
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def clipped_finite(optimizer, gradients: list) -> tf.Tensor | None:
