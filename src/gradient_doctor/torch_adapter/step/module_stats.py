@@ -4,8 +4,9 @@ The layers of a PyTorch model are its modules that own parameters directly (a `L
 a `Conv2d`, a `BatchNorm2d`), named by their path in the model (`encoder.layers.3.attn`,
 as `module_scope` names them). Every update, the per-gradient norms the guard's fused
 check made anyway (`Check.norms`) are kept on the device with their parameters; they are
-grouped by module and read with the other statistics. One step in `every`
-(`LAYER_STATS_EVERY`, as TensorFlow's) is sampled: its forward runs under global module
+grouped by module and read with the other statistics. One step in ten
+(`LAYER_STATS_EVERY`, as TensorFlow's; later as the time budget of `sample_schedule`
+allows) is sampled: its forward runs under global module
 hooks and a `TorchFunctionMode` that see each parameter-owning module's output (its
 largest |value|: the pre-activation of the activation that follows) and each ReLU, tanh
 and sigmoid, module or functional (the fraction of its units 0 for the whole batch, or
@@ -39,7 +40,6 @@ from gradient_doctor.core import source_frames
 from gradient_doctor.core.dtype_limits import dtype_limits
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.records import (
-    LAYER_STATS_EVERY,
     SIGMOID_FLAT,
     TANH_FLAT,
     HeadroomSample,
@@ -48,6 +48,7 @@ from gradient_doctor.core.records import (
 )
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.module_scope import module_names
+from gradient_doctor.torch_adapter.step.sample_schedule import SampleSchedule
 
 # The activations whose units can die (0 for the whole batch) or saturate, by the name of
 # the torch function (module forwards call these too).
@@ -113,8 +114,8 @@ class _RiskyOp:
 class ModuleStats:
     """Per-module statistics of the watched steps, as `LayerRecord`s.
 
-    The owner calls `begin_sample()` before a step to sample (a step whose index is a
-    multiple of `every`: `samples(step)`), `update_start(optimizer)` and
+    The owner calls `begin_sample()` before a step to sample (`samples(step)`, as the
+    `SampleSchedule` says), `update_start(optimizer)` and
     `update_end(optimizer)` around each applied update, `note_grads` with each update's
     check, and `records(step, ...)` once per finite step.
 
@@ -122,23 +123,25 @@ class ModuleStats:
         optimizers: returns the watched optimizers (their parameters say which models
             are trained: a frozen target network is not reported).
         models: the models trained, when known; others are found as their forward runs.
-        every: int, sample one step in this many. Defaults to `LAYER_STATS_EVERY`.
+        schedule: the steps to sample. Defaults to a `SampleSchedule()`: one in ten,
+            then as its time budget allows.
     """
 
     def __init__(
         self,
         optimizers: Callable[[], Sequence[torch.optim.Optimizer]],
         models: Iterable[torch.nn.Module] = (),
-        every: int = LAYER_STATS_EVERY,
+        schedule: SampleSchedule | None = None,
     ) -> None:
-        self.every = every
+        self.schedule = schedule or SampleSchedule()
         self._optimizers = optimizers
         self._roots: list[weakref.ref] = []
         self._owner: dict[int, int] = {}  # parameter id -> id of the module owning it
         for model in models:
             self._add_root(model)
         self._current: list[tuple[list[torch.Tensor], torch.Tensor]] = []  # this step's
-        self._ring: deque[tuple[int, list]] = deque(maxlen=every)  # steps since the read
+        # The steps since the read (at most the longest period's).
+        self._ring: deque[tuple[int, list]] = deque(maxlen=self.schedule.periods[-1])
         self._sample: _Sample | None = None
         self._pending: list[_Sample] = []  # sealed samples, read at the next sampled step
         self._handles: list = []
@@ -151,7 +154,7 @@ class ModuleStats:
 
     def samples(self, step: int) -> bool:
         """Whether `step` is a sampled step."""
-        return step % self.every == 0
+        return self.schedule.samples(step)
 
     @property
     def hooked(self) -> bool:
@@ -181,6 +184,7 @@ class ModuleStats:
         self._current = []
         self._sample = None
         self._unhook()
+        self.schedule.interrupted()
 
     # The sampled steps.
 
@@ -239,9 +243,11 @@ class ModuleStats:
             self._pending.append(self._sample)
             self._sample = None
         if not self.samples(step) or not self._pending:
+            self.schedule.step_ended(step)
             return (StepRecord(step, loss=loss, grad_norm=grad_norm),)
         names = self._trained_names()
         history = self._read(names)
+        self.schedule.step_ended(step)
         return (*history, StepRecord(step, loss, grad_norm, self._latest or (), self._headroom))
 
     def close(self) -> None:
@@ -258,8 +264,8 @@ class ModuleStats:
         def take(values: Sequence[torch.Tensor]) -> slice:
             nonlocal size
             start = size
-            for value in values:
-                tensors.append(value.detach().reshape(-1))
+            for value in values:  # measured under no_grad: no detach needed
+                tensors.append(value if value.dim() == 1 else value.reshape(-1))
                 size += tensors[-1].numel()
             return slice(start, size)
 
@@ -279,7 +285,9 @@ class ModuleStats:
             self._latest, self._headroom = (), ()
             return []
         first = tensors[0]
-        values = torch.cat([t.to(first.device, torch.float32) for t in tensors]).tolist()
+        if any(t.dtype != torch.float32 or t.device != first.device for t in tensors):
+            tensors = [t.to(first.device, torch.float32) for t in tensors]
+        values = torch.cat(tensors).tolist()
 
         def squares(entries) -> dict[str, float]:
             """Each module's sum of its parameters' squared norms."""
