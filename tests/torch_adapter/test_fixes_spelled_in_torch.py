@@ -37,9 +37,11 @@ def test_the_log_guards_are_torch_calls_that_hold_at_their_line(tmp_path):
     watched = doctor_torch.watch(step, model=model, optimizer=optimizer, verbose=False)
     finding, _ = run_until_stopped(watched, mlp_log_of_sigmoid.batches(60))
     fixes = {fix.family: fix for fix in finding.fixes if fix.patch}
-    assert {"safe_log", "clip_input_domain"} <= set(fixes)
+    assert {"safe_log", "clip_input_domain", "from_logits"} <= set(fixes)
     for fix in fixes.values():
-        assert "tf." not in fix.patch and "torch.clamp" in fix.patch
+        assert "tf." not in fix.patch
+        exact = fix.family == "from_logits"  # the logits kept, the logs on them
+        assert ("torch.nn.functional.logsigmoid" if exact else "torch.clamp") in fix.patch
         patched = _patched(mlp_log_of_sigmoid, fix.patch, tmp_path)
         patched_model, patched_optimizer, patched_step = patched.build()
         watched = doctor_torch.watch(

@@ -205,6 +205,9 @@ class Evidence:
             view or index a value (`op_trace.VIEW_OPS`); None for an input no op of the
             step made (a weight, the batch, a constant) or one made where no user's
             line is known.
+        sigmoid_input: for a forward origin, the sigmoid whose output its first input
+            is, itself or through one subtraction (`log(1 - p)` of `p = sigmoid(z)`),
+            looked for through views; None when there is none or its line is unknown.
     """
 
     step: int | None
@@ -235,3 +238,4 @@ class Evidence:
     same_op_calls: tuple[OpCall, ...] = ()
     input_producers: tuple[OpCall | None, ...] = ()
     log_of_sum: OpCall | None = None
+    sigmoid_input: OpCall | None = None

@@ -152,6 +152,26 @@ def input_producers(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEvent
     return tuple(found)
 
 
+def sigmoid_input(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
+    """The sigmoid whose output `target` reads as its first input, itself or through one
+    subtraction (`log(1 - p)` of `p = sigmoid(z)`), looking through views; else None."""
+    producers = _producers_before(events, target)
+
+    def made(tensor: int) -> OpEvent | None:
+        producer = producers.get(tensor)
+        while producer is not None and producer.op_type in VIEW_OPS and producer.input_ids:
+            producer = producers.get(producer.input_ids[0])
+        return producer
+
+    first = made(target.input_ids[0]) if target.input_ids else None
+    if first is not None and first.op_type == "Sub":
+        first = next(
+            (p for p in map(made, first.input_ids) if p is not None and p.op_type == "Sigmoid"),
+            None,
+        )
+    return first if first is not None and first.op_type == "Sigmoid" else None
+
+
 def nearest_weight_read(
     events: Sequence[OpEvent], target: OpEvent, weight_reads: frozenset[str]
 ) -> OpEvent | None:

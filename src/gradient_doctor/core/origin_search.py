@@ -15,6 +15,7 @@ from gradient_doctor.core.op_trace import (
     largest_output,
     log_of_sum,
     nearest_weight_read,
+    sigmoid_input,
     unowned_variable,
     weights_upstream,
     where_values_grew,
@@ -231,6 +232,7 @@ def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stat
             None if event is None or event.source is None else _call(event)
             for event in input_producers(events, origin)
         ),
+        "sigmoid_input": _call_or_none(sigmoid_input(events, origin)),
     }
 
 

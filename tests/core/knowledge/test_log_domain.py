@@ -101,7 +101,13 @@ def test_from_logits_is_spelled_in_the_framework_of_the_users_line(make_evidence
         diagnosis = diagnose(log_evidence(make_evidence, make_stats, code))
         return next(fix for fix in diagnosis.fixes if fix.family == "from_logits").code
 
-    torch_code = from_logits("loss = -(y * torch.log(torch.sigmoid(z))).mean()")
+    # The sigmoid's line unknown: the loss written on the logits, in the user's framework.
+    torch_code = from_logits("loss = -(y * torch.log(sigmoid_out)).mean()")
     assert "binary_cross_entropy_with_logits" in torch_code and "keras" not in torch_code
-    keras_code = from_logits("loss = -tf.reduce_mean(y * tf.math.log(tf.sigmoid(z)))")
+    keras_code = from_logits("loss = -tf.reduce_mean(y * tf.math.log(sigmoid_out))")
     assert "BinaryCrossentropy(from_logits=True)" in keras_code
+    # The sigmoid on the log's line: that line rewritten with the framework's log_sigmoid.
+    torch_code = from_logits("loss = -(y * torch.log(torch.sigmoid(z))).mean()")
+    assert torch_code == "loss = -(y * torch.nn.functional.logsigmoid(z)).mean()"
+    tf_code = from_logits("loss = -tf.reduce_mean(y * tf.math.log(tf.sigmoid(z)))")
+    assert tf_code == "loss = -tf.reduce_mean(y * tf.math.log_sigmoid(z))"

@@ -10,6 +10,7 @@ from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.rewrites.activation import positive_activation
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
+from gradient_doctor.core.knowledge.rewrites.log_sigmoid import log_sigmoid
 from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax
 from gradient_doctor.core.knowledge.rules.domain_rule import (
     Domain,
@@ -76,13 +77,15 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         sigmoid = "Sigmoid" in probability or "sigmoid" in code.lower()
         call = find_call(code, call_names(op), source_focus(evidence))
         torch = namespace(call, evidence.setup.framework) == "torch"
-        extra = (clip, _from_logits(binary=sigmoid, torch=torch))
+        exact = log_sigmoid(evidence) if sigmoid else None
+        extra = (clip, _from_logits(binary=sigmoid, torch=torch)) if exact is None else (clip,)
     else:
+        exact = None
         siblings = risky_siblings(evidence, domain)
         generic = _positive_activation(evidence.setup.framework)
         extra = (positive_activation(evidence, domain.argument, generic),)
     diagnosis = diagnose_domain(evidence, domain, extra, siblings)
-    exact = log_softmax(code, op, source_focus(evidence))
+    exact = exact or log_softmax(code, op, source_focus(evidence))
     if diagnosis is None or exact is None:
         return diagnosis
     # First: it computes the same value, finite everywhere; the guard changes it.
