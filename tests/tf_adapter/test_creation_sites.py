@@ -7,6 +7,7 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
+import tensorflow as tf  # noqa: E402
 from keras import layers  # noqa: E402
 
 from gradient_doctor.core.source_frames import display_path  # noqa: E402
@@ -106,3 +107,29 @@ def test_a_call_of_another_librarys_class_of_the_same_name_is_not_a_candidate(
     optimizer = keras.optimizers.SGD(0.375)  # keras-sgd-built
     line = creation_line(optimizer)
     assert line is not None and line.line == _line("keras-sgd-built")
+
+
+class _Agent:
+    """A trainer whose step is a `tf.function` method (an RL agent's, say)."""
+
+    @tf.function
+    def loss(self, x):
+        doubled = x * 2.0
+        return tf.math.log(doubled)  # the op the site must name
+
+
+def test_an_op_of_a_traced_tf_function_method_run_eagerly_is_placed_at_its_own_line():
+    # Once traced, the method's instance runs its AutoGraph-converted code even with
+    # functions run eagerly (a replay): the op's frame is in a generated file.
+    from gradient_doctor.tf_adapter.localize.replay import _instrumented, _Recorder
+
+    agent = _Agent()
+    agent.loss(tf.constant(1.0))  # traced
+    recorder = _Recorder()
+    with _instrumented(recorder):  # the replay's op callback, functions run eagerly
+        agent.loss(tf.constant(1.0))
+    (log,) = [event for event in recorder.events if event.op_type == "Log"]
+    assert log.source_kind == "op"
+    assert log.source.code == "return tf.math.log(doubled)  # the op the site must name"
+    assert log.source.file.endswith("test_creation_sites.py")
+    assert log.source.line == _line("the op the site must name")

@@ -53,9 +53,14 @@ What each is for (and the modules that use it):
   (hooks/eager_trace, localize/trace_replay).
 - `flat_layers`: every layer of a model, nested ones too, as Keras tracks them
   (hooks/callback).
+- `autograph_origin`: the user's line a frame of an AutoGraph-converted function runs
+  (its `ag_source_map`): a traced `tf.function` method runs converted even eagerly
+  (hooks/creation_sites).
 """
 
 from __future__ import annotations
+
+import gc
 
 from keras.src import backend as keras_backend
 from keras.src.backend.common import global_state
@@ -176,3 +181,38 @@ def flat_layers(model) -> list:
     keeps no such list for it)."""
     flatten = getattr(model, "_flatten_layers", None)
     return list(flatten()) if flatten is not None else [model]
+
+
+# Code object of an AutoGraph-converted function -> its source map (None: none found).
+_SOURCE_MAPS: dict = {}
+
+
+def autograph_origin(frame) -> tuple[str, int] | None:
+    """(file, line) of the user's code that a frame of an AutoGraph-converted function
+    runs, or None for any other frame.
+
+    Once a `tf.function` that is a method has been traced, its instance calls the
+    converted function even under `tf.config.run_functions_eagerly(True)` (the method
+    wrapper's `__wrapped__` was swapped for it), so an eager replay runs the user's body
+    from a generated file. The converted function carries `ag_source_map`, from the
+    generated file's lines to the original's; it is found once per code object.
+    """
+    code = frame.f_code
+    if "__autograph_generated_file" not in code.co_filename:
+        return None
+    if code not in _SOURCE_MAPS:
+        _SOURCE_MAPS[code] = next(
+            (
+                getattr(holder, "ag_source_map", None)
+                for holder in gc.get_referrers(code)
+                if getattr(holder, "ag_source_map", None) is not None
+            ),
+            None,
+        )
+    source_map = _SOURCE_MAPS[code]
+    if not source_map:
+        return None
+    for location, origin in source_map.items():
+        if location.filename == code.co_filename and location.lineno == frame.f_lineno:
+            return origin.loc.filename, origin.loc.lineno
+    return None

@@ -33,7 +33,11 @@ from gradient_doctor.core.source_frames import (
     user_frame,
     user_line,
 )
-from gradient_doctor.tf_adapter._tf_internals import BaseOptimizer, global_state
+from gradient_doctor.tf_adapter._tf_internals import (
+    BaseOptimizer,
+    autograph_origin,
+    global_state,
+)
 
 LAYER_CREATION = "layer_creation"
 _LAYER_CALL = inspect.unwrap(keras.Layer.__call__).__code__
@@ -124,17 +128,22 @@ def op_site(layer_path: str | None) -> tuple[SourceLine | None, str]:
     frame = sys._getframe(1)
     _remember_running(layer_path)
     library_layers = []
+    converted = None  # the user's line a converted function's frame runs
     while frame is not None and not is_user_file(frame.f_code.co_filename):
         if frame.f_code is _LAYER_CALL:
             layer = frame.f_locals.get("self")
             if isinstance(layer, keras.Layer) and not isinstance(layer, keras.Model):
                 library_layers.append(layer)
+        origin = autograph_origin(frame)
+        if origin is not None and is_user_file(origin[0]):
+            converted = source_line(origin[0], origin[1], origin[1], None, None)
+            break
         frame = frame.f_back
     for layer in library_layers:
         line = creation_line(layer)
         if line is not None:
             return line, LAYER_CREATION
-    return user_line(frame), "op"
+    return (converted or user_line(frame)), "op"
 
 
 def _remember_running(layer_path: str | None) -> None:
