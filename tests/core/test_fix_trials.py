@@ -241,3 +241,16 @@ def test_a_clamp_of_a_large_share_that_held_is_not_verified_but_says_why():
     assert "its clamp changes 31% of the values at the failing step" in judged.evidence
     failing = judge(finding, FAILED_BASELINE, [_outcome("clip_input_domain", failed_at=1)])
     assert _fix(failing, "clip_input_domain").verified is False
+
+
+def test_a_not_fix_whose_trial_stayed_finite_says_why_it_still_did_not_help():
+    # A lower rate over a GAN: finite, but its loss blew up; the text says so, where it
+    # said only "all 4 steps finite" under "Will not help".
+    lower = Fix("lower_learning_rate", "lower", "code", patch=_PATCH)
+    item = NotFix("lower_learning_rate", "only delays it", structural=False, fix=lower)
+    finding = dataclasses.replace(_finding(), not_fixes=(item,))
+    blew_up = _outcome("lower_learning_rate", losses=(1.0, 5.0, 50.0, 500.0))
+    (judged,) = judge(finding, FAILED_BASELINE, [blew_up]).not_fixes
+    assert "all 4 steps finite" in judged.evidence
+    assert judged.evidence.endswith("so training did not go on well")
+    assert "diverged" in judged.evidence

@@ -300,7 +300,7 @@ def judge(
                 _judged_fix(fix, outcome, baseline, start, phase, reference_loss, drift)
             )
         else:
-            not_fixes.append(_judged_not_fix(item, outcome, start, phase))
+            not_fixes.append(_judged_not_fix(item, outcome, baseline, start, phase, reference_loss))
     judged = dataclasses.replace(finding, fixes=fixes + tuple(promoted), not_fixes=tuple(not_fixes))
     return ranked(judged)
 
@@ -397,12 +397,26 @@ def _slows_a_build_up(family: str, outcome: TrialOutcome, failing: int | None) -
 
 
 def _judged_not_fix(
-    item: NotFix, outcome: TrialOutcome | None, start: int | None, phase: str | None
+    item: NotFix,
+    outcome: TrialOutcome | None,
+    baseline: TrialOutcome,
+    start: int | None,
+    phase: str | None,
+    reference_loss: float | None,
 ) -> NotFix:
-    """The not-fix with its trial's evidence; an expectation nobody tried says so."""
+    """The not-fix with its trial's evidence; an expectation nobody tried says so. A
+    trial that stayed finite says why it still did not help: training did not go on
+    well, or the unchanged step stayed finite too."""
     if outcome is None or outcome.skipped is not None:
         if item.structural or item.evidence:
             return item
         reason = f": {outcome.skipped}" if outcome is not None else ""
         return dataclasses.replace(item, evidence=f"not tried{reason}")
-    return dataclasses.replace(item, evidence=describe(outcome, start, phase))
+    evidence = describe(outcome, start, phase)
+    if outcome.held:
+        shortfall = outcome.shortfall(reference_loss)
+        if shortfall is not None:
+            evidence += f"; but {shortfall}, so training did not go on well"
+        elif baseline.failed_at is None:
+            evidence += f" ({_baseline_note(baseline, start)}, so this trial cannot tell)"
+    return dataclasses.replace(item, evidence=evidence)
