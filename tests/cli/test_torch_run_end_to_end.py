@@ -204,3 +204,33 @@ def test_parameters_cut_where_no_rerun_can_reach_are_still_reported(tmp_path, mo
         in (problem["explanation"])
     )
     assert "never reached update 8" in problem["explanation"]
+
+
+def test_a_softmax_over_an_empty_sequences_masked_row_is_named_and_its_fill_patched(
+    torch_run, tmp_path
+):
+    # The -inf mask is meant: the NaN is the softmax's, 0 / 0 in the row of a sequence
+    # with no token; the loss leaves padded queries out, so it stays finite.
+    name = "padded_batches_empty_sequence.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"], problem["phase"]) == (
+        "forward_domain",
+        4,
+        "forward",
+    )
+    origin = problem["origin"]
+    assert (origin["op"], origin["layer"], origin["line"]) == (
+        "Softmax",
+        "Mixer",
+        line_of(f"{SCRIPTS}/{name}", "weights = torch.softmax(scores, dim=-1)"),
+    )
+    assert "-inf in every entry" in problem["explanation"]
+    fill = line_of(
+        f"{SCRIPTS}/{name}", 'scores = scores.masked_fill(pad.unsqueeze(1), float("-inf"))'
+    )
+    assert f"{name}:{fill}" in problem["explanation"]
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "finite_mask"
+    assert "torch.finfo(scores.dtype).min" in fix["patch"]

@@ -67,6 +67,8 @@ FIX_FAMILIES = (
     "retain_graph",
     "zero_grad_to_zeros",
     "detect_anomaly",
+    # Added for a softmax over a row that a -inf mask hides entirely.
+    "finite_mask",
     # Added for a step that goes non-finite only as XLA compiles it.
     "disable_xla",
     # Added: clip each gradient value, for a global norm that itself overflows.

@@ -99,9 +99,11 @@ def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
     return OriginSearch(origin, forward_op, tuple(sorted(set(unproduced))), masked, first_reader)
 
 
-# Ops that map -inf to a finite value (exp(-inf) = 0): an input whose only non-finite
-# values are -inf (a mask written before exp) cannot explain their non-finite output.
-_FINITE_AT_MINUS_INF = frozenset({"Exp", "Expm1", "Softplus"})
+# Ops that map -inf to a finite value (exp(-inf) = 0; a softmax gives a masked entry
+# weight 0): an input whose only non-finite values are -inf (a mask written before the
+# op) cannot explain their non-finite output (a softmax's NaN is its own: 0 / 0 in a row
+# masked everywhere).
+_FINITE_AT_MINUS_INF = frozenset({"Exp", "Expm1", "Softplus", "Softmax"})
 
 
 def _explains(event: OpEvent, stats) -> bool:

@@ -23,6 +23,7 @@ from gradient_doctor.core.knowledge.rules import (
     inverse_trig,
     log_domain,
     loss_scale_collapse,
+    masked_softmax,
     nonfinite_constant,
     norm_overflow,
     overflow_generic,
@@ -62,6 +63,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("sqrt_domain", sqrt_domain.diagnose, forward_ops=sqrt_domain.OPS),
     Family("division", division.diagnose, forward_ops=division.OPS),
     Family("inverse_trig", inverse_trig.diagnose, forward_ops=inverse_trig.OPS),
+    Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
     Family(
         "backward_singularity",
         backward_singularity.diagnose,

@@ -1,0 +1,68 @@
+"""Rewrite a mask's -inf fill into the dtype's lowest finite value.
+
+`scores.masked_fill(pad, float("-inf"))` before a softmax is harmless in a row that keeps
+one key, but a row whose keys are all masked (an empty or all-padding sequence) is -inf
+everywhere, and its softmax is 0 / 0 = NaN, in the forward pass and in the gradient. The
+lowest finite value of the scores' dtype (`torch.finfo(scores.dtype).min`,
+`scores.dtype.min` in TensorFlow) weighs the masked keys exactly 0 wherever a row keeps
+one (exp underflows, as it did from -inf), and gives a fully masked row uniform weights
+instead of NaN. The value is the dtype's own, so it stays finite under float16 too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gradient_doctor.core.evidence import OpCall
+from gradient_doctor.core.findings import Edit, Fix
+from gradient_doctor.core.knowledge.source.calls import Call, find_call, replace_span
+
+TITLE = (
+    "Mask with the dtype's lowest finite value instead of -inf, so that a row whose every "
+    "entry is masked gets uniform weights, not 0 / 0"
+)
+# How a negative infinity is spelled in a user's line.
+_MINUS_INF = re.compile(
+    r"""float\(\s*(['"])-inf(inity)?\1\s*\)"""
+    r"""|-\s*float\(\s*(['"])inf(inity)?\3\s*\)"""
+    r"""|-\s*(math|np|numpy|torch)\.inf\b""",
+    re.IGNORECASE,
+)
+# The calls that write the fill: a `where` (1: its kept branch is the tensor filled,
+# whose dtype the fill takes) or a masked fill (None: its receiver is).
+_FILLS = {"masked_fill": None, "masked_fill_": None, "where": 1}
+
+
+def finite_mask(producer: OpCall | None, framework: str) -> Fix | None:
+    """A `finite_mask` fix of the line whose mask call wrote the -inf a softmax read, or
+    None when that line has no such call with a -inf spelled in it."""
+    if producer is None or producer.source_kind != "op" or not producer.source.code:
+        return None
+    source = producer.source
+    code = source.code.strip()
+    call = find_call(code, tuple(_FILLS), source.span)
+    if call is None:
+        return None
+    filled = _filled_tensor(call)
+    fill = _MINUS_INF.search(call.text)
+    if filled is None or fill is None:
+        return None
+    lowest = f"torch.finfo({filled}.dtype).min" if framework == "torch" else f"{filled}.dtype.min"
+    text = call.text[: fill.start()] + lowest + call.text[fill.end() :]
+    new = replace_span(code, call.start, call.end, text)
+    edit = Edit(source.file, source.line, source.line, (new,), (code,))
+    return Fix("finite_mask", TITLE, new, edits=(edit,))
+
+
+def _filled_tensor(call: Call) -> str | None:
+    """The tensor the call fills, as written: a method's receiver (`scores.masked_fill`),
+    or `where`'s kept branch; None when it is not a plain name."""
+    if _FILLS[call.name] is None:
+        text = call.prefix[:-1] if call.prefix.endswith(".") else ""
+        if call.prefix.startswith(("torch.", "tf.")) and call.args:
+            text = call.args[0]  # torch.masked_fill(scores, mask, value)
+        candidates = [text]
+    else:  # where(mask, scores, -inf) or where(mask, -inf, scores)
+        candidates = list(call.args[1:3])
+    names = [t.strip() for t in candidates if re.fullmatch(r"[A-Za-z_][\w.]*", t.strip())]
+    return names[0] if names else None
