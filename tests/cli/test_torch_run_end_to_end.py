@@ -234,3 +234,16 @@ def test_a_softmax_over_an_empty_sequences_masked_row_is_named_and_its_fill_patc
     fix = _verified_patch_holds(problem, name, folder, tmp_path)
     assert fix["family"] == "finite_mask"
     assert "torch.finfo(scores.dtype).min" in fix["patch"]
+
+
+def test_a_closure_step_that_went_non_finite_is_reported_and_undone(torch_run):
+    # LBFGS computes its losses inside `optimizer.step(closure)`: the step is checked
+    # after it ran. Before, such a run was reported healthy with 0 steps watched.
+    name = "lbfgs_identity_link.py"
+    run, _ = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert problem["origin"] is None
+    assert "optimizer.step(closure)" in problem["explanation"]
+    assert "put the weights and the optimizer's state back" in problem["explanation"]
+    assert run.report["steps_watched"] == problem["step"] + 1 >= 1

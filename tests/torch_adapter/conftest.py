@@ -52,12 +52,19 @@ def same_state(model, optimizer, other_model, other_optimizer) -> bool:
     theirs = other_optimizer.state_dict()["state"]
     if mine.keys() != theirs.keys():
         return False
-    for key in mine:
-        for name, value in mine[key].items():
-            other = theirs[key][name]
-            if isinstance(value, torch.Tensor):
-                if not torch.equal(value, other):
-                    return False
-            elif value != other:
-                return False
-    return True
+    return all(
+        _same_value(value, theirs[key][name]) for key in mine for name, value in mine[key].items()
+    )
+
+
+def _same_value(value, other) -> bool:
+    """Bit-identical tensors, lists of them (LBFGS's history), or equal plain values."""
+    if isinstance(value, torch.Tensor):
+        return isinstance(other, torch.Tensor) and torch.equal(value, other)
+    if isinstance(value, list | tuple):
+        return (
+            isinstance(other, list | tuple)
+            and len(value) == len(other)
+            and all(_same_value(a, b) for a, b in zip(value, other))
+        )
+    return value == other

@@ -92,3 +92,55 @@ def test_two_optimizers_are_checked_each_on_its_own_gradients():
     finally:
         hooks.uninstall()
     assert [skipped for _, skipped, _ in seen.updates] == [False, False, False, True, False, False]
+
+
+def _lbfgs(steps: int, rate: float, hooks: UpdateHooks | None = None):
+    """A Poisson regression with an identity link fitted by LBFGS through a closure: at a
+    high `rate` its first step makes some rates negative, and their log NaN."""
+    torch.manual_seed(0)
+    x = torch.rand(64, 3)
+    y = torch.poisson(1.0 + 4.0 * x[:, :1])
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=rate, max_iter=5)
+    losses = []
+
+    def closure():
+        optimizer.zero_grad()
+        rate_ = model(x)
+        loss = (rate_ - y * torch.log(rate_)).mean()
+        loss.backward()
+        return loss
+
+    if hooks is not None:
+        hooks.install()
+    try:
+        for _ in range(steps):
+            losses.append(float(optimizer.step(closure)))
+    finally:
+        if hooks is not None:
+            hooks.uninstall()
+    return model, optimizer, losses
+
+
+def test_a_closure_step_is_checked_after_it_ran_and_a_bad_one_undone():
+    # Healthy: every step checked, the losses and the state as unwatched.
+    seen = Seen()
+    model, optimizer, losses = _lbfgs(4, 0.1, UpdateHooks(seen))
+    plain_model, plain_optimizer, plain_losses = _lbfgs(4, 0.1)
+    assert losses == plain_losses
+    assert same_state(model, optimizer, plain_model, plain_optimizer)
+    assert [(index, skipped) for index, skipped, _ in seen.updates] == [
+        (i, False) for i in range(4)
+    ]
+    # Too high a rate: a step's closure goes NaN (negative rates under the log). That
+    # step and every one after it are undone: the weights and LBFGS's state stay those
+    # of the last good step.
+    seen = Seen()
+    model, optimizer, _ = _lbfgs(3, 10.0, UpdateHooks(seen))
+    _, _, plain_losses = _lbfgs(3, 10.0)
+    assert any(loss != loss for loss in plain_losses)  # unwatched, it goes NaN
+    skipped = [index for index, skipped, _ in seen.updates if skipped]
+    assert skipped and skipped == list(range(skipped[0], 3))
+    assert not any(check.finite for _, skipped_, check in seen.updates if skipped_)
+    good_model, good_optimizer, _ = _lbfgs(skipped[0], 10.0)
+    assert same_state(model, optimizer, good_model, good_optimizer)

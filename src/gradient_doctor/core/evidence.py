@@ -158,6 +158,7 @@ class Evidence:
         reproduced: False when the replay of the step stayed finite.
         replayed: False when the step could not be run again at all (then
             `reproduced` is False too, but says nothing about the replay).
+        unreplayable: why it could not be, in words, when the adapter knows.
         path_break: for missing gradients, where the path from the loss to a
             group of variables breaks.
         all_disconnected: every variable handed to the optimizer lacks a gradient.
@@ -220,6 +221,7 @@ class Evidence:
     setup: TrainingSetup = field(default_factory=TrainingSetup)
     reproduced: bool = True
     replayed: bool = True
+    unreplayable: str | None = None
     path_break: PathBreak | None = None
     all_disconnected: bool = False
     reduction_axis: int | None = None

@@ -22,7 +22,7 @@ import shutil
 import sys
 import warnings
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -173,6 +173,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.stats.forget_step()
         reading = self._reading(failed=True)
         replay = FailedUpdate(self._step_after, update.index)
+        if update.closure is not None:  # its ops ran inside the step, unrecorded
+            reading, replay = replace(reading, unreplayable=_CLOSURE_UNREPLAYABLE), None
         self._stepped.clear()
         self._checks.clear()
         self._step_after = update.index
@@ -320,6 +322,13 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
     def fix_trials(self, finding: Finding, evidence: Evidence, rerun: FailedUpdate):
         """The finding's fixes, reported not tried here (the confirmation reruns judge them)."""
         return UntriedFixes(tuple(trial_plans(finding, evidence, self.optimizers)))
+
+
+_CLOSURE_UNREPLAYABLE = (
+    "it was an optimizer.step(closure), whose losses and gradients are computed inside "
+    "the step, where the doctor does not record ops; it checked the step after it ran "
+    "and put the weights and the optimizer's state back as they were before it"
+)
 
 
 def _say(text: str) -> None:

@@ -48,6 +48,8 @@ class StepReading:
         replica: under data parallelism, the first replica whose values were not
             finite; None with a single replica.
         xla: the step was compiled with XLA (a replay without it may differ).
+        unreplayable: why a failed step cannot be run again op by op, in words (said in
+            the diagnosis), or None.
     """
 
     failed: bool
@@ -60,6 +62,7 @@ class StepReading:
     updates: int = 0
     replica: int | None = None
     xla: bool = False
+    unreplayable: str | None = None
 
 
 @dataclass(frozen=True)

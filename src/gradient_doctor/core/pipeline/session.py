@@ -170,7 +170,14 @@ class Session:
                 )
         if evidence is None:
             evidence = Evidence(
-                step, None, None, history=history, setup=setup, reproduced=False, replayed=False
+                step,
+                None,
+                None,
+                history=history,
+                setup=setup,
+                reproduced=False,
+                replayed=False,
+                unreplayable=reading.unreplayable,
             )
         evidence = replace(evidence, skipped_updates=reading.skipped)
         finding = self.record(evidence, rerun, reading.replica)

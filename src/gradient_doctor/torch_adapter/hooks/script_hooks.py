@@ -10,11 +10,21 @@ is not finite, the gradients are hidden from the optimizer for that update (each
 weights and the optimizer's state stay those of the last good step and the user's
 code is untouched. A healthy update is only read, never written: training computes
 exactly what it computes unwatched.
+
+A step with a closure (`optimizer.step(closure)`: LBFGS, or SGD handed one) computes its
+losses and gradients inside the step, so it is checked after it ran: each evaluation
+of the closure is noted, and the last one's loss, the gradients and the parameters
+are checked after the step. A step that left any of them non-finite is undone (the
+parameters and the optimizer's state copied before the step are put back), so the
+weights stay those of the last good step there too, at the price of that copy on
+each closure step.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,8 +49,8 @@ class Update:
     Attributes:
         index: 0-based count of the updates of the run, over every optimizer.
         optimizer: the optimizer that stepped.
-        check: what the check read, or None for a step with a closure (LBFGS: its
-            loss is computed inside the step, so it is not checked).
+        check: what the check read (for a step with a closure, read after it ran), or
+            None before that.
         present: how many dense gradients the update was about to apply (0 with a
             closure): a change tells the owner to look for parameters left without one.
         hidden: the gradients hidden from the optimizer while a non-finite update
@@ -54,11 +64,66 @@ class Update:
     present: int = 0
     hidden: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     parameters: list[torch.Tensor] = field(default_factory=list)
+    closure: _ClosureStep | None = None
 
     @property
     def skipped(self) -> bool:
         """The update was not applied: its loss or gradients were not finite."""
         return self.check is not None and not self.check.finite
+
+
+@dataclass
+class _ClosureStep:
+    """A step with a closure: the state it started from, and its closure's losses.
+
+    Attributes:
+        parameters: the optimizer's parameters, and a copy of each from before the step.
+        state: a copy of the optimizer's `state_dict()` from before the step.
+        losses: what each evaluation of the closure returned, in order.
+    """
+
+    parameters: list[tuple[torch.Tensor, torch.Tensor]]
+    state: dict
+    losses: list = field(default_factory=list)
+
+    @classmethod
+    def before(cls, optimizer: torch.optim.Optimizer) -> _ClosureStep:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        with torch.no_grad():
+            copies = [(p, p.detach().clone()) for p in params]
+        return cls(copies, copy.deepcopy(optimizer.state_dict()))
+
+    def wrapped(self, closure: Callable) -> Callable:
+        """`closure`, noting what each evaluation returns."""
+
+        @functools.wraps(closure)
+        def noted(*args, **kwargs):
+            loss = closure(*args, **kwargs)
+            self.losses.append(loss)
+            return loss
+
+        return noted
+
+    def checked(self, optimizer: torch.optim.Optimizer) -> Check:
+        """The step as it left things: its last loss and the gradients, checked as any
+        update's, and the parameters; not finite when any of them is not."""
+        last = self.losses[-1] if self.losses else None
+        losses = [last] if isinstance(last, torch.Tensor) else []
+        result = check(losses, [p.grad for p in dense_parameters(optimizer)])
+        params = [p for p, _ in self.parameters if p.layout == torch.strided]
+        if result.finite and params:
+            with torch.no_grad():
+                norms = torch.stack(torch._foreach_norm(params)).tolist()
+            if not all(math.isfinite(norm) for norm in norms):
+                return Check(False, result.loss, result.grad_norm)
+        return result
+
+    def undo(self, optimizer: torch.optim.Optimizer) -> None:
+        """Put the parameters and the optimizer's state back as they were before."""
+        with torch.no_grad():
+            for parameter, saved in self.parameters:
+                parameter.copy_(saved)
+        optimizer.load_state_dict(self.state)
 
 
 class UpdateListener:
@@ -118,13 +183,20 @@ class UpdateHooks:
             torch.autograd.backward, self._backward = self._backward, None
         self.last_root = None
 
-    def _pre_hook(self, optimizer, args, kwargs) -> None:
+    def _pre_hook(self, optimizer, args, kwargs) -> tuple | None:
         index = self.updates
         self.updates += 1
         self.listener.before_update(index, optimizer)
         if len(args) > 1 or kwargs:  # a closure recomputes the loss inside the step
-            self._current = Update(index, optimizer, None)
-            return
+            closure = args[1] if len(args) > 1 else kwargs.get("closure")
+            update = self._current = Update(index, optimizer, None)
+            if not callable(closure):
+                return None
+            update.closure = _ClosureStep.before(optimizer)
+            noted = update.closure.wrapped(closure)
+            if len(args) > 1:
+                return (args[0], noted, *args[2:]), kwargs
+            return args, {**kwargs, "closure": noted}
         params = dense_parameters(optimizer)
         grads = [p.grad for p in params]
         root, self.last_root = self.last_root, None
@@ -139,6 +211,11 @@ class UpdateHooks:
         update, self._current = self._current, None
         if update is None or update.optimizer is not optimizer:
             return
+        if update.closure is not None:
+            update.check = update.closure.checked(optimizer)
+            update.present = len(dense_parameters(optimizer))
+            if not update.check.finite:
+                update.closure.undo(optimizer)
         for parameter, grad in update.hidden:
             parameter.grad = grad
         self.listener.after_update(update)

@@ -78,7 +78,9 @@ def explain(origin: Origin, step: int | None, subject: str) -> str:
 
 def _unlocated(evidence: Evidence) -> Diagnosis:
     """The step went non-finite but no op could be named (e.g. the replay stayed finite)."""
-    if not evidence.replayed:
+    if not evidence.replayed and evidence.unreplayable:
+        replay = f" ({evidence.unreplayable})"
+    elif not evidence.replayed:
         replay = " (the step could not be run again to look for it)"
     elif not evidence.reproduced:
         replay = ", and replaying the step stayed finite; the cause may be nondeterministic"
