@@ -247,3 +247,20 @@ def test_a_closure_step_that_went_non_finite_is_reported_and_undone(torch_run):
     assert "optimizer.step(closure)" in problem["explanation"]
     assert "put the weights and the optimizer's state back" in problem["explanation"]
     assert run.report["steps_watched"] == problem["step"] + 1 >= 1
+
+
+def test_under_gradient_accumulation_each_micro_batchs_loss_is_checked(torch_run):
+    # The log of a probability rounded to 0 is -inf in the forward pass of a micro-batch
+    # before the last: it is that op, forward, not the gradient of the log as seen from
+    # the last micro-batch's loss alone.
+    name = "accumulated_log_probability.py"
+    run, _ = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["phase"]) == ("forward_domain", "forward")
+    origin = problem["origin"]
+    assert (origin["op"], origin["line"]) == (
+        "Log",
+        line_of(f"{SCRIPTS}/{name}", "nll = -torch.log(p_label).mean() / ACCUMULATE"),
+    )
+    assert origin["outputs"][0]["inf"] > 0

@@ -4,7 +4,8 @@
 module-level loop, a method, gradient accumulation, a GAN's two optimizers). What every
 loop has in common is `optimizer.step()`, and torch calls the global optimizer step
 hooks around each one. Before each update, one fused check (`step_check.check`) reads
-that optimizer's gradients and the last loss `backward()` was called on; when anything
+that optimizer's gradients and the losses `backward()` was called on since the last
+update (each micro-batch's, under gradient accumulation); when anything
 is not finite, the gradients are hidden from the optimizer for that update (each
 `.grad` set to None, which every torch optimizer skips) and put back after it, so the
 weights and the optimizer's state stay those of the last good step and the user's
@@ -40,6 +41,9 @@ from gradient_doctor.torch_adapter.step.step_check import (
     dense_parameters,
     parameters_with_grads,
 )
+
+# The `backward()` roots kept between two updates (a long accumulation keeps its latest).
+_ROOTS_KEPT = 64
 
 
 @dataclass
@@ -146,7 +150,9 @@ class UpdateHooks:
     def __init__(self, listener: UpdateListener) -> None:
         self.listener = listener
         self.updates = 0  # updates seen so far, over every optimizer
-        self.last_root: torch.Tensor | None = None
+        # The roots `backward()` was called on since the last update (every micro-batch's
+        # loss under gradient accumulation), the latest last; at most `_ROOTS_KEPT`.
+        self.roots: list[torch.Tensor] = []
         self._current: Update | None = None
         self._handles: list = []
         self._backward: Callable | None = None
@@ -165,11 +171,15 @@ class UpdateHooks:
         @functools.wraps(backward)
         def noting_backward(tensors, *args, **kwargs):
             if isinstance(tensors, torch.Tensor):
-                self.last_root = tensors
+                root = tensors
             elif tensors:
-                self.last_root = next(
+                root = next(
                     (t for t in reversed(tuple(tensors)) if isinstance(t, torch.Tensor)), None
                 )
+            else:
+                root = None
+            if root is not None:
+                self.roots = [*self.roots[1 - _ROOTS_KEPT :], root]
             return backward(tensors, *args, **kwargs)
 
         torch.autograd.backward = noting_backward
@@ -181,7 +191,7 @@ class UpdateHooks:
         self._handles = []
         if self._backward is not None:
             torch.autograd.backward, self._backward = self._backward, None
-        self.last_root = None
+        self.roots = []
 
     def _pre_hook(self, optimizer, args, kwargs) -> tuple | None:
         index = self.updates
@@ -190,6 +200,7 @@ class UpdateHooks:
         if len(args) > 1 or kwargs:  # a closure recomputes the loss inside the step
             closure = args[1] if len(args) > 1 else kwargs.get("closure")
             update = self._current = Update(index, optimizer, None)
+            self.roots = []  # its own roots are its closure's
             if not callable(closure):
                 return None
             update.closure = _ClosureStep.before(optimizer)
@@ -199,8 +210,8 @@ class UpdateHooks:
             return args, {**kwargs, "closure": noted}
         params = dense_parameters(optimizer)
         grads = [p.grad for p in params]
-        root, self.last_root = self.last_root, None
-        result = check([root] if root is not None else [], grads)
+        roots, self.roots = self.roots, []
+        result = check(roots, grads)
         update = self._current = Update(index, optimizer, result, len(grads), parameters=params)
         if not result.finite:
             update.hidden = [(p, p.grad) for p in parameters_with_grads(optimizer)]

@@ -120,8 +120,7 @@ class StepRecording(UpdateListener):
             why = f"the rerun of your script never ended update {self.window_after}"
             step_events.write(self.out, RecordedStep(False, why=why))
             raise StepRecorded(index)
-        root = self.hooks.last_root
-        losses = [root] if root is not None else []
+        losses = list(self.hooks.roots)  # every micro-batch's, under accumulation
         if self.paths:
             self._write_paths(recorder, optimizer, losses)
             raise StepRecorded(index)
