@@ -74,3 +74,28 @@ def test_an_expectation_the_reruns_contradict_is_replaced_by_what_they_showed():
     )
     later = _judged(_report(41, overflow(40)), 23, "the patched copy")
     assert _borne_out(delays, later, baseline) is delays  # it did delay it: as expected
+
+
+def _loss_series(values):
+    return [{"name": "loss", "steps": list(range(len(values))), "values": list(values)}]
+
+
+def test_a_finite_copy_whose_single_loss_diverged_did_not_hold():
+    # A clamp that keeps a diverging run finite: the loss sits at -log(1e-7) afterwards.
+    stuck = [1.6, 1.5, 2.4, 8.0, *[16.1] * 16]
+    report = {**_report(20), "optimizers": 1, "series": _loss_series(stuck)}
+    rerun = _judged(report, 8, "the patched copy")
+    assert not rerun.held
+    assert "trained 20 steps" in rerun.why
+    assert rerun.why.endswith(
+        "but the loss diverged (1.55 -> 16.1), so training did not go on well"
+    )
+    falling = {
+        **_report(20),
+        "optimizers": 1,
+        "series": _loss_series([2.0 - i / 20 for i in range(20)]),
+    }
+    assert _judged(falling, 8, "the patched copy").held
+    # Two optimizers (a GAN): the last loss is one of several, and they trade off.
+    two = {**_report(20), "optimizers": 2, "series": _loss_series(stuck)}
+    assert _judged(two, 8, "the patched copy").held

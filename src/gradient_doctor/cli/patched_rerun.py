@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gradient_doctor.cli.scratch_copy import copy_folder
 from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
+from gradient_doctor.core.fix_trials import diverged
 from gradient_doctor.core.patches import PatchError, apply_unified_diff
 
 
@@ -109,12 +110,23 @@ def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
             f"{what} ended after {steps} steps, before step {failed_at} where the "
             "original failed, so it cannot tell",
         )
-    return Rerun(
-        True,
-        steps,
+    trained = (
         f"{what} of your files trained {steps} steps from the start with every "
-        f"loss and gradient finite, past step {failed_at} where the original failed",
+        f"loss and gradient finite, past step {failed_at} where the original failed"
     )
+    rise = _diverged_loss(report)
+    if rise is not None:
+        return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
+    return Rerun(True, steps, trained)
+
+
+def _diverged_loss(report: dict) -> str | None:
+    """Whether the copy's loss diverged, in words: judged for a run with one optimizer
+    (a GAN's last loss is one of several, which trade off), as a fix trial's is."""
+    if report.get("optimizers") != 1:
+        return None
+    loss = next((s for s in report.get("series", ()) if s.get("name") == "loss"), None)
+    return diverged(loss["values"]) if loss else None
 
 
 def _place(origin: dict | None) -> str:

@@ -26,6 +26,8 @@ class Report:
             ("SIGTERM", "SIGINT"), or None.
         framework: the framework the run trained with ("tensorflow", "torch"): the
             adapter that watched it.
+        optimizers: how many optimizers stepped (2 for a GAN), when the adapter counts
+            them; None otherwise. A rerun judges a single loss only with one.
     """
 
     script: str | None
@@ -36,6 +38,7 @@ class Report:
     series: tuple[Series, ...] = ()
     interrupted: str | None = None
     framework: str = "tensorflow"
+    optimizers: int | None = None
 
     @property
     def status(self) -> str:

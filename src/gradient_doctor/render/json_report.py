@@ -38,7 +38,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         A dict with the keys `schema`, `framework`, `status`, `script`, `steps_watched`,
         `problems` and `warnings`, plus `script_error` only when the script raised
         a non-numeric exception, `interrupted` (the signal's name) only when a signal
-        stopped the run, and `series` only when the report carries series.
+        stopped the run, `optimizers` only when the adapter counted them, and `series` only
+        when the report carries series.
 
     Example:
         >>> report_to_dict(Report(script="train.py", steps_watched=3))["status"]
@@ -57,6 +58,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         result["script_error"] = report.script_error
     if report.interrupted is not None:
         result["interrupted"] = report.interrupted
+    if report.optimizers is not None:
+        result["optimizers"] = report.optimizers
     if report.series:
         result["series"] = [series_to_dict(series) for series in report.series]
     return result

@@ -97,8 +97,14 @@ class PyTorchAdapter(Adapter):
         return max(len(self.optimizers), 1)
 
     def report(self, script: str | None = None, script_error: str | None = None) -> Report:
-        """The session's report, saying it came from PyTorch."""
-        return replace(self.session.report(script, script_error), framework=FRAMEWORK)
+        """The session's report, saying it came from PyTorch and how many optimizers
+        stepped."""
+        report = self.session.report(script, script_error)
+        return replace(report, framework=FRAMEWORK, optimizers=self.optimizers_stepped())
+
+    def optimizers_stepped(self) -> int:
+        """How many optimizers stepped in the run."""
+        return len(self.optimizers)
 
 
 class TorchAdapter(PyTorchAdapter):

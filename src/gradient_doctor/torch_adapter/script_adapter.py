@@ -143,6 +143,10 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         one per epoch does not keep the old ones' state alive through the doctor)."""
         return [o for o in (ref() for ref in self._optimizers) if o is not None]
 
+    def optimizers_stepped(self) -> int:
+        """How many optimizers stepped, those the script let go included."""
+        return len(self._optimizers)
+
     def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
         if all(optimizer is not known for known in self.optimizers):
             self._optimizers = [*(weakref.ref(o) for o in self.optimizers), weakref.ref(optimizer)]

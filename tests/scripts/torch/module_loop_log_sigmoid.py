@@ -18,7 +18,7 @@ features = torch.randn(64, 4) * 3
 labels = (features[:, :1] + features[:, 1:2] > 0).float()
 
 model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
 
 for step in range(80):
     rows = slice(16 * (step % 4), 16 * (step % 4 + 1))
