@@ -5,6 +5,7 @@ import functools
 import json
 
 import numpy as np
+import pytest
 
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.render.json_report import report_to_dict, write_json_report
@@ -103,3 +104,26 @@ def test_an_early_warning_names_the_toy_optimizers_learning_rate():
     assert (spike.category, spike.step) == ("loss_spike", 40)
     titles = [fix.title for fix in spike.fixes]
     assert "Lower the learning rate 10x, from 0.1 to 0.01" in titles
+
+
+def test_training_started_again_after_a_stop_is_not_diagnosed_again():
+    # A script that calls `fit` in a loop: each call trains on after the doctor stopped
+    # the previous one. Its failing steps stay skipped and make no new problem.
+    net, optimizer = TwoLayerNet(seed=0), toy.SGD(DIVERGING)
+    adapter = toy.ToyAdapter(optimizer, net.variables, trial_steps=0)
+    adapter.install()
+    step = adapter.watch(functools.partial(train_step, net, optimizer))
+    stops = []
+    try:
+        with pytest.warns(UserWarning, match="not diagnosed again") as said:
+            for _ in range(3):  # three `fit` calls
+                try:
+                    for x, y in _batches(100):
+                        step(x, y)
+                except TrainingStopped as error:
+                    stops.append(error.finding)
+    finally:
+        adapter.uninstall()
+    (problem,) = adapter.session.report("toy_net.py").problems
+    assert stops == [problem] * 3
+    assert len([w for w in said if "not diagnosed again" in str(w.message)]) == 1

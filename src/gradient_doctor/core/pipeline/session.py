@@ -107,6 +107,7 @@ class Session:
         # True while the failure that stopped updates was diagnosed here; one that no
         # hook read skips every later update unseen (`finish`).
         self._failure_diagnosed = False
+        self._said_stopped_again = False
 
     def before_step(self) -> None:
         """Called by the hooks before each step runs."""
@@ -147,11 +148,30 @@ class Session:
                 if self.steps_watched >= self.max_steps:
                     raise StepLimitReached(self.steps_watched)
             return pending
+        if self.stop_on_problem and self._failure_diagnosed and self.problems:
+            return self._stopped_again(step)
         finding = self._failed(step, reading, replay)
         self._failure_diagnosed = self.stop_on_problem
         if not self.stop_on_problem:
             self.adapter.resume()
         return finding
+
+    def _stopped_again(self, step: int) -> Finding:
+        """A failed step after training was stopped at a problem (a script that calls
+        `fit` again in a loop): its update stays skipped, as every one after the problem,
+        and it is not diagnosed again (each would rerun the same trials and
+        confirmations); said once. The problem is returned, so the adapter stops again."""
+        first = self.problems[0]
+        if not self._said_stopped_again:
+            self._said_stopped_again = True
+            warnings.warn(
+                f"gradient-doctor: training went on after the doctor stopped it at step "
+                f"{first.step} ({first.category}), and step {step} failed too; its updates "
+                "stay skipped, so the weights stay those from before that problem, and the "
+                "later failures are not diagnosed again.",
+                stacklevel=3,
+            )
+        return first
 
     def _failed(self, step: int, reading: StepReading, replay: object | None) -> Finding:
         """Localize, diagnose, fix and publish the failing `step`."""
