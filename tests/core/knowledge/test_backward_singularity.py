@@ -227,3 +227,26 @@ def test_singular_gradient_wins_over_a_growing_gradient_norm(make_evidence, make
     norms = tuple(2.0**i for i in range(20))
     evidence = backward(make_evidence, make_stats, "Sqrt", WGAN_LINE, grad_norms=norms)
     assert diagnose(evidence).category == "backward_singularity"
+
+
+def test_a_guarded_operator_is_spelled_in_the_users_framework(make_evidence, make_stats):
+    # `x ** p` has no call whose namespace the guard could take: a PyTorch script's
+    # guard is torch's, where it was tf.maximum (which a patched copy then failed on).
+    from dataclasses import replace
+
+    evidence = backward(make_evidence, make_stats, "Pow", "y = x.clamp(min=0) ** p", op="Mul")
+    torch_evidence = replace(evidence, setup=replace(evidence.setup, framework="torch"))
+    code = diagnose(torch_evidence).fixes[0].code
+    assert "tf." not in code and code.startswith("y = torch.clamp_min(x.clamp(min=0), 1e-12) ** p")
+    assert diagnose(evidence).fixes[0].code.startswith("y = tf.maximum(x.clamp(min=0), 1e-12) ** p")
+
+
+def test_an_op_no_rule_knows_gets_generic_fixes_in_the_users_framework(make_evidence, make_stats):
+    from dataclasses import replace
+
+    evidence = backward(make_evidence, make_stats, "Digamma", "", op="Polygamma")
+    torch_evidence = replace(evidence, setup=replace(evidence.setup, framework="torch"))
+    codes = [fix.code for fix in diagnose(torch_evidence).fixes]
+    assert codes and not any("tf." in code for code in codes)
+    assert any("torch.autograd.Function" in code for code in codes)
+    assert any("tf.custom_gradient" in fix.code for fix in diagnose(evidence).fixes)

@@ -51,6 +51,7 @@ def guard_fix(
     focus: tuple[int, int] | None = None,
     at: SourceLine | None = None,
     also: Sequence[SourceLine] = (),
+    framework: str = "tf",
 ) -> Fix:
     """A fix that wraps the op's risky operand on the user's line in its guard.
 
@@ -66,6 +67,8 @@ def guard_fix(
             with the call's span: those on `at`'s line join its rewrite, the others
             become the fix's `edits`, one per line (stripped, as `rewrite` is; the
             fix's placement indents them), so the patch guards every one at once.
+        framework: the framework the user trains with, which spells a guard of an
+            operator (`x ** p` has no call to take the namespace from).
 
     Returns:
         The fix, rewriting the user's line, or the op's generic line when the user's
@@ -75,20 +78,25 @@ def guard_fix(
     text = template or guard.template
     here = (at.file, at.line) if at is not None else None
     same_line = [call.span for call in also if (call.file, call.line) == here]
-    guarded = guard_calls(code, op, text, (focus, *same_line)) if code else None
+    guarded = guard_calls(code, op, text, (focus, *same_line), framework) if code else None
     if guarded is None:
         operand = risky_operand(guard.fallback, op)
         if operand is None:
             return Fix(family, title, guard.fallback)
         return Fix(
-            family, title, operand.replaced(guard.fallback, fill(text, operand.call, operand.text))
+            family,
+            title,
+            operand.replaced(guard.fallback, fill(text, operand.call, operand.text, framework)),
         )
-    edits = _other_lines(op, text, [call for call in also if (call.file, call.line) != here])
+    others = [call for call in also if (call.file, call.line) != here]
+    edits = _other_lines(op, text, others, framework)
     shown = "\n".join((guarded, *(edit.new_lines[0] for edit in edits)))
     return Fix(family, title, shown, rewrite=(guarded,), edits=edits)
 
 
-def _other_lines(op: str, template: str, calls: Sequence[SourceLine]) -> tuple[Edit, ...]:
+def _other_lines(
+    op: str, template: str, calls: Sequence[SourceLine], framework: str
+) -> tuple[Edit, ...]:
     """One unplaced edit per line of `calls`, guarding each of its calls."""
     by_line: dict[tuple[str, int], list[SourceLine]] = {}
     for call in calls:
@@ -96,14 +104,18 @@ def _other_lines(op: str, template: str, calls: Sequence[SourceLine]) -> tuple[E
     edits = []
     for (file, line), on_line in by_line.items():
         code = on_line[0].code.strip()
-        guarded = guard_calls(code, op, template, [call.span for call in on_line])
+        guarded = guard_calls(code, op, template, [call.span for call in on_line], framework)
         if guarded is not None and guarded != code:
             edits.append(Edit(file, line, line, (guarded,), (code,)))
     return tuple(edits)
 
 
 def guard_calls(
-    code: str, op: str, template: str, spans: Sequence[tuple[int, int] | None]
+    code: str,
+    op: str,
+    template: str,
+    spans: Sequence[tuple[int, int] | None],
+    framework: str = "tf",
 ) -> str | None:
     """`code` with the operand of each call of `op` at `spans` wrapped in `template`.
 
@@ -117,6 +129,7 @@ def guard_calls(
         spans: where each call stands on the line; the first is the call that must be
             guarded (None: the line's first call of the op), the others are guarded too
             when each has its span.
+        framework: the user's framework (spells a guard of an operator).
 
     Returns:
         The rewritten line, or None when the first call is not found on it.
@@ -132,7 +145,7 @@ def guard_calls(
             if span == first:
                 return None
             continue
-        guarded = fill(template, operand.call, operand.text)
+        guarded = fill(template, operand.call, operand.text, framework)
         code = operand.replaced(code, tightened(guarded) or guarded)
         if span is not None:
             done.append(span)

@@ -143,6 +143,6 @@ def guard_fixes(
     if singularity.family == "safe_div":
         return (safe_div(code, forward, focus, framework),)
     title = f"Keep the input of {forward} off {singularity.point}"
-    guard = guard_fix(singularity.family, title, code, forward, focus=focus)
+    guard = guard_fix(singularity.family, title, code, forward, focus=focus, framework=framework)
     exact = log_softmax(code, forward, focus)
     return (guard,) if exact is None else (exact, guard)

@@ -20,20 +20,48 @@ from gradient_doctor.core.knowledge.wording import (
     value_range,
 )
 
-_CLIP_DOMAIN = Fix(
-    "clip_input_domain",
-    "Clip the op's input to the range where it is defined",
-    "x = tf.clip_by_value(x, low, high)  # the range where the op is defined and smooth",
-)
-_CUSTOM_GRADIENT = Fix(
-    "custom_gradient",
-    "Give the op a gradient that stays finite at its singular points",
-    "@tf.custom_gradient\n"
-    "def safe_f(x):\n"
-    "    def grad(upstream):\n"
-    "        return tf.where(tf.math.is_finite(df(x)), upstream * df(x), tf.zeros_like(x))\n"
-    "    return f(x), grad",
-)
+_CLIP_DOMAIN = {
+    "tf": Fix(
+        "clip_input_domain",
+        "Clip the op's input to the range where it is defined",
+        "x = tf.clip_by_value(x, low, high)  # the range where the op is defined and smooth",
+    ),
+    "torch": Fix(
+        "clip_input_domain",
+        "Clip the op's input to the range where it is defined",
+        "x = torch.clamp(x, low, high)  # the range where the op is defined and smooth",
+    ),
+}
+_CUSTOM_GRADIENT = {
+    "tf": Fix(
+        "custom_gradient",
+        "Give the op a gradient that stays finite at its singular points",
+        "@tf.custom_gradient\n"
+        "def safe_f(x):\n"
+        "    def grad(upstream):\n"
+        "        return tf.where(tf.math.is_finite(df(x)), upstream * df(x), tf.zeros_like(x))\n"
+        "    return f(x), grad",
+    ),
+    "torch": Fix(
+        "custom_gradient",
+        "Give the op a gradient that stays finite at its singular points",
+        "class SafeF(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        ctx.save_for_backward(x)\n"
+        "        return f(x)\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, upstream):\n"
+        "        (x,) = ctx.saved_tensors\n"
+        "        slope = df(x)\n"
+        "        return torch.where(torch.isfinite(slope), upstream * slope, 0.0)",
+    ),
+}
+
+
+def _spelled(fixes: dict[str, Fix], framework: str) -> Fix:
+    """The generic fix written for the user's framework (TensorFlow's for any other)."""
+    return fixes.get(framework, fixes["tf"])
 
 
 def diagnose(evidence: Evidence) -> Diagnosis:
@@ -51,7 +79,10 @@ def diagnose(evidence: Evidence) -> Diagnosis:
                 nonfinite_kind(origin),
                 evidence.setup.framework,
             ),
-            fixes=(_CLIP_DOMAIN, _CUSTOM_GRADIENT),
+            fixes=(
+                _spelled(_CLIP_DOMAIN, evidence.setup.framework),
+                _spelled(_CUSTOM_GRADIENT, evidence.setup.framework),
+            ),
         )
     overflow = outputs_inf(origin)
     upstream = evidence.weights_upstream
@@ -62,7 +93,10 @@ def diagnose(evidence: Evidence) -> Diagnosis:
         fixes=(
             remedies.upstream_remedies(evidence)
             if overflow
-            else (_CLIP_DOMAIN, remedies.normalize_input(evidence.setup.framework))
+            else (
+                _spelled(_CLIP_DOMAIN, evidence.setup.framework),
+                remedies.normalize_input(evidence.setup.framework),
+            )
         ),
     )
 

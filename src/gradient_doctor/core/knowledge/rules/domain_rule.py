@@ -10,6 +10,7 @@ from gradient_doctor.core.evidence import Evidence, OpCall
 from gradient_doctor.core.findings import Fix, Origin, SourceLine
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import (
+    framework_of,
     input_at,
     largest_magnitude,
     source_code,
@@ -193,6 +194,7 @@ def diagnose_domain(
         focus=focus,
         at=origin.source,
         also=[sibling.source for sibling in siblings],
+        framework=framework_of(evidence),
     )
     explanation = explain_input(origin, evidence.step, subject, reached, domain.rule)
     if guard.rewrite:
@@ -210,6 +212,7 @@ def diagnose_domain(
                 origin.op,
                 template=_MAGNITUDE,
                 focus=focus,
+                framework=framework_of(evidence),
             )
             fixes = (magnitude, *fixes)
     return Diagnosis(

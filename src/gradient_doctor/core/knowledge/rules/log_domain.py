@@ -73,6 +73,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             focus=source_focus(evidence),
             at=evidence.origin.source,
             also=[sibling.source for sibling in siblings],
+            framework=evidence.setup.framework,
         )
         sigmoid = "Sigmoid" in probability or "sigmoid" in code.lower()
         call = find_call(code, call_names(op), source_focus(evidence))
