@@ -245,3 +245,30 @@ def test_the_summary_after_shown_problems_gives_each_fixs_final_verdict(exp_prob
     console = Console(record=True, width=100, no_color=True, file=io.StringIO())
     render_report(report, console, problems_shown=True)
     assert "  no fix verified; not verified: clip_input_domain" in console.export_text()
+
+
+def test_a_problem_whose_verdicts_the_reruns_changed_is_printed_again_in_full(exp_problem):
+    # The panel printed during the run listed a remedy under "Will not help"; the
+    # confirmation reruns then verified it: the summary must not leave that panel alone.
+    promoted = dataclasses.replace(exp_problem.fixes[0], family="lower_learning_rate")
+    after = dataclasses.replace(
+        exp_problem, fixes=(*exp_problem.fixes, dataclasses.replace(promoted, verified=True))
+    )
+    report = Report(script="train.py", steps_watched=1831, problems=(after,))
+    console = Console(record=True, width=100, no_color=True, file=io.StringIO())
+    render_report(report, console, problems_shown=True, shown=(exp_problem,))
+    text = console.export_text()
+    assert "problem 1: forward_overflow at step 1830, as the reruns left it" in text
+    assert "lower_learning_rate" in text and "(details above)" not in text
+    # Evidence that only grew ("; confirmed: ...") leaves the verdicts as printed.
+    grown = dataclasses.replace(
+        exp_problem,
+        fixes=tuple(
+            dataclasses.replace(fix, evidence=f"{fix.evidence}; confirmed")
+            for fix in exp_problem.fixes
+        ),
+    )
+    report = dataclasses.replace(report, problems=(grown,))
+    console = Console(record=True, width=100, no_color=True, file=io.StringIO())
+    render_report(report, console, problems_shown=True, shown=(exp_problem,))
+    assert "(details above)" in console.export_text()

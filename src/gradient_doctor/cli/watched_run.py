@@ -81,13 +81,15 @@ def watched_run(
             report = replace(report, interrupted=signal_name(signum))
         if crash_dump is not None:
             crash_dump.finish()
+        shown = ()
         if signum is None and trial_steps > 0 and confirm != "never" and report.problems:
             # Written before the reruns too (a signal then still leaves a report); the
             # TensorBoard events only once, as its files are appended to, never replaced.
             write_outputs(report, report_path, html_path)
             run_seconds = time.monotonic() - started
+            shown = report.problems
             report = confirm_fixes(report, script, args, run_seconds, confirm, trial_steps)
-        render_report(report, problems_shown=True)
+        render_report(report, problems_shown=True, shown=shown)
         write_outputs(report, report_path, html_path, tensorboard_dir)
     signum = signum or interrupts.signum  # one that came while the reports were written
     if signum is not None:

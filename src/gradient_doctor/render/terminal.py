@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.panel import Panel
@@ -40,7 +42,10 @@ LINE_STYLES = (
 
 
 def render_report(
-    report: Report, console: Console | None = None, problems_shown: bool = False
+    report: Report,
+    console: Console | None = None,
+    problems_shown: bool = False,
+    shown: Sequence[Finding] = (),
 ) -> None:
     """Print the diagnosis of a run: header, each problem in a panel, then warnings.
 
@@ -50,6 +55,10 @@ def render_report(
             doctor's text does not mix with what the user's script prints on stdout.
         problems_shown: bool. The problems were already printed when they were
             found (`render_finding`); print only the summary. Defaults to False.
+        shown: the problems as they were printed then, when reruns judged their
+            fixes since: a problem whose verdicts changed (a fix verified or refuted,
+            a "will not help" promoted) is printed again in full, so that no panel on
+            the screen says a fix will not help that the reruns verified.
 
     Example:
         >>> render_report(report, Console(no_color=True))
@@ -64,7 +73,11 @@ def render_report(
     if report.script_error is not None:
         console.print(Text(f"the script raised: {report.script_error}", style="red"))
     for number, finding in enumerate(report.problems, start=1):
-        if problems_shown:
+        changed = number <= len(shown) and _verdicts(shown[number - 1]) != _verdicts(finding)
+        if changed:
+            title = f"problem {number}: {finding_title(finding)}, as the reruns left it"
+            console.print(finding_panel(finding, title))
+        elif problems_shown:
             console.print(Text(f"problem {number}: {finding_title(finding)} (details above)"))
             if finding.fixes:
                 console.print(Text(f"  {verdicts_line(finding)}"))
@@ -74,6 +87,14 @@ def render_report(
         console.print(Text(WARNINGS_HEADING, style="bold yellow"))
         for finding in report.warnings:
             console.print(Group(*(styled_line(line) for line in warning_lines(finding))))
+
+
+def _verdicts(finding: Finding) -> tuple:
+    """What a panel says of each remedy: the fixes with their verdicts, the not-fixes."""
+    return (
+        tuple((fix.family, fix.verified) for fix in finding.fixes),
+        tuple(item.remedy for item in finding.not_fixes),
+    )
 
 
 def render_finding(finding: Finding, console: Console | None = None) -> None:
