@@ -128,7 +128,7 @@ def test_header_lines(problem_report, healthy_report):
     )
     assert header_line(healthy_report) == "healthy: 500 steps watched, no non-finite values"
     assert header_line(Report(script=None, steps_watched=1, script_error="boom")) == (
-        "problem: 1 step watched, 0 problems"
+        "problem: 1 step watched, the script raised an error, no numerical problem"
     )
 
 
@@ -185,6 +185,11 @@ def test_script_error_is_shown():
     text = rendered(Report(script="train.py", steps_watched=4, script_error="KeyError: 'label'"))
 
     assert "the script raised: KeyError: 'label'" in text
+    # A crash is no numerical problem: the header does not count "0 problems".
+    assert text.splitlines()[0] == (
+        "gradient-doctor problem: train.py, 4 steps watched, the script raised an error, "
+        "no numerical problem"
+    )
 
 
 def test_square_brackets_are_not_read_as_markup(make_finding):

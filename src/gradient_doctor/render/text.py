@@ -51,14 +51,20 @@ def header_line(report: Report) -> str:
         "healthy: 1234 steps watched, no non-finite values" for a healthy run,
         "interrupted by SIGTERM: train.py, 37 steps watched, nothing found before the
         signal" for a run a signal stopped, else e.g. "problem: train.py, 1831 steps
-        watched, 1 problem, 2 warnings" (", interrupted by SIGTERM" when it was).
+        watched, 1 problem, 2 warnings" (", interrupted by SIGTERM" when it was; "the
+        script raised an error, no numerical problem" for a crash with no problem).
     """
     watched = f"{count(report.steps_watched, 'step')} watched"
     if report.status == "healthy":
         return f"healthy: {watched}, no non-finite values"
     interrupted = report.status == "interrupted"
-    found = "nothing found before the signal" if interrupted else None
-    parts = [report.script, watched, found or count(len(report.problems), "problem")]
+    if interrupted:
+        found = "nothing found before the signal"
+    elif report.script_error is not None and not report.problems:
+        found = "the script raised an error, no numerical problem"
+    else:
+        found = count(len(report.problems), "problem")
+    parts = [report.script, watched, found]
     if report.warnings:
         parts.append(count(len(report.warnings), "warning"))
     if report.interrupted and not interrupted:
