@@ -99,3 +99,12 @@ def test_a_finite_copy_whose_single_loss_diverged_did_not_hold():
     # Two optimizers (a GAN): the last loss is one of several, and they trade off.
     two = {**_report(20), "optimizers": 2, "series": _loss_series(stuck)}
     assert _judged(two, 8, "the patched copy").held
+
+
+def test_a_copy_that_wrote_no_report_judges_nothing():
+    # A crash before the report, or past its time on a loaded machine: neither held nor
+    # failed, so a verified fix stays verified ("not confirmed"), never turned False.
+    rerun = _judged(None, 8, "the patched copy")
+    assert not rerun.held and rerun.inconclusive and not rerun.judged
+    assert rerun.why == "the patched copy wrote no report (it crashed or ran too long)"
+    assert _judged(_report(20), 8, "the patched copy").judged

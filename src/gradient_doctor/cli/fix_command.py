@@ -92,6 +92,9 @@ def fix_command(
             _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
             baseline = rerun_patched(relative, args, None, failed_at, steps_past)
             _say(f"the unchanged script: {baseline.why}")
+        if candidate.untried and not baseline.judged:
+            _say(f"{candidate.family}: not rerun: {baseline.why}, so a rerun cannot tell")
+            continue
         if candidate.untried and baseline.held:
             _say(f"{candidate.family}: not rerun: {baseline.why} too, so a rerun cannot tell")
             continue

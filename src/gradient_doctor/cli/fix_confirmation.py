@@ -77,8 +77,10 @@ def _confirmed(
         untried = untried_patch(fix.verified, fix.evidence)
         if fix.patch and (fix.verified is True or untried) and reruns.left:
             rerun, baseline = reruns.run(fix.family, fix.patch, untried)
-            if rerun.blocked:
+            if not rerun.judged:
                 fix = _not_confirmed(fix, rerun.why, untried)
+            elif untried and not baseline.judged:
+                fix = _not_confirmed(fix, baseline.why, untried)
             elif untried:
                 fix = _rerun_only(fix, rerun.held, rerun.why, baseline)
             else:
@@ -90,7 +92,8 @@ def _confirmed(
         if patch and _expected_only(item) and reruns.left:
             rerun, baseline = reruns.run(item.remedy, patch, untried=True)
             fix = dataclasses.replace(item.fix, evidence=item.evidence)
-            judged = fix if rerun.blocked else _rerun_only(fix, rerun.held, rerun.why, baseline)
+            told = rerun.judged and baseline.judged
+            judged = _rerun_only(fix, rerun.held, rerun.why, baseline) if told else fix
             if judged.verified is True:  # it helps after all: a fix, proved by the rerun
                 fixes.append(judged)
                 continue
@@ -111,7 +114,7 @@ def _borne_out(item: NotFix, rerun: Rerun, baseline: Rerun | None) -> NotFix:
     the reruns showed."""
     failed = rerun.failed_step
     original = baseline.failed_step if baseline is not None else None
-    if rerun.blocked or failed is None or original is None or failed >= original:
+    if not rerun.judged or failed is None or original is None or failed >= original:
         return item
     why = (
         f"Applied, it made things no better: the patched copy failed sooner, at step "
@@ -161,8 +164,8 @@ class _Reruns:
 
 
 def _not_confirmed(fix: Fix, why: str, untried: bool) -> Fix:
-    """A fix whose rerun was stopped from writing the user's files: its verdict stays as
-    the run gave it (a stopped rerun proves nothing either way), and it says why."""
+    """A fix whose rerun judged nothing (stopped from writing the user's files, or it
+    wrote no report): its verdict stays as the run gave it, and it says why."""
     if untried:
         return dataclasses.replace(fix, evidence=f"not confirmed: {why}{_untried_note(fix)}")
     return dataclasses.replace(fix, evidence=f"{fix.evidence}; not confirmed: {why}")

@@ -35,6 +35,8 @@ class Rerun:
         blocked: it was stopped from writing one of the user's own files (or found one
             changed through a link of the copy): it judges nothing, `why` says what.
         failed_step: the step of the first problem the copy found, or None.
+        inconclusive: the copy wrote no report (it crashed before writing one, or ran
+            past its time): it judges nothing either way; `why` says so.
     """
 
     held: bool
@@ -42,6 +44,12 @@ class Rerun:
     why: str
     blocked: bool = False
     failed_step: int | None = None
+    inconclusive: bool = False
+
+    @property
+    def judged(self) -> bool:
+        """The rerun says something of the patch (held or not)."""
+        return not (self.blocked or self.inconclusive)
 
 
 def untried_patch(verified: bool | None, evidence: str | None) -> bool:
@@ -89,7 +97,8 @@ def rerun_patched(
 
 def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
     if report is None:
-        return Rerun(False, 0, f"{what} wrote no report (it crashed or ran too long)")
+        why = f"{what} wrote no report (it crashed or ran too long)"
+        return Rerun(False, 0, why, inconclusive=True)
     steps = report.get("steps_watched", 0)
     if report["problems"]:
         first = report["problems"][0]
