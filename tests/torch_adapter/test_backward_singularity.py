@@ -3,6 +3,8 @@ root's derivative is not; named in the backward pass at the root's line, update 
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -51,3 +53,43 @@ def test_the_roots_gradient_at_zero_is_named_in_the_backward_pass_at_its_line():
     for batch in list(script.batches(epochs=2))[:expected]:
         before.step(*batch)
     assert same_state(trainer.critic, trainer.optimizer, before.critic, before.optimizer)
+
+
+class _PowerRelu(torch.autograd.Function):
+    """relu(x) ** 1.5, its backward written by hand reusing the output: 1.5 * y / x,
+    0 / 0 wherever x is 0."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clamp(min=0) ** 1.5
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, upstream):
+        x, y = ctx.saved_tensors
+        return upstream * 1.5 * y / x  # the user's own backward
+
+
+def test_an_op_of_a_custom_backward_is_placed_at_the_users_backward_line():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, mask):
+        optimizer.zero_grad()
+        hidden = model[0](x) * mask  # padded rows exactly 0
+        loss = model[1](_PowerRelu.apply(hidden)).mean()
+        loss.backward()
+        optimizer.step()
+
+    watched = doctor_torch.watch(step, model=model, optimizer=optimizer, verbose=False)
+    mask = torch.ones(8, 1)
+    mask[6:] = 0.0
+    finding, _ = run_until_stopped(watched, [(torch.randn(8, 4), mask)])
+    assert (finding.category, finding.phase) == ("backward_singularity", "backward")
+    origin = finding.origin
+    assert (origin.op, origin.gradient_of) == ("RealDiv", None)
+    lines, first = inspect.getsourcelines(_PowerRelu.backward)
+    assert origin.source.line == first + len(lines) - 1  # its last line, the division
+    assert "a backward pass you wrote" in finding.explanation

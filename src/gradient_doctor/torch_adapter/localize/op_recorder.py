@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
+from torch.autograd.function import BackwardCFunction
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -185,6 +186,17 @@ class OpRecorder(TorchDispatchMode):
             where = f"{layer}/{node.name()}" if layer else node.name()
         else:
             where = layer
+        if isinstance(node, BackwardCFunction):
+            # A custom autograd Function's backward, written by the user: its ops run
+            # at the user's own lines, which are what a fix edits.
+            return OpPlace(
+                layer=layer,
+                where=where,
+                phase="backward",
+                forward_index=forward.index if forward is not None else None,
+                gradient_of=None,
+                source=user_line(),
+            )
         return OpPlace(
             layer=layer,
             where=where,
