@@ -55,8 +55,9 @@ class Update:
         optimizer: the optimizer that stepped.
         check: what the check read (for a step with a closure, read after it ran), or
             None before that.
-        present: how many dense gradients the update was about to apply (0 with a
-            closure): a change tells the owner to look for parameters left without one.
+        present: how many dense gradients the update was about to apply (with a
+            closure, counted after it ran): a change tells the owner to look for
+            parameters left without one.
         hidden: the gradients hidden from the optimizer while a non-finite update
             ran, `(parameter, gradient)`, put back after it.
         parameters: the parameters whose gradients were checked, in the check's order.
