@@ -28,9 +28,10 @@ _MINUS_INF = re.compile(
     r"""|-\s*(math|np|numpy|torch)\.inf\b""",
     re.IGNORECASE,
 )
-# The calls that write the fill: a `where` (1: its kept branch is the tensor filled,
-# whose dtype the fill takes) or a masked fill (None: its receiver is).
-_FILLS = {"masked_fill": None, "masked_fill_": None, "where": 1}
+# The calls that write the fill: a masked fill (its receiver is the tensor filled, whose
+# dtype the fill takes) or a `where` (its kept branch is).
+_MASKED_FILLS = ("masked_fill", "masked_fill_")
+_FILLS = (*_MASKED_FILLS, "where")
 
 
 def finite_mask(producer: OpCall | None, framework: str) -> Fix | None:
@@ -40,7 +41,7 @@ def finite_mask(producer: OpCall | None, framework: str) -> Fix | None:
         return None
     source = producer.source
     code = source.code.strip()
-    call = find_call(code, tuple(_FILLS), source.span)
+    call = find_call(code, _FILLS, source.span)
     if call is None:
         return None
     filled = _filled_tensor(call)
@@ -57,7 +58,7 @@ def finite_mask(producer: OpCall | None, framework: str) -> Fix | None:
 def _filled_tensor(call: Call) -> str | None:
     """The tensor the call fills, as written: a method's receiver (`scores.masked_fill`),
     or `where`'s kept branch; None when it is not a plain name."""
-    if _FILLS[call.name] is None:
+    if call.name in _MASKED_FILLS:
         text = call.prefix[:-1] if call.prefix.endswith(".") else ""
         if call.prefix.startswith(("torch.", "tf.")) and call.args:
             text = call.args[0]  # torch.masked_fill(scores, mask, value)

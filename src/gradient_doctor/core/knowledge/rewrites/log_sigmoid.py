@@ -23,6 +23,7 @@ from gradient_doctor.core.knowledge.source.calls import (
     find_call,
     find_calls,
     is_identifier,
+    parses,
     replace_span,
 )
 from gradient_doctor.core.knowledge.source.spelling import namespace
@@ -57,12 +58,10 @@ def log_sigmoid(evidence: Evidence) -> Fix | None:
             code, log.start, log.end, f"{spelled}({_signed(sigmoid.args[0], complement)})"
         )
         return _fix(code, rewritten, ())
-    return _over_two_lines(evidence, code, log, inner, complement, spelled)
+    return _over_two_lines(evidence, code, inner, spelled)
 
 
-def _over_two_lines(
-    evidence: Evidence, code: str, log: Call, name: str, complement: bool, spelled: str
-) -> Fix | None:
+def _over_two_lines(evidence: Evidence, code: str, name: str, spelled: str) -> Fix | None:
     """`p = sigmoid(z)` on the sigmoid's line and `log(p)` or `log(1 - p)` on the log's:
     the first becomes `p_logits = z` and `p = sigmoid(p_logits)`, the log `log_sigmoid`
     of `p_logits` (or of its negation); so do the other logs of `p` on the log's line
@@ -83,8 +82,7 @@ def _over_two_lines(
         return None
     logits = f"{name}_logits"
     split = (f"{logits} = {sigmoid.args[0].strip()}", f"{name} = {sigmoid.render((logits,))}")
-    rewritten = replace_span(code, log.start, log.end, f"{spelled}({_signed(logits, complement)})")
-    rewritten = _logs_of(rewritten, name, logits, spelled)
+    rewritten = _logs_of(code, name, logits, spelled)  # the origin's log among them
     edits = [Edit(there.file, there.line, there.line, split, (line,))]
     for call in evidence.same_op_calls:
         source = call.source
@@ -92,7 +90,7 @@ def _over_two_lines(
             continue
         other = (source.code or "").strip()
         changed = _logs_of(other, name, logits, spelled)
-        if changed != other and _parses(changed):
+        if changed != other and parses(changed):
             edits.append(Edit(source.file, source.line, source.line, (changed,), (other,)))
     edits = sorted({edit.line: edit for edit in edits}.values(), key=lambda edit: edit.line)
     shown = [*(text for edit in edits for text in edit.new_lines), rewritten]
@@ -114,7 +112,7 @@ def _logs_of(code: str, name: str, logits: str, spelled: str) -> str:
 
 
 def _fix(code: str, rewritten: str, edits: tuple[Edit, ...], shown=None) -> Fix | None:
-    if rewritten == code or (_parses(code) and not _parses(rewritten)):
+    if rewritten == code or (parses(code) and not parses(rewritten)):
         return None
     text = "\n".join(shown) if shown else rewritten
     return Fix("from_logits", TITLE, text, rewrite=(rewritten,), edits=edits)
@@ -175,11 +173,3 @@ def _signed(logit: str, negated: bool) -> str:
     except SyntaxError:
         return f"-({logit})"
     return f"-{logit}" if atom else f"-({logit})"
-
-
-def _parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except SyntaxError:
-        return False
-    return True

@@ -11,10 +11,8 @@ rewrite renames the softmax call as the user wrote it and drops the log around i
 
 from __future__ import annotations
 
-import ast
-
 from gradient_doctor.core.findings import Fix
-from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
+from gradient_doctor.core.knowledge.source.calls import find_call, parses, replace_span
 
 TITLE = "Compute log(softmax(x)) as log_softmax(x), which is exact and never -inf"
 # The log ops whose input can be a softmax's output (PyTorch's log2 and log10 are "Log"
@@ -46,16 +44,6 @@ def log_softmax(code: str, op: str, focus: tuple[int, int] | None = None) -> Fix
         return None
     renamed = f"{softmax.prefix}log_{argument[len(softmax.prefix) :]}"
     rewritten = replace_span(code, log.start, log.end, renamed)
-    if not _parses(renamed, "eval") or (_parses(code) and not _parses(rewritten)):
+    if not parses(renamed, "eval") or (parses(code) and not parses(rewritten)):
         return None
     return Fix("library_function", TITLE, rewritten, rewrite=(rewritten,))
-
-
-def _parses(text: str, mode: str = "exec") -> bool:
-    """Whether `text` parses: a statement of its own (not one line of a longer one), or
-    in "eval" mode an expression."""
-    try:
-        ast.parse(text, mode=mode)
-    except SyntaxError:
-        return False
-    return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -62,6 +63,16 @@ def assigned_name(code: str) -> str | None:
 def is_identifier(text: str) -> bool:
     """True when `text` is a plain (dotted) name that can be assigned to."""
     return bool(_IDENTIFIER.match(text))
+
+
+def parses(text: str, mode: str = "exec") -> bool:
+    """Whether `text` parses: a statement of its own (not one line of a longer one), or
+    in "eval" mode an expression."""
+    try:
+        ast.parse(text, mode=mode)
+    except SyntaxError:
+        return False
+    return True
 
 
 def replace_span(code: str, start: int, end: int, text: str) -> str:
