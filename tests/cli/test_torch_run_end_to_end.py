@@ -264,3 +264,22 @@ def test_under_gradient_accumulation_each_micro_batchs_loss_is_checked(torch_run
         line_of(f"{SCRIPTS}/{name}", "nll = -torch.log(p_label).mean() / ACCUMULATE"),
     )
     assert origin["outputs"][0]["inf"] > 0
+
+
+def test_an_overflow_thrown_by_one_huge_update_gets_clipping_verified(torch_run, tmp_path):
+    # One glitched count makes one update 1400x the others; the next forward exp
+    # overflows. Clipping was ruled out "structurally" for every forward problem before.
+    name = "counts_outlier_batch.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["phase"], problem["origin"]["op"]) == (
+        "forward_overflow",
+        "forward",
+        "Exp",
+    )
+    assert "The update at step 6 had a gradient norm of 3866" in problem["explanation"]
+    assert "gradient_clipping" not in [item["remedy"] for item in problem["not_fixes"]]
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "gradient_clipping"
+    assert "clip_grad_norm_" in fix["patch"]

@@ -9,6 +9,7 @@ from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code
 from gradient_doctor.core.knowledge.remedies.data import fit_to_data
+from gradient_doctor.core.knowledge.remedies.history import fit_to_history
 from gradient_doctor.core.knowledge.remedies.setup import fit_to_setup
 from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm
 from gradient_doctor.core.knowledge.rules import (
@@ -120,7 +121,8 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     whose norm overflows, the tf.where trap, a collapsed loss scale, exploding gradients
     and half-precision range (unless the origin op has its own singular point), then the
     origin's op family, then the default rule. The remedies are then fitted to the
-    user's setup (clipping or loss scaling already on).
+    user's setup (clipping or loss scaling already on), to the steps before (a forward
+    failure thrown by one huge update) and to the data (unscaled input features).
 
     Args:
         evidence: everything known about the failing step.
@@ -147,8 +149,6 @@ def diagnose(evidence: Evidence) -> Diagnosis:
         ]
     if family is not None:
         rules.append(family.rule)
-    for rule in rules:
-        diagnosis = rule(evidence)
-        if diagnosis is not None:
-            return fit_to_data(fit_to_setup(diagnosis, evidence), evidence)
-    return fit_to_data(fit_to_setup(default.diagnose(evidence), evidence), evidence)
+    diagnosis = next(filter(None, (rule(evidence) for rule in rules)), None)
+    diagnosis = diagnosis or default.diagnose(evidence)
+    return fit_to_data(fit_to_history(fit_to_setup(diagnosis, evidence), evidence), evidence)

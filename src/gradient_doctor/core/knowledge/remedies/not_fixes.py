@@ -14,14 +14,22 @@ def forward_not_fixes(problem: str, weights_upstream: bool | None = None) -> tup
             weight between, so the learning rate cannot even delay it).
 
     Returns:
-        gradient_clipping, lower_learning_rate and larger_batch, each with its reason.
+        gradient_clipping, lower_learning_rate and larger_batch, each with its reason:
+        facts when no weight lies upstream, expectations (for the trials to judge)
+        when weights do, since earlier updates moved them there.
     """
     no_weights = weights_upstream is False
     return (
         NotFix(
             "gradient_clipping",
             f"Clipping acts on gradients; {problem} happens in the forward pass before any "
-            "gradient exists.",
+            "gradient exists, and no trainable weight lies between the batch and it, so no "
+            "update reaches it."
+            if no_weights
+            else f"Clipping acts on gradients; {problem} happens in the forward pass before "
+            "any gradient exists. It can only bound the updates that move the weights toward "
+            "it: it is expected to delay it, not remove it.",
+            structural=no_weights,
         ),
         NotFix(
             "lower_learning_rate",

@@ -1,0 +1,100 @@
+"""Fit a diagnosis to the steps before it: a forward failure thrown by one huge update.
+
+Rules explain the op that went non-finite. When that op's input is huge because the
+update just before it was huge (the gradient norm jumped by orders of magnitude at
+the last good steps), the weights feeding the op were thrown there by that one
+update, and clipping the gradient norm bounds exactly that update. Rules that look
+only at the failing step rule clipping out for a forward problem; this pass uses the
+recorded gradient norms to say when it is the remedy, and lets the trials judge it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+
+from gradient_doctor.core.evidence import Evidence, StepHistory
+from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.wording import format_number
+
+# A jump is a norm this many times the median of the steps before it.
+JUMP_FACTOR = 100.0
+# The jump must be among this many of the last finite steps before the failing one.
+RECENT = 3
+# The median is taken over at least this many earlier finite norms.
+MIN_BEFORE = 3
+_FORWARD_FAILURES = frozenset({"forward_overflow", "forward_domain"})
+
+
+@dataclass(frozen=True)
+class UpdateJump:
+    """A gradient norm far above the ones before it, just before the failing step."""
+
+    step: int
+    norm: float
+    median: float
+    steps_before: int
+
+    @property
+    def factor(self) -> float:
+        """How many times the median of the earlier norms the jump is."""
+        return self.norm / self.median
+
+
+def update_jump(history: StepHistory, failing: int | None) -> UpdateJump | None:
+    """The first gradient norm among the last `RECENT` finite ones before `failing` that
+    is at least `JUMP_FACTOR` times the median of the finite ones before it, or None.
+
+    The first, because the updates after a jump are larger still only because of it.
+    """
+    if len(history.steps) != len(history.grad_norms):
+        return None
+    points = [
+        (step, norm)
+        for step, norm in zip(history.steps, history.grad_norms, strict=True)
+        if norm is not None
+        and math.isfinite(norm)
+        and norm > 0
+        and (failing is None or step < failing)
+    ]
+    for index in range(max(len(points) - RECENT, MIN_BEFORE), len(points)):
+        earlier = [norm for _, norm in points[:index]]
+        median = statistics.median(earlier)
+        step, norm = points[index]
+        if norm >= JUMP_FACTOR * median:
+            return UpdateJump(step, norm, median, len(earlier))
+    return None
+
+
+def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
+    """`diagnosis` with gradient clipping among its fixes (first) and the jump explained,
+    when a forward failure fed by weights follows a jump of the gradient norm.
+
+    Left alone for failures of the backward pass (the other rules judge clipping
+    there), for inputs that come from the batch alone (no update reaches them), when
+    clipping is already on (it did not bound the jump) or already proposed.
+    """
+    jump = update_jump(evidence.history, evidence.step)
+    if (
+        jump is None
+        or diagnosis.category not in _FORWARD_FAILURES
+        or evidence.phase != "forward"
+        or evidence.weights_upstream is False
+        or evidence.setup.clipping
+        or any(fix.family == "gradient_clipping" for fix in diagnosis.fixes)
+    ):
+        return diagnosis
+    op = evidence.origin.op if evidence.origin is not None else "the op"
+    note = (
+        f" The update at step {jump.step} had a gradient norm of {format_number(jump.norm)}, "
+        f"{format_number(jump.factor)} times the median of the {jump.steps_before} steps "
+        f"before it ({format_number(jump.median)}): that one update threw the weights that "
+        f"feed {op} this far. Clipping the gradient norm bounds such an update."
+    )
+    not_fixes = tuple(item for item in diagnosis.not_fixes if item.remedy != "gradient_clipping")
+    fixes = (remedies.gradient_clipping(evidence.setup), *diagnosis.fixes)
+    return replace(
+        diagnosis, explanation=diagnosis.explanation + note, fixes=fixes, not_fixes=not_fixes
+    )

@@ -1,0 +1,57 @@
+"""A forward failure thrown by one huge update: clipping is the remedy, not ruled out."""
+
+from gradient_doctor.core.evidence import StepHistory
+from gradient_doctor.core.knowledge import diagnose
+from gradient_doctor.core.knowledge.remedies.history import update_jump
+
+STEADY = (60.0, 70.0, 65.0, 58.0, 72.0)
+
+
+def test_a_jump_at_the_last_good_steps_puts_clipping_first_and_says_why(make_evidence):
+    diagnosis = diagnose(make_evidence(grad_norms=(*STEADY, 2.5e17), weights_upstream=True))
+    assert diagnosis.fixes[0].family == "gradient_clipping"
+    assert "gradient_clipping" not in [item.remedy for item in diagnosis.not_fixes]
+    assert "The update at step 15 had a gradient norm of 2.5e+17" in diagnosis.explanation
+    assert "median of the 5 steps before it (65)" in diagnosis.explanation
+    # The rule's own fixes stay, after it.
+    assert "stable_softmax" in [fix.family for fix in diagnosis.fixes[1:]]
+
+
+def test_steady_norms_leave_clipping_an_expectation_for_the_trials(make_evidence):
+    diagnosis = diagnose(make_evidence(grad_norms=(*STEADY, 90.0), weights_upstream=True))
+    clipping = next(item for item in diagnosis.not_fixes if item.remedy == "gradient_clipping")
+    assert not clipping.structural
+    assert "expected to delay it" in clipping.why
+    assert "The update at step" not in diagnosis.explanation
+
+
+def test_inputs_from_the_batch_alone_keep_clipping_ruled_out_as_a_fact(make_evidence):
+    diagnosis = diagnose(make_evidence(grad_norms=(*STEADY, 2.5e17), weights_upstream=False))
+    clipping = next(item for item in diagnosis.not_fixes if item.remedy == "gradient_clipping")
+    assert clipping.structural and "no update reaches it" in clipping.why
+    assert diagnosis.fixes[0].family != "gradient_clipping"
+
+
+def test_clipping_already_on_is_not_proposed_again(make_evidence):
+    evidence = make_evidence(
+        grad_norms=(*STEADY, 2.5e17), weights_upstream=True, clipping="clipnorm=1.0"
+    )
+    assert diagnose(evidence).fixes[0].family != "gradient_clipping"
+
+
+def test_the_jump_is_looked_for_only_among_the_last_steps_before_the_failure():
+    def history(norms):
+        return StepHistory(steps=tuple(range(len(norms))), grad_norms=tuple(norms))
+
+    early = history((1.0, 1.0, 1.0, 500.0, 1.0, 1.0, 1.0, 1.0))
+    assert update_jump(early, failing=8) is None
+    late = history((1.0, 1.0, 1.0, 1.0, 500.0, None, 1.0))
+    jump = update_jump(late, failing=7)
+    assert (jump.step, jump.norm, jump.median) == (4, 500.0, 1.0)
+    # Steps at or after the failing one are not the update that led to it.
+    assert update_jump(history((1.0, 1.0, 1.0, 1.0, 500.0)), failing=4) is None
+    # The first jump is named: the later, larger norms follow from it.
+    chain = update_jump(history((1.0, 1.0, 1.0, 1.0, 800.0, 1e27)), failing=6)
+    assert (chain.step, chain.norm) == (4, 800.0)
+    # Too few steps before to call anything a jump.
+    assert update_jump(history((1.0, 1.0, 500.0)), failing=3) is None
