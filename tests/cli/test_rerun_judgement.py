@@ -76,8 +76,8 @@ def test_an_expectation_the_reruns_contradict_is_replaced_by_what_they_showed():
     assert _borne_out(delays, later, baseline) is delays  # it did delay it: as expected
 
 
-def _loss_series(values):
-    return [{"name": "loss", "steps": list(range(len(values))), "values": list(values)}]
+def _loss_series(values, name="loss"):
+    return [{"name": name, "steps": list(range(len(values))), "values": list(values)}]
 
 
 def test_a_finite_copy_whose_single_loss_diverged_did_not_hold():
@@ -96,9 +96,29 @@ def test_a_finite_copy_whose_single_loss_diverged_did_not_hold():
         "series": _loss_series([2.0 - i / 20 for i in range(20)]),
     }
     assert _judged(falling, 8, "the patched copy").held
-    # Two optimizers (a GAN): the last loss is one of several, and they trade off.
-    two = {**_report(20), "optimizers": 2, "series": _loss_series(stuck)}
-    assert _judged(two, 8, "the patched copy").held
+    # Two optimizers (a GAN): the step's last loss is one of several; each objective's
+    # own loss is judged, as a trial's objectives are.
+    wandering = [0.7, 0.9, 0.6, 1.1, 0.8] * 4
+    critic_stuck = {
+        **_report(20),
+        "optimizers": 2,
+        "series": _loss_series(stuck)
+        + _loss_series(stuck, "loss/objective1")
+        + _loss_series(wandering, "loss/objective2"),
+    }
+    rerun = _judged(critic_stuck, 8, "the patched copy")
+    assert not rerun.held
+    assert "but objective 1's loss (of 2, in the order of the step's updates) diverged " in (
+        rerun.why
+    )
+    trading = {
+        **_report(20),
+        "optimizers": 2,
+        "series": _loss_series(stuck)
+        + _loss_series(wandering, "loss/objective1")
+        + _loss_series(wandering[::-1], "loss/objective2"),
+    }
+    assert _judged(trading, 8, "the patched copy").held
 
 
 def test_a_copy_that_wrote_no_report_judges_nothing():

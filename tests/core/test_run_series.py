@@ -40,6 +40,18 @@ def test_loss_and_global_gradient_norm_are_kept_per_step():
     assert series["loss"].group != series["grad_norm/global"].group
 
 
+def test_with_several_optimizers_each_objective_gets_its_loss_plot_beside_the_loss():
+    collected = RunSeries()
+    collected.observe(StepRecord(0, loss=-0.7, grad_norm=1.0, objective_losses=(1.4, -0.7)))
+    # A critic stepping alone: only the first objective has a loss at this step.
+    collected.observe(StepRecord(1, loss=1.2, grad_norm=1.0, objective_losses=(1.2, None)))
+    series = by_name(collected.snapshot())
+    assert list(series) == ["loss", "loss/objective1", "loss/objective2", "grad_norm/global"]
+    assert series["loss/objective1"].values == (1.4, 1.2)
+    assert series["loss/objective2"].steps == (0,)
+    assert series["loss/objective2"].group == series["loss"].group
+
+
 def test_a_long_run_stays_bounded_and_spans_the_whole_run():
     collected = RunSeries(points=64)
     last = 300_000 - 1

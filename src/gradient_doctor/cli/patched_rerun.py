@@ -22,6 +22,7 @@ from gradient_doctor.cli.scratch_copy import copy_folder
 from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
 from gradient_doctor.core.fix_trials import diverged
 from gradient_doctor.core.patches import PatchError, apply_unified_diff
+from gradient_doctor.core.run_series import OBJECTIVE_LOSS
 
 
 @dataclass(frozen=True)
@@ -130,12 +131,26 @@ def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
 
 
 def _diverged_loss(report: dict) -> str | None:
-    """Whether the copy's loss diverged, in words: judged for a run with one optimizer
-    (a GAN's last loss is one of several, which trade off), as a fix trial's is."""
-    if report.get("optimizers") != 1:
-        return None
-    loss = next((s for s in report.get("series", ()) if s.get("name") == "loss"), None)
-    return diverged(loss["values"]) if loss else None
+    """Whether the copy's loss diverged, in words, as a fix trial's is judged: with one
+    optimizer its loss; with several (a GAN's), each objective's loss (the step's last
+    loss is one of several), none of which may diverge."""
+    series = {s.get("name"): s.get("values", ()) for s in report.get("series", ())}
+    optimizers = report.get("optimizers")
+    if optimizers == 1:
+        return diverged(series["loss"]) if "loss" in series else None
+    objectives = sorted(
+        (int(name[len(OBJECTIVE_LOSS) :]), values)
+        for name, values in series.items()
+        if name.startswith(OBJECTIVE_LOSS) and name[len(OBJECTIVE_LOSS) :].isdigit()
+    )
+    for number, values in objectives:
+        whose = (
+            f"objective {number}'s loss (of {len(objectives)}, in the order of the step's updates)"
+        )
+        rise = diverged(values, whose)
+        if rise is not None:
+            return rise
+    return None
 
 
 def _place(origin: dict | None) -> str:

@@ -197,14 +197,15 @@ class TrialOutcome:
         return f"the loss ended no worse than the {reference:.4g} it had before the trouble"
 
 
-def diverged(losses: Sequence[float]) -> str | None:
+def diverged(losses: Sequence[float], whose: str = "the loss") -> str | None:
     """ "the loss diverged (1.57 -> 15.6)" when `losses` rose by more than
     `LOSS_RISE_ALLOWED` times their size, first tenth to last (the test a held trial
-    passes, for a loss seen elsewhere: a patched copy rerun from the start); else None."""
+    passes, for a loss seen elsewhere: a patched copy rerun from the start); else None.
+    `whose` names the loss ("objective 1's loss")."""
     trend = TrialOutcome(None, "", len(losses), len(losses), None, tuple(losses)).loss_trend()
     if not _diverged(trend):
         return None
-    return f"the loss diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
+    return f"{whose} diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
 
 
 def _diverged(trend: tuple[float, float] | None) -> bool:

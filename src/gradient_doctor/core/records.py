@@ -132,6 +132,8 @@ class StepRecord:
         grad_norm: float or None, the global L2 norm of all gradients.
         layers: per-layer statistics, in the model's layer order.
         headroom: one sample per risky op the adapter watches.
+        objective_losses: with several optimizers, each update's loss in the step, in
+            the order of its updates (`loss` is the last); empty with one.
     """
 
     step: int
@@ -139,6 +141,7 @@ class StepRecord:
     grad_norm: float | None = None
     layers: tuple[LayerRecord, ...] = ()
     headroom: tuple[HeadroomSample, ...] = ()
+    objective_losses: tuple[float | None, ...] = ()
 
     def layer_values(self, field: str) -> dict[str, float]:
         """The finite values of one `LayerRecord` field, by layer name.

@@ -85,6 +85,16 @@ class Series:
 
 
 LOSS = Series("loss", "loss", "Loss")
+# With several optimizers, each objective's loss: "loss/objective1", in update order.
+OBJECTIVE_LOSS = "loss/objective"
+
+
+def objective_loss_series(number: int) -> Series:
+    """The series of the loss of the step's `number`-th update (1-based), with several
+    optimizers (a GAN's critic and generator), drawn beside the step's loss."""
+    return Series(f"{OBJECTIVE_LOSS}{number}", f"objective {number}", "Loss")
+
+
 GLOBAL_GRAD_NORM = Series("grad_norm/global", "global", "Gradient norm", "L2 norm", "log")
 
 
@@ -176,6 +186,9 @@ class RunSeries:
         step = record.step
         if record.loss is not None:
             self.add(LOSS, step, record.loss)
+        for number, loss in enumerate(record.objective_losses, 1):
+            if loss is not None:
+                self.add(objective_loss_series(number), step, loss)
         if record.grad_norm is not None:
             self.add(GLOBAL_GRAD_NORM, step, record.grad_norm)
         if record.layers:

@@ -67,9 +67,11 @@ class PyTorchAdapter(Adapter):
     sites: OptimizerSites | None = None
 
     def step_records(self, step: int, reading: StepReading) -> tuple[StepRecord, ...]:
-        """The step's loss and gradient norm; on a sampled step also each module's
-        gradient norm of every step since the last read, and its other statistics."""
-        return self.stats.records(step, reading.loss, reading.grad_norm)
+        """The step's loss and gradient norm (each objective's loss, with several
+        optimizers); on a sampled step also each module's gradient norm of every step
+        since the last read, and its other statistics."""
+        *earlier, record = self.stats.records(step, reading.loss, reading.grad_norm)
+        return (*earlier, replace(record, objective_losses=reading.objective_losses))
 
     def layer_records(self) -> tuple[LayerRecord, ...] | None:
         """The last sampled step's module statistics."""

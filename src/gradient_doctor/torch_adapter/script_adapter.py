@@ -267,14 +267,17 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.session.record_path_breaks([unlocated], len(cut) == trainable_count(optimizer))
 
     def _reading(self, failed: bool) -> StepReading:
-        """The step's reading: the last checked loss, the global norm over its updates."""
+        """The step's reading: the last checked loss, the global norm over its updates;
+        with several optimizers, each update's loss too (each objective's)."""
         loss, norm = combined(self._checks)
+        several = len(self._optimizers) > 1
         return StepReading(
             failed=failed,
             loss=loss,
             grad_norm=norm,
             skipped=1 if failed else 0,
             updates=len(self._checks),
+            objective_losses=tuple(c.loss for c in self._checks) if several else (),
         )
 
     def localize(

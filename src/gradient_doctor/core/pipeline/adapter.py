@@ -50,6 +50,9 @@ class StepReading:
         xla: the step was compiled with XLA (a replay without it may differ).
         unreplayable: why a failed step cannot be run again op by op, in words (said in
             the diagnosis), or None.
+        objective_losses: with several optimizers, each update's loss in the step, in
+            the order of the step's updates (a GAN's critic, then its generator): the
+            step's `loss` is the last of them, one objective of several. Empty with one.
     """
 
     failed: bool
@@ -63,6 +66,7 @@ class StepReading:
     replica: int | None = None
     xla: bool = False
     unreplayable: str | None = None
+    objective_losses: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,14 @@ class Adapter(Protocol):
         own record last (the progress line reads that one). Defaults to the step's
         loss and gradient norm alone.
         """
-        return (StepRecord(step, loss=reading.loss, grad_norm=reading.grad_norm),)
+        return (
+            StepRecord(
+                step,
+                loss=reading.loss,
+                grad_norm=reading.grad_norm,
+                objective_losses=reading.objective_losses,
+            ),
+        )
 
     def zero_gradients(self, window: int) -> tuple[str, ...]:
         """The variables whose gradient was exactly zero for `window` steps in a row, by
