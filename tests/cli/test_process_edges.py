@@ -302,6 +302,36 @@ def test_tracebacks_show_the_scripts_frames_only(tmp_path):
     assert run.report["script_error"] == "ValueError: could not convert string to float: 'three'"
 
 
+def test_a_script_that_moves_its_working_directory_moves_no_report(tmp_path):
+    # The script reads its data through `__file__` and then `os.chdir`s into outputs/,
+    # where a file of the user's has the report's name: it must stay as it was, and the
+    # report, the patch's paths and `__file__` are those of `python train.py`.
+    name = "chdir_into_outputs.py"
+    folder = tmp_path / "project"
+    (folder / "outputs").mkdir(parents=True)
+    (folder / name).write_text((ROOT / SCRIPTS / "torch" / name).read_text())
+    (folder / "counts.txt").write_text("1\n1\n1\n")
+    mine = folder / "outputs" / "report.json"
+    mine.write_text('{"mine": true}')
+    completed = subprocess.run(
+        [*doctor_command(), "run", "--confirm", "never", "--report", "report.json", name],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    assert mine.read_text() == '{"mine": true}'
+    report = json.loads((folder / "report.json").read_text())
+    problem = report["problems"][0]
+    assert problem["origin"]["file"] == name
+    assert problem["origin"]["line"] == line_of(
+        f"{SCRIPTS}/torch/{name}", "loss = torch.log(rate * counts.mean()).sum()"
+    )
+    patched = [fix for fix in problem["fixes"] if fix.get("patch")]
+    assert patched and all(f"--- a/{name}" in fix["patch"] for fix in patched)
+
+
 # --- --version, python -m, and what loads TensorFlow ---------------------------------------
 
 NO_TENSORFLOW_CHECK = """

@@ -222,6 +222,7 @@ def run_command(options: argparse.Namespace) -> int:
     """Run the script under the doctor and report; returns the exit status."""
     check_script(options.script)
     check_outputs(options.script, options.report, options.html, options.tensorboard)
+    options = _outputs_made_absolute(options)
     from gradient_doctor.cli.framework_choice import script_framework
 
     framework = script_framework(options.script)
@@ -261,6 +262,23 @@ def run_command(options: argparse.Namespace) -> int:
         confirm=options.confirm,
         framework=framework,
     )
+
+
+# The options naming files or folders the doctor writes.
+_OUTPUT_OPTIONS = ("report", "html", "tensorboard", "dump", "out")
+
+
+def _outputs_made_absolute(options: argparse.Namespace) -> argparse.Namespace:
+    """`options` with each output path made absolute against the folder run from (once
+    they are checked, so messages name them as typed), so that a script that changes
+    its working directory (`os.chdir`) moves none of them: before, `--report
+    report.json` was written where the script had moved to, over a file there the
+    checks had never seen."""
+    for name in _OUTPUT_OPTIONS:
+        path = getattr(options, name, None)
+        if isinstance(path, str) and path:
+            setattr(options, name, os.path.abspath(path))
+    return options
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,9 +77,12 @@ class ScratchCopy:
     linked: dict[str, tuple[int, int]]
     linked_folders: tuple[str, ...]
 
-    def guard(self, log: str) -> WriteGuard:
-        """The write guard of a rerun in this copy, noting its refusals in `log`."""
-        return WriteGuard((self.source,), tuple(self.linked), self.linked_folders, log)
+    def guard(self, log: str, also: tuple[str, ...] = ()) -> WriteGuard:
+        """The write guard of a rerun in this copy, noting its refusals in `log`; `also`
+        are more folders of the user's it keeps from being written (a script's own
+        folder outside the copied one, whose files the rerun reads in place)."""
+        folders = (self.source, *(os.path.realpath(folder) for folder in also))
+        return WriteGuard(folders, tuple(self.linked), self.linked_folders, log)
 
     def mapped(self, path: str) -> str:
         """`path` (absolute, or relative to the user's folder) as a rerun in the copy names

@@ -10,7 +10,12 @@ import traceback
 from dataclasses import dataclass
 
 from gradient_doctor.cli.interrupts import Terminated, signal_name
-from gradient_doctor.core.source_frames import display_path, is_doctor_file, is_user_file
+from gradient_doctor.core.source_frames import (
+    display_path,
+    is_doctor_file,
+    is_user_file,
+    paths_relative_to,
+)
 from gradient_doctor.errors import TrainingStopped
 
 
@@ -87,13 +92,18 @@ def run_script(path: str, args: list[str]) -> ScriptOutcome:
     The script's own exceptions are printed in full (nothing is swallowed) and
     returned as text; `TrainingStopped` from the doctor ends the script quietly; a
     `KeyboardInterrupt` is printed as Python prints it, and a SIGTERM (`Terminated`)
-    in one line saying where it landed.
+    in one line saying where it landed. The working directory is the one run from
+    again when it returns.
     """
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, launched = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
-        runpy.run_path(path, run_name="__main__")
+        # `__file__` absolute, as `python path` sets it (a script that moves its working
+        # directory still finds its files next to it); the user's paths stay told
+        # relative to the folder run from.
+        with paths_relative_to(launched):
+            runpy.run_path(os.path.abspath(path), run_name="__main__")
     except TrainingStopped:
         return ScriptOutcome(stopped=True)
     except SystemExit as exit_:
@@ -109,4 +119,14 @@ def run_script(path: str, args: list[str]) -> ScriptOutcome:
         return ScriptOutcome(error=f"{type(error).__name__}: {error}")
     finally:
         sys.argv, sys.path = saved_argv, saved_path
+        _return_to(launched)
     return ScriptOutcome()
+
+
+def _return_to(folder: str) -> None:
+    """Move back to the folder run from, which a script's `os.chdir` may have left: the
+    reports, patches and reruns that follow are all relative to it."""
+    try:
+        os.chdir(folder)
+    except OSError:  # removed by the script: the reports' paths are absolute anyway
+        pass

@@ -7,7 +7,8 @@ import linecache
 import os
 import sys
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from types import FrameType
 
@@ -43,9 +44,33 @@ def is_user_file(filename: str) -> bool:
     return not any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS)
 
 
+# The folder display paths are relative to while a script runs (`paths_relative_to`);
+# None: the working directory.
+_root: str | None = None
+
+
+def display_root() -> str:
+    """The folder the user's paths are told relative to: the one the run started from
+    while `paths_relative_to` holds it (a script may `os.chdir` away), else the working
+    directory."""
+    return _root or os.getcwd()
+
+
+@contextmanager
+def paths_relative_to(root: str) -> Iterator[None]:
+    """Tell the user's paths relative to `root` (the folder run from) inside the block,
+    wherever the script moves its working directory."""
+    global _root
+    saved, _root = _root, os.path.abspath(root)
+    try:
+        yield
+    finally:
+        _root = saved
+
+
 def display_path(filename: str) -> str:
-    """The path relative to the working directory where possible, as a user would type it."""
-    return _display_path(filename, os.getcwd())
+    """The path relative to the folder run from where possible, as a user would type it."""
+    return _display_path(filename, display_root())
 
 
 @lru_cache(maxsize=4096)

@@ -27,6 +27,7 @@ from gradient_doctor.core.records import StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.run_series import RunSeries
 from gradient_doctor.core.silent_failures import silent_failures
+from gradient_doctor.core.source_frames import display_root
 from gradient_doctor.core.stuck_units import StuckUnits, find_stuck_units
 from gradient_doctor.errors import StepLimitReached
 
@@ -221,6 +222,7 @@ class Session:
             finding = at_replica(finding, replica, self.adapter.replica_place(replica))
         finding = place_fixes(
             finding,
+            root=display_root(),
             sites=self.adapter.fix_sites(evidence),
             history=evidence.history,
             user_file=self.adapter.is_user_file,

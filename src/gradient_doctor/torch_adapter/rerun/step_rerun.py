@@ -135,7 +135,10 @@ class StepReruns:
         began = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"{write_guard.SCRATCH_PREFIX}step-") as scratch:
             copy = copy_folder(self.start.cwd, os.path.join(scratch, "copy"), self._listing)
-            guard = copy.guard(os.path.join(scratch, "refused.log"))
+            # A script outside the folder run from runs from where it is: its folder
+            # is guarded too, so the rerun writes none of the user's files there.
+            script_folder = os.path.dirname(os.path.abspath(self.start.script))
+            guard = copy.guard(os.path.join(scratch, "refused.log"), also=(script_folder,))
             request = {
                 "script": copy.mapped(self.start.script),
                 "args": list(self.start.args),
