@@ -6,7 +6,12 @@ import sys
 
 import pytest
 
-from gradient_doctor.cli.framework_choice import TENSORFLOW, TORCH, script_framework
+from gradient_doctor.cli.framework_choice import (
+    TENSORFLOW,
+    TORCH,
+    keras_backend,
+    script_framework,
+)
 from tests.conftest import ROOT
 
 
@@ -35,6 +40,28 @@ def _script(tmp_path, source: str, modules: dict[str, str] | None = None):
 )
 def test_the_scripts_own_imports_choose(tmp_path, source, expected):
     assert script_framework(_script(tmp_path, source)) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "backend"),
+    [
+        ('import os\nos.environ["KERAS_BACKEND"] = "torch"\nimport keras\n', TORCH),
+        ('import os\nos.environ.setdefault("KERAS_BACKEND", "jax")\nimport keras\n', "jax"),
+        ("import keras\n", TENSORFLOW),
+    ],
+)
+def test_the_keras_backend_a_script_sets_itself_is_read(tmp_path, monkeypatch, source, backend):
+    # Loading TensorFlow first would pin Keras to it: a torch-backend script must get the
+    # torch adapter (before, it silently ran on TensorFlow under the doctor).
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    script = _script(tmp_path, source)
+    assert keras_backend(script) == backend
+    assert script_framework(script) == (TORCH if backend == TORCH else TENSORFLOW)
+
+
+def test_the_environments_keras_backend_counts_when_the_script_sets_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    assert script_framework(_script(tmp_path, "import keras\n")) == TORCH
 
 
 def test_a_module_of_the_users_folder_is_read_too(tmp_path):

@@ -117,3 +117,14 @@ def test_a_negative_trial_step_count_is_refused_with_what_was_expected(tmp_path)
     with pytest.raises(SystemExit) as stopped:
         main(["run", "--trial-steps", "-3", "train.py"])
     assert stopped.value.code == 2
+
+
+def test_a_keras_backend_the_doctor_does_not_watch_is_refused_saying_which(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text('import os\nos.environ["KERAS_BACKEND"] = "jax"\nimport keras\n')
+    done = subprocess.run(
+        [*doctor_command(), "run", str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "runs Keras on its 'jax' backend (KERAS_BACKEND)" in done.stderr
+    assert 'Set KERAS_BACKEND to "tensorflow"' in done.stderr

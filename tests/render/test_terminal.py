@@ -127,6 +127,9 @@ def test_header_lines(problem_report, healthy_report):
         == "problem: train.py, 1831 steps watched, 2 problems, 1 warning"
     )
     assert header_line(healthy_report) == "healthy: 500 steps watched, no non-finite values"
+    unwatched = dataclasses.replace(healthy_report, steps_watched=0)
+    assert header_line(unwatched).startswith("healthy: 0 steps watched: no training step")
+    assert "nothing was checked" in header_line(unwatched)
     assert header_line(Report(script=None, steps_watched=1, script_error="boom")) == (
         "problem: 1 step watched, the script raised an error, no numerical problem"
     )

@@ -25,15 +25,62 @@ _MAX_MODULES = 200
 
 def script_framework(script: str) -> str:
     """`TORCH` when the script, or a module of its folder that it imports, imports torch and
-    nothing does import TensorFlow or Keras; `TENSORFLOW` otherwise.
+    nothing does import TensorFlow or Keras, or when it runs Keras on its torch backend
+    (`keras_backend`); `TENSORFLOW` otherwise.
 
     Args:
         script: path of the training script.
     """
     imported = _imports_of(script)
+    if "keras" in imported and keras_backend(script) == TORCH:
+        return TORCH  # Keras's ops run as torch's; loading TensorFlow first would pin it
     if imported & _TENSORFLOW_MODULES or not imported & _TORCH_MODULES:
         return TENSORFLOW
     return TORCH
+
+
+def uses_keras(script: str) -> bool:
+    """True when the script, or a module of its folder that it imports, imports Keras."""
+    return "keras" in _imports_of(script)
+
+
+def keras_backend(script: str) -> str:
+    """The Keras backend the script runs on: the one it sets itself
+    (`os.environ["KERAS_BACKEND"] = "torch"`, or `setdefault`, before `import keras`),
+    else `$KERAS_BACKEND`, else "tensorflow" (Keras's default). Read, never run."""
+    told = _backend_set_in(script)
+    if told is not None:
+        return told
+    return os.environ.get("KERAS_BACKEND", TENSORFLOW) or TENSORFLOW
+
+
+def _backend_set_in(script: str) -> str | None:
+    """The string constant the script assigns to `KERAS_BACKEND` in `os.environ`, or None."""
+    try:
+        with open(script, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=script)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and _names_backend(target.slice):
+                    return str(node.value.value)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("setdefault", "putenv")
+            and len(node.args) == 2
+            and _names_backend(node.args[0])
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            return str(node.args[1].value)
+    return None
+
+
+def _names_backend(node: ast.AST) -> bool:
+    """True for the string constant "KERAS_BACKEND"."""
+    return isinstance(node, ast.Constant) and node.value == "KERAS_BACKEND"
 
 
 def _imports_of(script: str) -> set[str]:

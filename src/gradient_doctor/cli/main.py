@@ -207,6 +207,32 @@ def check_framework(framework: str) -> None:
         )
 
 
+def check_keras_backend(script: str) -> None:
+    """Say what is watched of a script that runs Keras on another backend than
+    TensorFlow's: on torch's, the script runs on it unchanged but Keras's own optimizers
+    are not watched (a torch.optim step is); any other backend is a `UsageError`."""
+    from gradient_doctor.cli.framework_choice import TENSORFLOW, TORCH, keras_backend, uses_keras
+
+    if not uses_keras(script):
+        return
+    backend = keras_backend(script)
+    if backend == TORCH:
+        print(
+            "gradient-doctor: this script runs Keras on its torch backend (KERAS_BACKEND): it "
+            "runs on it unchanged, but the updates of Keras's own optimizers are not watched "
+            "there (only torch.optim steps are); for the full diagnosis run it on "
+            "KERAS_BACKEND=tensorflow.",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif backend != TENSORFLOW:
+        raise UsageError(
+            f"this script runs Keras on its {backend!r} backend (KERAS_BACKEND), which the "
+            "doctor does not watch: it watches Keras on TensorFlow, and PyTorch. Set "
+            'KERAS_BACKEND to "tensorflow" (in the script or the environment) to diagnose it.'
+        )
+
+
 def check_dump_support(framework: str) -> None:
     """Raise `UsageError` when a dump of `framework` cannot be written or read here: a
     PyTorch dump's tensors are safetensors files, and safetensors is not installed."""
@@ -227,6 +253,7 @@ def run_command(options: argparse.Namespace) -> int:
 
     framework = script_framework(options.script)
     check_framework(framework)
+    check_keras_backend(options.script)
     if options.dump:
         from gradient_doctor.core.dump_folder import check_new_dump_directory
 

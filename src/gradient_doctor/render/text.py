@@ -48,13 +48,19 @@ def header_line(report: Report) -> str:
         report: Report, the outcome of a watched run.
 
     Returns:
-        "healthy: 1234 steps watched, no non-finite values" for a healthy run,
+        "healthy: 1234 steps watched, no non-finite values" for a healthy run (one that
+        watched no step says nothing was checked),
         "interrupted by SIGTERM: train.py, 37 steps watched, nothing found before the
         signal" for a run a signal stopped, else e.g. "problem: train.py, 1831 steps
         watched, 1 problem, 2 warnings" (", interrupted by SIGTERM" when it was; "the
         script raised an error, no numerical problem" for a crash with no problem).
     """
     watched = f"{count(report.steps_watched, 'step')} watched"
+    if report.status == "healthy" and report.steps_watched == 0:
+        return (
+            "healthy: 0 steps watched: no training step of a framework the doctor watches "
+            "ran (a TensorFlow/Keras fit or tape, a torch.optim step), so nothing was checked"
+        )
     if report.status == "healthy":
         return f"healthy: {watched}, no non-finite values"
     interrupted = report.status == "interrupted"
