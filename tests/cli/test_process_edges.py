@@ -125,6 +125,37 @@ def make_problem():
 
 
 @slow
+def test_a_signal_during_the_reruns_starts_no_more_and_keeps_the_runs_report(tmp_path):
+    # Before, SIGINT while the fixes were rerun said "writing the reports first" and then
+    # ran every remaining rerun (45 s), judging fixes by the one the signal had cut short.
+    name = "counts_outlier_batch.py"
+    (tmp_path / name).write_text((SCRIPTS / "torch" / name).read_text())
+    process = subprocess.Popen(
+        [*doctor_command(), "run", "--confirm", "always", "--report", "r.json", name],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    err = []
+    for line in process.stderr:
+        err.append(line)
+        if "running a patched copy of your folder" in line:
+            process.send_signal(signal.SIGINT)
+            break
+    err.extend(process.stderr)
+    assert process.wait(300) == 130, "".join(err)[-3000:]
+    stderr = "".join(err)
+    assert stderr.count("running a patched copy of your folder") == 1, stderr[-3000:]
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["interrupted"] == "SIGINT"
+    problem = data["problems"][0]
+    assert problem["category"] == "forward_overflow"
+    # The fixes stand as the run judged them: no rerun's verdict is in them.
+    assert all("patched copy" not in (fix["evidence"] or "") for fix in problem["fixes"])
+
+
+@slow
 def test_sigterm_mid_run_writes_every_report_and_exits_143(tmp_path):
     report, html, board = tmp_path / "r.json", tmp_path / "r.html", tmp_path / "board"
     run = LiveRun(LOOP, "--report", str(report), "--html", str(html), "--tensorboard", str(board))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 
 from gradient_doctor.cli.patched_rerun import (
     Rerun,
@@ -36,6 +37,7 @@ def confirm_fixes(
     run_seconds: float,
     mode: str = "auto",
     steps_past: int = 200,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> Report:
     """`report` with every verified fix run again as a patched copy, and judged by it.
 
@@ -48,6 +50,7 @@ def confirm_fixes(
             "always" or "never".
         steps_past: how many steps past the failing step the copy must run healthy
             (a fix that only stalls training shows within that window).
+        stopped: says when a signal asked the run to end: no rerun starts after it.
     """
     relative = relative_script(script)
     if mode == "never" or relative is None or not report.problems:
@@ -56,13 +59,19 @@ def confirm_fixes(
         return _unconfirmed(report, run_seconds)
     timeout = max(3 * run_seconds, 60.0)
     problems = tuple(
-        _confirmed(problem, relative, args, timeout, steps_past) for problem in report.problems
+        _confirmed(problem, relative, args, timeout, steps_past, stopped)
+        for problem in report.problems
     )
     return dataclasses.replace(report, problems=problems)
 
 
 def _confirmed(
-    problem: Finding, script: str, args: list[str], timeout: float, steps_past: int
+    problem: Finding,
+    script: str,
+    args: list[str],
+    timeout: float,
+    steps_past: int,
+    stopped: Callable[[], bool],
 ) -> Finding:
     """Each verified patch rerun from the start; and each patch no trial inside the run
     could try (module-level code, say), rerun too, against the unchanged copy rerun
@@ -71,7 +80,7 @@ def _confirmed(
     exists: rerun the same way, it is borne out, or it becomes a fix if it held."""
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
-    reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout)
+    reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped)
     fixes = []
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
@@ -130,17 +139,23 @@ class _Reruns:
     same) and each gets that stopped rerun as its answer."""
 
     def __init__(
-        self, script: str, args: list[str], step: int, steps_past: int, timeout: float
+        self,
+        script: str,
+        args: list[str],
+        step: int,
+        steps_past: int,
+        timeout: float,
+        signalled: Callable[[], bool],
     ) -> None:
         self._script, self._args, self._step = script, args, step
-        self._steps_past, self._timeout = steps_past, timeout
+        self._steps_past, self._timeout, self._signalled = steps_past, timeout, signalled
         self._done = 0
         self._baseline: Rerun | None = None
         self._stopped: Rerun | None = None
 
     @property
     def left(self) -> bool:
-        return self._done < MAX_CONFIRMED
+        return self._done < MAX_CONFIRMED and not self._signalled()
 
     def run(self, family: str, patch: str, untried: bool) -> tuple[Rerun, Rerun | None]:
         """The patched copy's rerun, and the unchanged copy's when `untried` (else None)."""

@@ -88,7 +88,20 @@ def watched_run(
             write_outputs(report, report_path, html_path)
             run_seconds = time.monotonic() - started
             shown = report.problems
-            report = confirm_fixes(report, script, args, run_seconds, confirm, trial_steps)
+            confirmed = confirm_fixes(
+                report,
+                script,
+                args,
+                run_seconds,
+                confirm,
+                trial_steps,
+                stopped=lambda: interrupts.signum is not None,
+            )
+            if interrupts.signum is None:
+                report = confirmed
+            else:  # the rerun under way got the signal too: it judges nothing
+                report = replace(report, interrupted=signal_name(interrupts.signum))
+                shown = ()
         render_report(report, problems_shown=True, shown=shown)
         write_outputs(report, report_path, html_path, tensorboard_dir)
     signum = signum or interrupts.signum  # one that came while the reports were written
