@@ -287,7 +287,9 @@ def _optimizer_fix(
         made = rewrite.lower_learning_rate(site, lines, rungs[0])
         if made is None:
             return None
-        titled = _lowered_by(fix, site, rungs[0]) if torch else fix
+        titled = (
+            _lowered_by(fix, site, rungs[0]) if torch else _moved_since(fix, site, lines, rungs[0])
+        )
         placed = _patched(titled, made[0], root, (made[1].name, made[1].value))
         if placed is None or len(rungs) < 2:
             return placed
@@ -309,6 +311,21 @@ def _optimizer_fix(
         return None
     edits, setting = made
     return _patched(fix, edits, root, (setting.name, setting.value))
+
+
+def _moved_since(fix: Fix, site: OptimizerSite, lines: list[str], factor: float) -> Fix:
+    """`fix` titled for the rate the optimizer's line writes, when a schedule or a
+    callback moved the rate in use away from it: the patch divides the written one."""
+    built = optimizer_rewrite.built_learning_rate(site, lines)
+    now = site.learning_rate
+    if built is None or now is None or math.isclose(built, now, rel_tol=0.01):
+        return fix
+    title = (
+        f"Lower the learning rate {round(1 / factor)}x where the optimizer is built, from "
+        f"{format_number(built)} to {format_number(built * factor)} (a schedule or callback "
+        f"had moved it to {format_number(now)} by the failing step)"
+    )
+    return dataclasses.replace(fix, title=title)
 
 
 def _lowered_by(fix: Fix, site: OptimizerSite, factor: float) -> Fix:

@@ -3,6 +3,7 @@
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.knowledge.rewrites.optimizer import (
     OptimizerSite,
+    built_learning_rate,
     lower_learning_rate,
     set_clipping,
 )
@@ -42,6 +43,16 @@ def test_a_literal_is_divided_and_the_comment_stays():
     edits, setting = lower_learning_rate(_site("Adam(learning_rate", "Adam", 0.003), SCRIPT)
     assert "adam = tf.keras.optimizers.Adam(learning_rate=0.0003)  # tuned" in _patched(edits)
     assert setting.value == 0.0003
+
+
+def test_a_literal_a_callback_moved_is_divided_as_written_not_replaced_by_the_rate_in_use():
+    # A LearningRateScheduler tripled 0.003 up to 16.4: writing a tenth of the rate in use
+    # where 0.003 is built would raise the rate 547x.
+    site = _site("Adam(learning_rate", "Adam", 16.4)
+    edits, setting = lower_learning_rate(site, SCRIPT)
+    assert "adam = tf.keras.optimizers.Adam(learning_rate=0.0003)  # tuned" in _patched(edits)
+    assert setting.value == 1.64  # the trial, at the failing step, runs at a tenth of it
+    assert built_learning_rate(site, SCRIPT) == 0.003
 
 
 def test_a_default_rate_is_written_out():

@@ -163,7 +163,9 @@ def lower_learning_rate(
         edit = add_keyword(text, call, f"learning_rate={literal(value)}", site.source.file)
         return (edit,), Setting("learning_rate", value)
     if number(rate) is not None:
-        new = literal(value)
+        # The literal as written, scaled: a schedule or callback may have moved the rate
+        # in use (`value`, what the trial sets at the failing step) far from it.
+        new = literal(rounded(number(rate) * factor))
         return (replace_node(text, rate, new, site.source.file),), Setting("learning_rate", value)
     # An expression (`args.lr`, `LR`): scaled as written, the trial scales it alike.
     new = f"{segment(text, rate)} * {literal(factor)}"
@@ -172,6 +174,17 @@ def lower_learning_rate(
     return (replace_node(text, rate, new, site.source.file),), Setting(
         "learning_rate", site.learning_rate * factor
     )
+
+
+def built_learning_rate(site: OptimizerSite, lines: Sequence[str]) -> float | None:
+    """The learning rate the optimizer's line writes as a number, or None (an expression,
+    a schedule, or no such line)."""
+    tree, _ = parse(lines)
+    if tree is None:
+        return None
+    call, _ = optimizer_call(tree, site)
+    rate = argument(call, 0, "learning_rate") if call is not None else None
+    return number(rate) if rate is not None else None
 
 
 def wrap_loss_scaling(site: OptimizerSite, lines: Sequence[str]) -> Edit | None:
