@@ -1,5 +1,7 @@
 """How a rerun's report is judged and told: a patch that moved the trouble says where to."""
 
+import dataclasses
+
 from gradient_doctor.cli.patched_rerun import _judged
 
 
@@ -128,3 +130,20 @@ def test_a_copy_that_wrote_no_report_judges_nothing():
     assert not rerun.held and rerun.inconclusive and not rerun.judged
     assert rerun.why == "the patched copy wrote no report (it crashed or ran too long)"
     assert _judged(_report(20), 8, "the patched copy").judged
+
+
+def test_a_lower_rate_confirmed_for_a_drift_says_a_longer_run_may_meet_it_later():
+    from gradient_doctor.cli.fix_confirmation import _may_only_delay
+    from gradient_doctor.core.findings import Finding, Fix
+
+    lower = Fix("lower_learning_rate", "Lower it", "", verified=True, evidence="confirmed: held")
+    drift = Finding(category="forward_domain", step=7, phase="forward", origin=None, explanation="")
+    told = _may_only_delay(lower, drift, "A smaller learning rate only slows the drift.")
+    assert told.verified is True
+    assert "a longer run may meet it later" in told.evidence
+    assert "(listed before as: A smaller learning rate only slows the drift.)" in told.evidence
+    # Gradients that explode, or clipping: no such caveat.
+    exploding = dataclasses.replace(drift, category="exploding_gradients")
+    assert _may_only_delay(lower, exploding) is lower
+    clipping = dataclasses.replace(lower, family="gradient_clipping")
+    assert _may_only_delay(clipping, drift) is clipping

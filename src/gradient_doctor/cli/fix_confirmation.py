@@ -21,7 +21,7 @@ from gradient_doctor.cli.patched_rerun import (
     untried_patch,
 )
 from gradient_doctor.core.findings import Finding, Fix, NotFix
-from gradient_doctor.core.fix_trials import ranked
+from gradient_doctor.core.fix_trials import DRIFTS, ranked
 from gradient_doctor.core.report import Report
 
 # Runs that took longer than this (wall seconds) are not run again for every fix.
@@ -91,7 +91,7 @@ def _confirmed(
             elif untried and not baseline.judged:
                 fix = _not_confirmed(fix, baseline.why, untried)
             elif untried:
-                fix = _rerun_only(fix, rerun.held, rerun.why, baseline)
+                fix = _may_only_delay(_rerun_only(fix, rerun.held, rerun.why, baseline), problem)
             else:
                 fix = _judged(fix, rerun.held, rerun.why)
         fixes.append(fix)
@@ -104,7 +104,7 @@ def _confirmed(
             told = rerun.judged and baseline.judged
             judged = _rerun_only(fix, rerun.held, rerun.why, baseline) if told else fix
             if judged.verified is True:  # it helps after all: a fix, proved by the rerun
-                fixes.append(judged)
+                fixes.append(_may_only_delay(judged, problem, item.why))
                 continue
             item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
             item = _borne_out(item, rerun, baseline)
@@ -192,6 +192,27 @@ def _untried_note(fix: Fix) -> str:
         fix.evidence.removeprefix("not tried: ").removeprefix("not tried") if fix.evidence else ""
     )
     return f" (not tried inside the run: {untried})" if untried else " (not tried inside the run)"
+
+
+def _may_only_delay(fix: Fix, problem: Finding, expected: str | None = None) -> Fix:
+    """A lower learning rate that a rerun confirmed for a value that built up over
+    training (a forward overflow or domain error): the copy held for as long as the
+    script runs, and the evidence says that a longer run may still meet the failure,
+    slowed, not removed (with the expectation it was listed under). Clipping is left
+    alone: it leaves the small updates of a slow drift as they were, so what it held
+    off was the large ones."""
+    if fix.verified is not True or fix.family != "lower_learning_rate":
+        return fix
+    if problem.category not in DRIFTS:
+        return fix
+    note = (
+        "; it acts on the updates, and the failure was a value that built up over "
+        "training: the copy held as long as your script runs, but a longer run may meet "
+        "it later"
+    )
+    if expected:
+        note += f" (listed before as: {expected})"
+    return dataclasses.replace(fix, evidence=f"{fix.evidence}{note}")
 
 
 def _rerun_only(fix: Fix, held: bool, why: str, baseline) -> Fix:

@@ -282,7 +282,7 @@ def judge(
         baselines = {baselines.start: baselines}
     by_remedy = {o.remedy: o for o in outcomes}
     phase = finding.phase
-    drift = finding.category in _DRIFTS
+    drift = finding.category in DRIFTS
 
     def baseline_of(outcome: TrialOutcome | None) -> TrialOutcome:
         key = None if outcome is None else outcome.start
@@ -393,7 +393,7 @@ def _judged_fix(
 
 
 # Failures of a value that drifts over training to a limit (not gradients that explode).
-_DRIFTS = frozenset({"forward_overflow", "forward_domain"})
+DRIFTS = frozenset({"forward_overflow", "forward_domain"})
 
 
 def _slows_a_build_up(family: str, outcome: TrialOutcome, failing: int | None) -> bool:
