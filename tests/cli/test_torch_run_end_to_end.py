@@ -283,3 +283,14 @@ def test_an_overflow_thrown_by_one_huge_update_gets_clipping_verified(torch_run,
     fix = _verified_patch_holds(problem, name, folder, tmp_path)
     assert fix["family"] == "gradient_clipping"
     assert "clip_grad_norm_" in fix["patch"]
+
+
+def test_a_vmapped_functional_call_inner_loop_runs_healthy_and_bit_identical(torch_run):
+    # The sampled forward's statistics once kept wrappers from inside vmap and read them
+    # at the next update: the healthy script died with functorch's "tensor escaped".
+    name = "healthy_vmap_inner_loop.py"
+    run, folder = torch_run(name, confirm="never")
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.report["status"] == "healthy" and run.report["steps_watched"] == 20
+    printed = [line for line in run.stdout.splitlines() if line.startswith("meta")]
+    assert printed == _plain(folder / name, folder).splitlines() and len(printed) == 20

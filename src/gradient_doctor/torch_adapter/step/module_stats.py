@@ -361,6 +361,8 @@ class ModuleStats:
         self._stack.pop()
         sample = self._sample
         if sample is not None and module._parameters and isinstance(output, torch.Tensor):
+            if _inside_transform():
+                return
             if output.is_floating_point() and output.numel():
                 with torch.no_grad(), _unobserved():
                     largest = output.detach().abs().amax()
@@ -374,6 +376,8 @@ class ModuleStats:
         whose output it read (or the module running it)."""
         sample = self._sample
         if sample is None or not self._stack:  # a loss's relu (a hinge) is no layer's unit
+            return
+        if _inside_transform():
             return
         if output.dim() < 2 or not output.is_floating_point():
             return
@@ -395,7 +399,7 @@ class ModuleStats:
         in a forward, or in the loss code after it."""
         sample = self._sample
         source = inputs[0] if inputs else None
-        if sample is None or not isinstance(source, torch.Tensor):
+        if sample is None or not isinstance(source, torch.Tensor) or _inside_transform():
             return
         if not source.is_floating_point() or not source.numel():
             return
@@ -529,6 +533,13 @@ def _headroom(
             reduction_axis=op.reduction_axis,
         )
     return tuple(samples.values())
+
+
+def _inside_transform() -> bool:
+    """True inside a `torch.func` transform (vmap, grad, jvp): its tensors are wrappers
+    valid only there, and a measurement kept past it would be read after it ended (which
+    raises), so the forward's statistics skip such calls."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
 
 
 def _unobserved():
