@@ -123,6 +123,29 @@ def test_a_finite_copy_whose_single_loss_diverged_did_not_hold():
     assert _judged(trading, 8, "the patched copy").held
 
 
+def test_a_signed_objective_diverges_only_when_it_grows_an_order_of_magnitude():
+    # A WGAN's generator loss, -critic(fake) under a tanh critic: it crosses zero as the
+    # critic learns (-0.25 -> 0.45 here) and has no floor to double from.
+    crossing = [-0.3, -0.2, -0.25, 0.0, 0.2, 0.3, 0.4, *[0.45, 0.5, 0.4] * 4, 0.45]
+    healthy_critic = [6.4, 3.0, 1.3, 0.9, *[0.5, 0.6, 0.4] * 5, 0.5]
+
+    def gan(generator):
+        return {
+            **_report(20),
+            "optimizers": 2,
+            "series": _loss_series(generator)
+            + _loss_series(healthy_critic, "loss/objective1")
+            + _loss_series(generator, "loss/objective2"),
+        }
+
+    assert _judged(gan(crossing), 8, "the patched copy").held
+    # The same loss rising to twenty times its starting magnitude has diverged.
+    exploding = [*crossing[:10], *[5.0] * 10]
+    rerun = _judged(gan(exploding), 8, "the patched copy")
+    assert not rerun.held
+    assert "objective 2's loss (of 2, in the order of the step's updates) diverged " in (rerun.why)
+
+
 def test_a_copy_that_wrote_no_report_judges_nothing():
     # A crash before the report, or past its time on a loaded machine: neither held nor
     # failed, so a verified fix stays verified ("not confirmed"), never turned False.

@@ -33,6 +33,12 @@ from gradient_doctor.core.trial_start import UPDATE_REMEDIES
 # last tenth of the trial) and still count as training going on: adversarial losses
 # wander, a diverging loss at least doubles.
 LOSS_RISE_ALLOWED = 1.0
+# A loss that goes below zero (a WGAN's critic or generator loss, a density's negative
+# log-likelihood) has no floor to measure its size from: as the players trade places it
+# crosses zero, and a generator's -critic(fake) rises from -0.25 to 0.46 while training
+# goes well. Such a loss diverges only when it rises by more than this many times its
+# size at the start (the mean magnitude of its first tenth): an order of magnitude.
+SIGNED_LOSS_RISE_ALLOWED = 9.0
 # A trial whose gradient norm was exactly zero on at least this share of its steps did
 # not train: its updates left the weights where they were.
 ZERO_GRADIENT_SHARE = 0.9
@@ -121,7 +127,8 @@ class TrialOutcome:
         loss before the trouble) allows, or, where the trial ended on the failing
         batch repeated, fell on it; with no `reference` (the run failed at its first
         step) it fell over the trial. A loss diverges when it rises by more than
-        `LOSS_RISE_ALLOWED` times its size, first tenth to last.
+        `LOSS_RISE_ALLOWED` times its size, first tenth to last (a loss that goes
+        below zero: `SIGNED_LOSS_RISE_ALLOWED` times its magnitude at the start).
 
         Args:
             reference: the loss before the trouble began, or None.
@@ -134,7 +141,7 @@ class TrialOutcome:
             )
         if self.objectives > 1:
             for number, losses in enumerate(self.objective_losses, 1):
-                if _diverged(trend := self.loss_trend(losses)):
+                if _diverged(trend := self.loss_trend(losses), losses):
                     return (
                         f"objective {number}'s loss (of {self.objectives}, in the order of "
                         f"the step's updates) diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
@@ -144,7 +151,7 @@ class TrialOutcome:
         if trend is None:
             return None
         first, last = trend
-        if _diverged(trend):
+        if _diverged(trend, self.judged_losses()):
             return f"the loss diverged ({first:.4g} -> {last:.4g})"
         if reference is None or not math.isfinite(reference):
             if last < first:
@@ -203,17 +210,24 @@ def diverged(losses: Sequence[float], whose: str = "the loss") -> str | None:
     passes, for a loss seen elsewhere: a patched copy rerun from the start); else None.
     `whose` names the loss ("objective 1's loss")."""
     trend = TrialOutcome(None, "", len(losses), len(losses), None, tuple(losses)).loss_trend()
-    if not _diverged(trend):
+    if not _diverged(trend, losses):
         return None
     return f"{whose} diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
 
 
-def _diverged(trend: tuple[float, float] | None) -> bool:
-    """True when a loss rose by more than `LOSS_RISE_ALLOWED` times its size."""
+def _diverged(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:
+    """True when a loss (`trend`: the means of the first and last tenth of `losses`)
+    rose by more than `LOSS_RISE_ALLOWED` times its size, or, where `losses` go below
+    zero, by more than `SIGNED_LOSS_RISE_ALLOWED` times their magnitude at the start."""
     if trend is None:
         return False
     first, last = trend
-    return last - first > LOSS_RISE_ALLOWED * max(abs(first), 1e-12)
+    finite = [v for v in losses if math.isfinite(v)]
+    if min(finite) >= 0:
+        return last - first > LOSS_RISE_ALLOWED * max(abs(first), 1e-12)
+    window = finite[: max(1, len(finite) // 10)]
+    size = max(abs(first), sum(abs(v) for v in window) / len(window), 1e-12)
+    return last - first > SIGNED_LOSS_RISE_ALLOWED * size
 
 
 def describe(outcome: TrialOutcome, start_step: int | None, phase: str | None = None) -> str:
