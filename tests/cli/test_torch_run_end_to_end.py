@@ -294,3 +294,23 @@ def test_a_vmapped_functional_call_inner_loop_runs_healthy_and_bit_identical(tor
     assert run.report["status"] == "healthy" and run.report["steps_watched"] == 20
     printed = [line for line in run.stdout.splitlines() if line.startswith("meta")]
     assert printed == _plain(folder / name, folder).splitlines() and len(printed) == 20
+
+
+def test_a_log_written_as_a_tensor_method_gets_a_torch_patch_that_holds(torch_run, tmp_path):
+    # `p.log()` once had no operand the guard could find: the fix was the generic line
+    # `y = tf.math.log(tf.maximum(x, 1e-7))`, TensorFlow in a PyTorch script.
+    name = "notebook_bce_tensor_methods.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["phase"], problem["origin"]["op"]) == (
+        "forward_domain",
+        "forward",
+        "Log",
+    )
+    loss_line = "loss = -(y * p.log() + (1 - y) * (1 - p).log()).mean()"
+    assert problem["origin"]["line"] == line_of(f"{SCRIPTS}/{name}", loss_line)
+    assert not any("tf." in fix["code"] for fix in problem["fixes"])
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "safe_log"
+    assert "torch.clamp_min((1 - p), 1e-7).log()" in fix["patch"]

@@ -9,6 +9,7 @@ from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
+    grouped,
     is_identifier,
     replace_span,
 )
@@ -18,7 +19,6 @@ from gradient_doctor.core.knowledge.source.operators import find_binary
 _TABLE = "embedding.embeddings"
 # `embedded = self.token_embedding(ids)`: a layer called on one name.
 _LAYER_CALL = re.compile(r"^\s*[A-Za-z_][\w.]*\s*=\s*([A-Za-z_][\w.]*)\(\s*([A-Za-z_][\w.]*)\s*\)")
-_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 # Comparison operators, longest first, and the side that must be larger for "true".
 _COMPARISONS = ((">=", "left"), ("<=", "right"), (">", "left"), ("<", "right"))
 _COMPARISON_CALLS = {
@@ -206,7 +206,7 @@ def comparison_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
         left, right, larger, hard = found
     high, low = (left, right) if larger == "left" else (right, left)
     lines = [
-        f"soft = tf.sigmoid(({high} - {_grouped(low)}) / 0.1)  # a smooth step; a smaller 0.1 "
+        f"soft = tf.sigmoid(({high} - {grouped(low)}) / 0.1)  # a smooth step; a smaller 0.1 "
         "is sharper",
         f"step = soft + tf.stop_gradient(tf.cast({hard}, soft.dtype) - soft)"
         "  # 0/1 forward, the sigmoid's gradient backward",
@@ -298,8 +298,3 @@ def _comparison(code: str, call: Call | None) -> tuple[str, str, str, str] | Non
     if call is not None and call.name in _COMPARISON_CALLS and len(call.args) == 2:
         return call.args[0], call.args[1], _COMPARISON_CALLS[call.name], call.text
     return None
-
-
-def _grouped(text: str) -> str:
-    """`text` as an operand of a subtraction: bracketed unless it is a name or a number."""
-    return text if is_identifier(text) or _NUMBER.match(text) else f"({text})"

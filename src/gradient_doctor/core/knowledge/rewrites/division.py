@@ -7,7 +7,7 @@ from gradient_doctor.core.knowledge.source.call_names import call_names
 from gradient_doctor.core.knowledge.source.calls import (
     Call,
     find_call,
-    matching_close,
+    grouped,
     replace_span,
 )
 from gradient_doctor.core.knowledge.source.operators import find_binary
@@ -46,10 +46,10 @@ def safe_div(
         return Fix("safe_div", _TITLE, _FALLBACK.get(framework, _FALLBACK["tf"]))
     numerator, denominator, start, end, call = operands
     if namespace(call, framework) == "torch":
-        kept = _grouped(denominator)
+        kept = grouped(denominator)
         safe = (
             f"torch.where({kept} == 0, 0.0, "
-            f"{_grouped(numerator)} / torch.where({kept} == 0, 1.0, {kept}))"
+            f"{grouped(numerator)} / torch.where({kept} == 0, 1.0, {kept}))"
         )
     else:
         safe = f"{spell(call, 'divide_no_nan')}({numerator}, {denominator})"
@@ -62,29 +62,6 @@ def safe_div(
         replace_span(code, start, end, epsilon),
     ]
     return Fix("safe_div", _TITLE, "\n".join(lines), rewrite=(lines[0],))
-
-
-def _grouped(text: str) -> str:
-    """`text` as one operand: a name, or a bracketed whole, as written; else in brackets."""
-    text = text.strip()
-    head = text
-    while head.endswith((")", "]")):  # a call or an index: `b.sum(1)`, `norms[i]`
-        opening = next(
-            (
-                i
-                for i, char in enumerate(head)
-                if char in "([" and matching_close(head, i) == len(head) - 1
-            ),
-            None,
-        )
-        if opening is None or opening == 0:
-            break
-        head = head[:opening]
-    if head.replace(".", "").replace("_", "").isalnum():
-        return text
-    if text.startswith("(") and matching_close(text, 0) == len(text) - 1:
-        return text
-    return f"({text})"
 
 
 def _operands(

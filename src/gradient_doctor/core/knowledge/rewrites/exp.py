@@ -437,7 +437,11 @@ def _negated(arg: str) -> str | None:
 
 
 def clip_exp_input(
-    code: str, op: str, limits: DtypeLimits, focus: tuple[int, int] | None = None
+    code: str,
+    op: str,
+    limits: DtypeLimits,
+    focus: tuple[int, int] | None = None,
+    framework: str = "tf",
 ) -> Fix | None:
     """Keep the input of exp, expm1, cosh or sinh below the overflow limit.
 
@@ -449,6 +453,7 @@ def clip_exp_input(
         op: str, the op type: "Exp", "Expm1", "Cosh" or "Sinh".
         limits: the limits of the op's dtype.
         focus: where on the line the op was made (`SourceLine.span`).
+        framework: the framework the user trains with (spells a tensor method's clip).
     """
     operand = None if looks_like_softmax(code) else risky_operand(code, op, focus)
     if operand is None:
@@ -458,7 +463,7 @@ def clip_exp_input(
         template = f"{{minimum}}({{arg}}, {bound}.0)"
     else:
         template = f"{{clip}}({{arg}}, -{bound}.0, {bound}.0)"
-    rewritten = operand.replaced(code, fill(template, operand.call, operand.text))
+    rewritten = operand.replaced(code, fill(template, operand.call, operand.text, framework))
     return Fix(
         "clip_input_domain",
         f"Keep the input of {op} below {bound} (its gradient is 0 beyond)",

@@ -19,26 +19,37 @@ class Guard:
 
     Attributes:
         template: a `spelling.fill` template for the guarded argument.
-        fallback: a generic line with the op's call, for user lines that do not parse.
+        tf_line: a generic line with the op's call, for user lines that do not parse.
+        torch_line: the same line in PyTorch ("" when it reads as `tf_line`).
     """
 
     template: str
-    fallback: str
+    tf_line: str
+    torch_line: str = ""
+
+    def fallback(self, framework: str) -> str:
+        """The generic line with the op's call in `framework` ("tf" or "torch")."""
+        return self.torch_line or self.tf_line if framework == "torch" else self.tf_line
 
 
 _UNIT_INTERVAL = "{clip}({arg}, -1.0 + 1e-7, 1.0 - 1e-7)"
+_LOWER_7 = "{maximum}({arg}, 1e-7)"
+_ABOVE_MINUS_ONE = "{maximum}({arg}, -1.0 + 1e-7)"
+_LOWER_12 = "{maximum}({arg}, 1e-12)"
 GUARDS = {
-    "Log": Guard("{maximum}({arg}, 1e-7)", "y = tf.math.log(x)"),
-    "Log1p": Guard("{maximum}({arg}, -1.0 + 1e-7)", "y = tf.math.log1p(x)"),
-    "Xlogy": Guard("{maximum}({arg}, 1e-7)", "z = tf.math.xlogy(x, y)"),
-    "Xlog1py": Guard("{maximum}({arg}, -1.0 + 1e-7)", "z = tf.math.xlog1py(x, y)"),
-    "Sqrt": Guard("{maximum}({arg}, 1e-12)", "y = tf.sqrt(x)"),
-    "Rsqrt": Guard("{maximum}({arg}, 1e-12)", "y = tf.math.rsqrt(x)"),
-    "Pow": Guard("{maximum}({arg}, 1e-12)", "y = x ** p"),
-    "Acos": Guard(_UNIT_INTERVAL, "angle = tf.acos(x)"),
-    "Asin": Guard(_UNIT_INTERVAL, "angle = tf.asin(x)"),
-    "Atanh": Guard(_UNIT_INTERVAL, "y = tf.atanh(x)"),
-    "Acosh": Guard("{maximum}({arg}, 1.0 + 1e-7)", "y = tf.acosh(x)"),
+    "Log": Guard(_LOWER_7, "y = tf.math.log(x)", "y = torch.log(x)"),
+    "Log1p": Guard(_ABOVE_MINUS_ONE, "y = tf.math.log1p(x)", "y = torch.log1p(x)"),
+    "Xlogy": Guard(_LOWER_7, "z = tf.math.xlogy(x, y)", "z = torch.xlogy(x, y)"),
+    "Xlog1py": Guard(
+        _ABOVE_MINUS_ONE, "z = tf.math.xlog1py(x, y)", "z = torch.special.xlog1py(x, y)"
+    ),
+    "Sqrt": Guard(_LOWER_12, "y = tf.sqrt(x)", "y = torch.sqrt(x)"),
+    "Rsqrt": Guard(_LOWER_12, "y = tf.math.rsqrt(x)", "y = torch.rsqrt(x)"),
+    "Pow": Guard(_LOWER_12, "y = x ** p"),
+    "Acos": Guard(_UNIT_INTERVAL, "angle = tf.acos(x)", "angle = torch.acos(x)"),
+    "Asin": Guard(_UNIT_INTERVAL, "angle = tf.asin(x)", "angle = torch.asin(x)"),
+    "Atanh": Guard(_UNIT_INTERVAL, "y = tf.atanh(x)", "y = torch.atanh(x)"),
+    "Acosh": Guard("{maximum}({arg}, 1.0 + 1e-7)", "y = tf.acosh(x)", "y = torch.acosh(x)"),
 }
 
 
@@ -80,13 +91,14 @@ def guard_fix(
     same_line = [call.span for call in also if (call.file, call.line) == here]
     guarded = guard_calls(code, op, text, (focus, *same_line), framework) if code else None
     if guarded is None:
-        operand = risky_operand(guard.fallback, op)
+        fallback = guard.fallback(framework)
+        operand = risky_operand(fallback, op)
         if operand is None:
-            return Fix(family, title, guard.fallback)
+            return Fix(family, title, fallback)
         return Fix(
             family,
             title,
-            operand.replaced(guard.fallback, fill(text, operand.call, operand.text, framework)),
+            operand.replaced(fallback, fill(text, operand.call, operand.text, framework)),
         )
     others = [call for call in also if (call.file, call.line) != here]
     edits = _other_lines(op, text, others, framework)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Edit, Fix, SourceLine
+from gradient_doctor.core.knowledge.source.calls import grouped
 from gradient_doctor.core.knowledge.source.syntax_edit import (
     callee,
     module_alias,
@@ -117,7 +118,7 @@ def score_function_surrogate(
     statement = block.body[last]
     if statement.end_lineno >= gradient_call.line:  # the gradient is taken before the loss
         return None
-    scores = f"-{_grouped(logits)}" if op == "ArgMin" else logits
+    scores = f"-{grouped(logits)}" if op == "ArgMin" else logits
     surrogate = _fresh(tree, _SURROGATE)
     added = _surrogate_lines(tf, op, loss, name, scores, surrogate)
     first, end = statement.lineno, statement.end_lineno
@@ -348,10 +349,6 @@ def _rebinds(statements: list[ast.stmt], names: set[str]) -> bool:
                 if node.id in names:
                     return True
     return False
-
-
-def _grouped(text: str) -> str:
-    return text if text.isidentifier() else f"({text})"
 
 
 def _fresh(tree: ast.Module, base: str) -> str:

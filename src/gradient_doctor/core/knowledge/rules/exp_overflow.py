@@ -149,7 +149,9 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
             )
     fixes += remedies.upstream_remedies(evidence)
     if library is None:  # the library's version is exact; a clip would only bend it
-        fixes.append(clip_exp_input(code, origin.op, limits_of(origin), focus))
+        fixes.append(
+            clip_exp_input(code, origin.op, limits_of(origin), focus, framework_of(evidence))
+        )
     return tuple(fix for fix in fixes if fix is not None)
 
 

@@ -12,6 +12,7 @@ QUOTES = "'\""
 _NAME = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=(?!=)")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
 _KEYWORD = re.compile(r"^([A-Za-z_]\w*)\s*=(?!=)\s*(.*)$", re.DOTALL)
+_NUMBER = re.compile(r"^\d[\d_]*(\.\d*)?([eE][-+]?\d+)?$|^\.\d+([eE][-+]?\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,132 @@ class Call:
         """The call with `args` as its positional arguments and its own keywords."""
         parts = list(args) + [f"{keyword}={value}" for keyword, value in self.kwargs]
         return f"{self.prefix}{self.name}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class MethodCall:
+    """One method call on a tensor found in a line of code: `p.log()`, `s.pow(0.5)`,
+    `(g ** 2).sum(dim=1).sqrt()`.
+
+    Attributes:
+        receiver: the expression the method is called on, as written.
+        name: the method's name, e.g. "sqrt".
+        args: the positional arguments, as written.
+        kwargs: the keyword arguments, as (keyword, text) pairs.
+        start: index of the receiver's first character in the line.
+        end: index just past the call's closing parenthesis.
+    """
+
+    receiver: str
+    name: str
+    args: tuple[str, ...]
+    kwargs: tuple[tuple[str, str], ...]
+    start: int
+    end: int
+
+    def render(self, receiver: str, args: tuple[str, ...]) -> str:
+        """The call on `receiver` (bracketed when it is no single operand) with `args`."""
+        parts = list(args) + [f"{keyword}={value}" for keyword, value in self.kwargs]
+        return f"{grouped(receiver)}.{self.name}({', '.join(parts)})"
+
+
+# The roots of the array namespaces a call may be written in (`tf.math.log(x)`,
+# `torch.sqrt(x)`, `F.softplus(x)`): a dotted prefix with any other root is a tensor's
+# method (`p.log()`, `self.scale.exp()`), whose operand is what it is called on.
+NAMESPACE_ROOTS = frozenset(
+    {"tf", "torch", "np", "numpy", "F", "nn", "K", "keras", "ops", "math", "jnp", "jax"}
+    | {"scipy", "special", "backend", "functional", "tnp", "random"}
+)
+
+
+def is_namespace(prefix: str) -> bool:
+    """Whether a call's prefix ("tf.math.", "", "p.") names a module: no prefix (a
+    function imported by name) or one whose root is an array namespace."""
+    return not prefix or prefix.split(".")[0] in NAMESPACE_ROOTS
+
+
+def find_method_call(
+    code: str, names: Iterable[str], focus: tuple[int, int] | None = None
+) -> MethodCall | None:
+    """Find the method call in `code` of a method named one of `names` on a tensor
+    (not a module: `torch.sqrt(x)` is a function call, `find_call`'s): the one at
+    `focus` as `find_call` picks, else the first."""
+    alternatives = "|".join(re.escape(name) for name in names)
+    calls = []
+    for match in re.finditer(rf"\.\s*({alternatives})\s*\(", code):
+        start = _receiver_start(code, match.start())
+        close = matching_close(code, match.end() - 1)
+        if start is None or close is None:
+            continue
+        receiver = code[start : match.start()]
+        if is_identifier(receiver) and is_namespace(receiver + "."):
+            continue
+        args, kwargs = _split_arguments(code[match.end() : close])
+        calls.append(MethodCall(receiver, match.group(1), args, kwargs, start, close + 1))
+    if focus is None or not calls:
+        return calls[0] if calls else None
+    return nearest(calls, focus)
+
+
+def _receiver_start(code: str, dot: int) -> int | None:
+    """Where the expression that ends just before `code[dot]` (a method's dot) starts:
+    a chain of names, calls, indexings and bracketed groups joined by dots; None when
+    no such expression ends there."""
+    index = dot
+    while True:
+        if index > 0 and code[index - 1] in ")]":
+            opening = _matching_open(code, index - 1)
+            if opening is None:
+                return None
+            index = opening
+        while index > 0 and (code[index - 1].isalnum() or code[index - 1] == "_"):
+            index -= 1
+        if index == dot or code[index:dot][:1].isdigit():
+            return None
+        if index > 0 and code[index - 1] == "." and index > 1:
+            index -= 1
+            continue
+        return index
+
+
+def _matching_open(code: str, close_index: int) -> int | None:
+    """Index of the bracket that opens the one at `close_index` (strings not skipped:
+    a method's receiver rarely holds one)."""
+    pairs = {")": "(", "]": "[", "}": "{"}
+    stack: list[str] = []
+    for index in range(close_index, -1, -1):
+        char = code[index]
+        if char in pairs:
+            stack.append(pairs[char])
+        elif stack and char == stack[-1]:
+            stack.pop()
+            if not stack:
+                return index
+    return None
+
+
+def grouped(text: str) -> str:
+    """`text` as one operand: a name, a number, a call or an index of one, or a
+    bracketed whole, as written; anything else in brackets."""
+    text = text.strip()
+    head = text
+    while head.endswith((")", "]")):  # a call or an index: `b.sum(1)`, `norms[i]`
+        opening = next(
+            (
+                i
+                for i, char in enumerate(head)
+                if char in "([" and matching_close(head, i) == len(head) - 1
+            ),
+            None,
+        )
+        if opening is None or opening == 0:
+            break
+        head = head[:opening]
+    if head.replace(".", "").replace("_", "").isalnum() or _NUMBER.match(text):
+        return text
+    if text.startswith("(") and matching_close(text, 0) == len(text) - 1:
+        return text
+    return f"({text})"
 
 
 def assigned_name(code: str) -> str | None:

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from gradient_doctor.core.knowledge.source.call_names import call_names
 from gradient_doctor.core.knowledge.source.calls import (
     Call,
+    MethodCall,
     find_call,
-    is_identifier,
+    find_method_call,
+    grouped,
+    is_namespace,
     replace_span,
 )
 from gradient_doctor.core.knowledge.source.operators import Binary, find_binary
@@ -31,6 +34,8 @@ class Operand:
         position: its argument position in `call`.
         binary: the operator expression it belongs to, when not a call.
         operator: that expression's operator.
+        method: the tensor's method call it belongs to (`p.log()`); `position` 0 is
+            the tensor the method is called on, 1 its first argument, and so on.
     """
 
     text: str
@@ -38,15 +43,23 @@ class Operand:
     position: int = 0
     binary: Binary | None = None
     operator: str = ""
+    method: MethodCall | None = None
 
     def replaced(self, code: str, new_text: str) -> str:
         """Return `code` with this operand replaced by `new_text`."""
         if self.call is not None:
             new_call = self.call.with_argument(self.position, new_text)
             return replace_span(code, self.call.start, self.call.end, new_call)
+        if self.method is not None:
+            method, args = self.method, list(self.method.args)
+            receiver = new_text if self.position == 0 else method.receiver
+            if self.position > 0:
+                args[self.position - 1] = new_text
+            return replace_span(
+                code, method.start, method.end, method.render(receiver, tuple(args))
+            )
         assert self.binary is not None
-        if not (is_identifier(new_text) or new_text.endswith(")")):
-            new_text = f"({new_text})"
+        new_text = grouped(new_text)
         left, right = self.binary.left, self.binary.right
         if self.text == left and self.operator == "**":
             left = new_text
@@ -69,11 +82,14 @@ def risky_operand(code: str, op: str, focus: tuple[int, int] | None = None) -> O
     Returns:
         An `Operand`, or None.
     """
+    position = 1 if op in _SECOND_ARGUMENT else 0
     call = find_call(code, call_names(op), focus)
-    if call is not None:
-        position = 1 if op in _SECOND_ARGUMENT else 0
-        if position < len(call.args):
-            return Operand(call.args[position], call=call, position=position)
+    if call is not None and is_namespace(call.prefix) and position < len(call.args):
+        return Operand(call.args[position], call=call, position=position)
+    method = find_method_call(code, call_names(op), focus)
+    if method is not None and position <= len(method.args):
+        text = method.args[position - 1] if position else method.receiver
+        return Operand(text, position=position, method=method)
     if op in _OPERATORS:
         operator, side = _OPERATORS[op]
         binary = find_binary(code, operator, focus)
