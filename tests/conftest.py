@@ -137,6 +137,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/gaussian_nll_relu_variance.py",
         "tests/scripts/rnn_relu_growth.py",
         "tests/scripts/infonce_two_lines.py",
+        "tests/scripts/xla_sum_order.py",
     }
 )
 

@@ -22,6 +22,7 @@ from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
 from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
 from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
 from gradient_doctor.core.knowledge.rewrites import score_function, torch_optimizer
+from gradient_doctor.core.knowledge.rewrites import xla as xla_rewrite
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.core.knowledge.wording import format_number
@@ -45,6 +46,8 @@ class FixSites:
         fit: the user's `fit(...)` line (standardised input).
         path_break: for missing gradients, where the path broke and the
             `tape.gradient(...)` call that returned None (a surrogate loss term).
+        compiled: the line that compiled the step with XLA (`model.compile(...,
+            jit_compile=True)`, `@tf.function(jit_compile=True)`), to turn it off.
     """
 
     optimizer: OptimizerSite | None = None
@@ -52,6 +55,7 @@ class FixSites:
     trained_layers: tuple[LayerSite, ...] = ()
     fit: SourceLine | None = None
     path_break: PathBreak | None = None
+    compiled: SourceLine | None = None
 
 
 def place_fixes(
@@ -105,6 +109,8 @@ def place_fixes(
             placed = _data_fix(fix, sites.fit, root)
         elif fix.family == "reinforce" and sites.path_break is not None:
             placed = _surrogate_fix(fix, sites.path_break, root)
+        elif fix.family == "disable_xla" and sites.compiled is not None:
+            placed = _xla_fix(fix, sites.compiled, root)
         fixes.append(users(placed) or fix)
     optimizer = sites.optimizer
     not_fixes = tuple(
@@ -169,6 +175,15 @@ def _data_fix(fix: Fix, fit: SourceLine, root: str) -> Fix | None:
         root,
         ("standardise_x", data_rewrite.EPSILON),
     )
+
+
+def _xla_fix(fix: Fix, compiled: SourceLine, root: str) -> Fix | None:
+    """`fix` written as the line that compiled the step passing `jit_compile=False`."""
+    lines = read_lines(os.path.join(root, compiled.file))
+    edit = xla_rewrite.compile_without_xla(compiled, lines) if lines is not None else None
+    if edit is None:
+        return None
+    return _patched(fix, (edit,), root, ("jit_compile", False))
 
 
 def _surrogate_fix(fix: Fix, path_break: PathBreak, root: str) -> Fix | None:

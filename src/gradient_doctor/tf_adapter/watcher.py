@@ -31,6 +31,7 @@ from gradient_doctor.core.pipeline import (
 )
 from gradient_doctor.core.records import LAYER_STATS_EVERY, LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
+from gradient_doctor.tf_adapter.hooks.compile_sites import compiled_line
 from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook, uninstall_tape_hook
 from gradient_doctor.tf_adapter.localize.input_scan import input_scale
 from gradient_doctor.tf_adapter.localize.missing_gradients import (
@@ -156,6 +157,9 @@ class Watcher(Adapter):
         self.trial_batches = None
         # The `fit` call being watched (its line and data), set by `gradient-doctor run`.
         self.fit_call = None
+        # What compiled the latest step watched: its Keras model, or a custom loop's
+        # step function (`compile_sites.compiled_line` finds the line that did it).
+        self.compiled_by = None
         install_tape_hook()
         self._holds_tape_hook = True
         if not isinstance(layer_stats, bool):
@@ -399,7 +403,8 @@ class Watcher(Adapter):
 
     def fix_sites(self, evidence: Evidence) -> FixSites:
         """The lines that built the optimizer and the layers, and the `fit` line."""
-        return fix_sites(self.optimizer, evidence, self.fit_call)
+        compiled = compiled_line(self.compiled_by) if evidence.setup.xla else None
+        return fix_sites(self.optimizer, evidence, self.fit_call, compiled)
 
     def fix_trials(
         self, finding: Finding, evidence: Evidence, rerun: FailedStep

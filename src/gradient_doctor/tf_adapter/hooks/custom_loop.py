@@ -69,6 +69,7 @@ def call_watched_step(
     if not getattr(marker, "_gradient_doctor_updates", False):
         return result
     traceable = getattr(fn, "python_function", None) or traceable
+    watcher.compiled_by = traceable
     if replicas.fn is not None:  # under tf.distribute: the failing replica's function
 
         def replay_call():

@@ -90,6 +90,7 @@ class ModelHook:
 
         def train_function(iterator):
             watcher.before_step()
+            watcher.compiled_by = model
             logs = compiled(iterator)
             if isinstance(logs, dict) and STATS_KEY in logs:
                 logs = dict(logs)

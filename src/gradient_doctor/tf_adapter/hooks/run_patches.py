@@ -16,7 +16,12 @@ from gradient_doctor.tf_adapter._tf_internals import (
     polymorphic_function,
     updated_variables,
 )
-from gradient_doctor.tf_adapter.hooks import creation_sites, eager_trace, state_writes
+from gradient_doctor.tf_adapter.hooks import (
+    compile_sites,
+    creation_sites,
+    eager_trace,
+    state_writes,
+)
 from gradient_doctor.tf_adapter.hooks.callback import Doctor
 from gradient_doctor.tf_adapter.hooks.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.hooks.model_hooks import attach
@@ -55,6 +60,7 @@ class RunPatches:
         # left NaN or Inf in a layer's state: recorded as they happen, for the diagnosis.
         for owner, name, value in [
             *creation_sites.recording_patches(),
+            *compile_sites.recording_patches(),
             *state_writes.recording_patches(),
         ]:
             self._replace(owner, name, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 
 from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
@@ -17,10 +18,13 @@ from gradient_doctor.tf_adapter.hooks.creation_sites import (
 from gradient_doctor.tf_adapter.step import loss_scale
 
 
-def fix_sites(optimizer, evidence: Evidence, fit_call=None) -> FixSites:
+def fix_sites(
+    optimizer, evidence: Evidence, fit_call=None, compiled: SourceLine | None = None
+) -> FixSites:
     """The optimizer's site, the site of the layer whose weights feed the origin, the
-    sites of every layer the optimizer trains, the `fit` line (a `FitCall`), and for
-    missing gradients where the path broke."""
+    sites of every layer the optimizer trains, the `fit` line (a `FitCall`), for
+    missing gradients where the path broke, and `compiled`, the line that compiled
+    the step with XLA."""
     grew = evidence.growth[0] if evidence.growth else None
     weights_layer = layer_at(grew or evidence.weights_layer)
     return FixSites(
@@ -31,6 +35,7 @@ def fix_sites(optimizer, evidence: Evidence, fit_call=None) -> FixSites:
         ),
         fit=fit_call.source if fit_call is not None else None,
         path_break=evidence.path_break,
+        compiled=compiled,
     )
 
 

@@ -34,7 +34,7 @@ from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.trials import fresh_slots
 from gradient_doctor.tf_adapter.trials.patched_source import PatchedSource
 from gradient_doctor.tf_adapter.trials.snapshots import Snapshot, SnapshotRing
-from gradient_doctor.tf_adapter.trials.trial_plans import plan_for, trial_plans
+from gradient_doctor.tf_adapter.trials.trial_plans import plan_for, trial_plans, xla_turned_off
 
 
 class TensorFlowTrials:
@@ -78,6 +78,7 @@ class TensorFlowTrials:
         self._more_batches = more_batches
         self._snapshots = snapshots
         self._optimizers = optimizers
+        self._xla = evidence.setup.xla
         self._state: LastGoodState | None = None
 
     def plan_for(self, remedy: str, fix: Fix) -> TrialPlan | None:
@@ -89,7 +90,9 @@ class TensorFlowTrials:
         """Save every variable the step touches; put them back at the end."""
         with (
             self._guard.recording_objectives(),
-            LastGoodState(self._call, self._guard, self._more_batches, self._optimizers) as state,
+            LastGoodState(
+                self._call, self._guard, self._more_batches, self._optimizers, self._xla
+            ) as state,
         ):
             self._state = state
             try:
@@ -158,9 +161,16 @@ class LastGoodState:
         guard: the guard, read after each trial step.
         more_batches: makes a fresh iterator over the training data (batches shaped
             like the step's one argument), or None to repeat the failing batch.
+        optimizers: every optimizer of the run (see `TensorFlowTrials`).
+        xla: the failing step was compiled with XLA: each trial compiles it so too
+            (a step that only fails as XLA computes it must fail in the trial), unless
+            its plan turns XLA off (`without_xla`).
     """
 
-    def __init__(self, call: StepCall, guard, more_batches=None, optimizers=()) -> None:
+    def __init__(
+        self, call: StepCall, guard, more_batches=None, optimizers=(), xla: bool = False
+    ) -> None:
+        self._xla = xla
         self._optimizers = list(optimizers)
         self._fresh_slots: dict[int, list[tuple[tf.Variable, tf.Tensor]]] = {}
         self._call = call
@@ -224,8 +234,10 @@ class LastGoodState:
             variable.assign(value)
 
     def _trace(self):
-        """Trace the step afresh (with whatever remedy is in place now)."""
-        self._function = tf.function(self._call.traceable)
+        """Trace the step afresh (with whatever remedy is in place now), with XLA when
+        the user's step ran with it and no remedy turned it off."""
+        xla = self._xla and not xla_turned_off.get()
+        self._function = tf.function(self._call.traceable, jit_compile=True if xla else None)
         return self._function.get_concrete_function(*self._call.args, **self._call.kwargs)
 
     def run(self, plan: TrialPlan | None, source: TrialSource) -> TrialOutcome:

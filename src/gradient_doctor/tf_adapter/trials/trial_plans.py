@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 import keras
 import tensorflow as tf
@@ -64,6 +65,8 @@ def plan_for(
         setting = _SETTINGS[remedy](evidence)
     if setting is not None and setting[0] == "standardise_x":
         return _standardised(remedy, fit_call, setting[1])
+    if setting is not None and setting[0] == "jit_compile":
+        return TrialPlan(remedy, "the step compiled without XLA", without_xla)
     if setting is not None:
         edits = fix.edits if fix is not None else ()
         return setting_plan(remedy, optimizer, *setting, edits=edits)
@@ -78,6 +81,21 @@ _SETTINGS: dict[str, Callable[[Evidence], tuple[str, float]]] = {
     "gradient_clipping": lambda evidence: ("global_clipnorm", clipping_threshold(evidence.history)),
     "clip_by_value": lambda evidence: ("clipvalue", CLIP_VALUE),
 }
+
+
+# True while a trial's plan compiles the step without XLA (`without_xla`): the trial
+# runner traces the step as the user's run compiled it otherwise.
+xla_turned_off: ContextVar[bool] = ContextVar("gradient_doctor_xla_turned_off", default=False)
+
+
+@contextmanager
+def without_xla() -> Iterator[None]:
+    """Trace the trial's step without XLA, as the `jit_compile=False` patch compiles it."""
+    token = xla_turned_off.set(True)
+    try:
+        yield
+    finally:
+        xla_turned_off.reset(token)
 
 
 # The weight of a layer that each layer setting a patch writes acts on.
