@@ -128,3 +128,25 @@ def test_a_keras_backend_the_doctor_does_not_watch_is_refused_saying_which(tmp_p
     assert done.returncode == 2
     assert "runs Keras on its 'jax' backend (KERAS_BACKEND)" in done.stderr
     assert 'Set KERAS_BACKEND to "tensorflow"' in done.stderr
+
+
+def test_a_script_that_is_not_python_is_a_usage_error_that_says_where(tmp_path):
+    # A notebook exported as it was: its `!pip` line once ran the doctor's whole
+    # set-up, then ended as "problem: the script raised an error", exit 1.
+    exported = tmp_path / "train.py"
+    exported.write_text("import torch\n!pip install torchvision\nx = torch.ones(2)\n")
+    done = subprocess.run(
+        [*doctor_command(), "run", str(exported)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "it is not valid Python at line 2: `!pip install torchvision`" in done.stderr
+    assert "a notebook's shell or magic line" in done.stderr
+    assert "Traceback" not in done.stderr
+    notebook = tmp_path / "train.ipynb"
+    notebook.write_text("{}")
+    done = subprocess.run(
+        [*doctor_command(), "fix", str(notebook)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "it is a Jupyter notebook" in done.stderr
+    assert f"jupyter nbconvert --to script {notebook}" in done.stderr

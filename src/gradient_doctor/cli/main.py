@@ -193,6 +193,47 @@ def check_script(path: str) -> None:
             f"cannot run {path!r}: it is a folder. Pass the training script inside it, "
             f"for example `gradient-doctor run {os.path.join(path, 'train.py')}`."
         )
+    if path.endswith(".ipynb"):
+        script = path[: -len(".ipynb")] + ".py"
+        raise UsageError(
+            f"cannot run {path!r}: it is a Jupyter notebook, not a Python script. Export "
+            f"it first, `jupyter nbconvert --to script {path}`, remove the shell and magic "
+            f"lines (`!pip ...`, `%matplotlib ...`) and run `gradient-doctor run {script}`; "
+            "or, inside the notebook, watch the training with one line (the `Doctor()` "
+            "Keras callback, `gradient_doctor.watch`, `gradient_doctor.torch.watch`)."
+        )
+    check_parses(path)
+
+
+# Lines of a notebook exported as it was: a shell command or an IPython magic.
+_NOTEBOOK_LINE = ("!", "%")
+
+
+def check_parses(path: str) -> None:
+    """Raise `UsageError` when the script is not valid Python (nothing of it ran yet, so
+    it is no problem of the training's): where, and what to do for a notebook's lines."""
+    try:
+        with open(path, "rb") as script:
+            source = script.read()
+    except OSError as error:
+        raise UsageError(f"cannot run {path!r}: {error.strerror}.") from None
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as error:
+        line = getattr(error, "lineno", None)
+        text = (getattr(error, "text", None) or "").strip()
+        where = f" at line {line}" if line else ""
+        shown = f": `{text}`" if text else ""
+        reason = error.msg if isinstance(error, SyntaxError) else str(error)
+        message = f"cannot run {path!r}: it is not valid Python{where}{shown} ({reason})."
+        if text.startswith(_NOTEBOOK_LINE):
+            message += (
+                " That is a notebook's shell or magic line, which runs only in Jupyter: "
+                "remove it (install packages before the run) and run the script again."
+            )
+        else:
+            message += " Fix the script so that `python` can run it, then run the doctor."
+        raise UsageError(message) from None
 
 
 def check_framework(framework: str) -> None:
