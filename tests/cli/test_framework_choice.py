@@ -35,6 +35,9 @@ def _script(tmp_path, source: str, modules: dict[str, str] | None = None):
         ("import keras\nimport torch\n", TENSORFLOW),  # both: the TensorFlow adapter
         ("import numpy\n", TENSORFLOW),  # neither: the doctor's first adapter
         ("import gradient_doctor.torch\n", TORCH),
+        ('import importlib\ntorch = importlib.import_module("torch")\n', TORCH),
+        ('nn = __import__("torch.nn")\n', TORCH),
+        ('import importlib\nimportlib.import_module(".models", "pkg")\n', TENSORFLOW),
         ("this is not python\n", TENSORFLOW),
     ],
 )

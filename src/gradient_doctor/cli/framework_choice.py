@@ -1,11 +1,11 @@
 """Which framework's adapter watches `gradient-doctor run`: read from the script's imports.
 
 The script is read, never imported (importing it would run it): its `import`
-statements, and those of the modules of the user's own folder it imports, are found
-with `ast`. A script that imports `torch` and neither `tensorflow` nor `keras` is a
-PyTorch script; anything else keeps the TensorFlow adapter (the doctor's first one).
-Each adapter is built here, its framework imported only then, so a PyTorch run never
-loads TensorFlow.
+statements (and imports by a constant name, `importlib.import_module("torch")`), and
+those of the modules of the user's own folder it imports, are found with `ast`. A
+script that imports `torch` and neither `tensorflow` nor `keras` is a PyTorch script;
+anything else keeps the TensorFlow adapter (the doctor's first one). Each adapter is
+built here, its framework imported only then, so a PyTorch run never loads TensorFlow.
 """
 
 from __future__ import annotations
@@ -124,7 +124,23 @@ def _imported_modules(path: str) -> list[tuple[str, int]]:
                 for alias in node.names
                 if alias.name != "*"
             )
+        elif (named := _imported_by_call(node)) is not None:
+            found.append((named, 0))
     return found
+
+
+def _imported_by_call(node: ast.AST) -> str | None:
+    """The module a call imports by a constant name (`importlib.import_module("torch")`,
+    `__import__("torch")`), else None; a relative name (".models") is not read."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = node.args[0]
+    if name not in ("import_module", "__import__") or not isinstance(first, ast.Constant):
+        return None
+    module = first.value
+    return module if isinstance(module, str) and module and not module.startswith(".") else None
 
 
 def _parent(path: str, level: int) -> str:
