@@ -143,6 +143,20 @@ for _ in range(2):
 OPTIMIZER = opt
 """
 
+EVERY_GROUP_RATED = """
+import torch
+
+body, head = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(
+    [{"params": body.parameters(), "lr": 0.3}, {"params": head.parameters(), "lr": 0.5}],
+    momentum=0.9,
+)
+for _ in range(2):
+    head(body(torch.ones(2, 3))).sum().backward()
+    opt.step()
+OPTIMIZER = opt
+"""
+
 PARAM_GROUPS = """
 import torch
 
@@ -440,6 +454,25 @@ def test_param_groups_written_inline_have_each_rate_lowered(tmp_path, monkeypatc
     assert _added(lower.patch)[0].endswith('"lr": 0.001}], lr=0.01')
     patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
     assert [g["lr"] for g in patched.param_groups] == [0.01, 0.001]
+
+
+def test_groups_that_each_set_their_rate_are_titled_by_them_and_get_no_constructor_rate(
+    tmp_path, monkeypatch
+):
+    # Once titled "from 0.001 to 0.0001" (SGD's default, which no group used), with a
+    # stray `lr=0.0001` added to the call.
+    namespace, sites = _recorded(tmp_path, monkeypatch, EVERY_GROUP_RATED)
+    lower = _placed(sites, namespace["OPTIMIZER"], tmp_path)["lower_learning_rate"]
+    assert lower.title == (
+        "Lower each param group's learning rate 10x, from 0.3 and 0.5 to 0.03 and 0.05"
+    )
+    [added] = _added(lower.patch)
+    assert added.strip() == (
+        '[{"params": body.parameters(), "lr": 0.03}, {"params": head.parameters(), "lr": 0.05}],'
+    )
+    patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
+    assert [g["lr"] for g in patched.param_groups] == [0.03, 0.05]
+    assert patched.defaults["lr"] == 0.001  # the constructor's default, untouched
 
 
 def test_a_script_that_already_clips_gets_no_clipping_patch(tmp_path, monkeypatch):

@@ -344,11 +344,24 @@ def _moved_since(fix: Fix, site: OptimizerSite, lines: list[str], factor: float)
 
 
 def _lowered_by(fix: Fix, site: OptimizerSite, factor: float) -> Fix:
-    """`fix` titled for a learning rate `factor` times the user's."""
-    title = f"Lower the learning rate {round(1 / factor)}x"
-    if site.learning_rate is not None:
-        was, lower = site.learning_rate, site.learning_rate * factor
-        title += f", from {format_number(was)} to {format_number(lower)}"
+    """`fix` titled for a learning rate `factor` times the user's: the param groups'
+    own rates where they were built with them (not the constructor's default, which
+    no group then uses), the one rate in use under a scheduler that sets it."""
+    times = round(1 / factor)
+    rates = [rate for rate in site.group_rates if rate is not None]
+    sets_rates = any(s.kind in torch_optimizer.RATE_SETTING_SCHEDULERS for s in site.schedulers)
+    written = list(dict.fromkeys(rates)) if len(rates) == len(site.group_rates) else []
+    if len(written) > 1 and not sets_rates:
+        title = (
+            f"Lower each param group's learning rate {times}x, from "
+            f"{' and '.join(map(format_number, written))} to "
+            f"{' and '.join(format_number(rate * factor) for rate in written)}"
+        )
+        return dataclasses.replace(fix, title=title)
+    was = written[0] if written and not sets_rates else site.learning_rate
+    title = f"Lower the learning rate {times}x"
+    if was is not None:
+        title += f", from {format_number(was)} to {format_number(was * factor)}"
     return dataclasses.replace(fix, title=title)
 
 

@@ -50,6 +50,8 @@ class Construction:
         param_groups: how many param groups it was built with (a clipping line cannot
             take the constructor's first argument as written when it holds dicts).
         params_iterator: its first argument was a one-shot iterator (a generator).
+        group_rates: each param group's `lr` as constructed (a group's own, else the
+            constructor's), None for one that is not a number.
     """
 
     source: SourceLine
@@ -57,6 +59,7 @@ class Construction:
     learning_rate: float | None
     param_groups: int
     params_iterator: bool = False
+    group_rates: tuple[float | None, ...] = ()
 
 
 class OptimizerSites:
@@ -143,6 +146,7 @@ class OptimizerSites:
             params_iterator=built.params_iterator,
             step_shared=shared,
             schedulers=schedulers,
+            group_rates=built.group_rates,
         )
 
     def _note_construction(self, optimizer, args, kwargs, frame: FrameType) -> None:
@@ -166,6 +170,7 @@ class OptimizerSites:
             _number(optimizer.defaults.get("lr")),
             groups,
             params_iterator=isinstance(params, Iterator),
+            group_rates=tuple(_number(group.get("lr")) for group in optimizer.param_groups),
         )
 
     def _note_scheduler(self, scheduler, args, kwargs, frame: FrameType) -> None:

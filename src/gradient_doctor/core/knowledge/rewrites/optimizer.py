@@ -106,6 +106,8 @@ class OptimizerSite:
         step_shared: PyTorch: another optimizer steps on the same line (a loop over
             optimizers), so a clipping line there must clip the one stepping.
         schedulers: PyTorch: the learning-rate schedulers built on it, in order.
+        group_rates: PyTorch: each param group's learning rate as constructed (None
+            for one that is not a number); () when unknown.
     """
 
     source: SourceLine
@@ -118,6 +120,7 @@ class OptimizerSite:
     params_iterator: bool = False
     step_shared: bool = False
     schedulers: tuple[SchedulerSite, ...] = ()
+    group_rates: tuple[float | None, ...] = ()
 
 
 def lower_learning_rate(

@@ -106,16 +106,18 @@ def lower_learning_rate(
     if groups is None and site.param_groups > 1:
         return None  # groups built elsewhere may set their own rates, unseen here
     rate = argument(call, 1, "lr")
-    if rate is None or number(rate) is not None:
+    scaled_groups = [(node, scaled(text, node, factor)) for node in groups or ()]
+    if rate is None and groups and len(groups) == _group_count(call):
+        changes, scale = scaled_groups, factor  # no group uses the constructor's default
+    elif rate is None or number(rate) is not None:
         was = site.learning_rate if rate is None else number(rate)
         if was is None or was <= 0:
             return None
         value = rounded(was * factor)
         change = ("add", f"lr={literal(value)}") if rate is None else (rate, literal(value))
-        scale = value / was
+        changes, scale = [change, *scaled_groups], value / was
     else:
-        change, scale = (rate, scaled(text, rate, factor)), factor
-    changes = [change, *((node, scaled(text, node, factor)) for node in groups or ())]
+        changes, scale = [(rate, scaled(text, rate, factor)), *scaled_groups], factor
     edit = combined(text, call, changes, site.source.file)
     floors = _scheduler_edits(site, tree, text, _RATE_FLOORS, factor)
     if floors is None or not _disjoint((edit, *floors)):
@@ -178,6 +180,12 @@ def _disjoint(edits: Sequence[Edit]) -> bool:
     """Whether no two of `edits` change the same line."""
     spans = sorted((edit.line, edit.end_line) for edit in edits)
     return all(end < start for (_, end), (start, _) in zip(spans, spans[1:]))
+
+
+def _group_count(call: ast.Call) -> int:
+    """How many param groups the call's first argument writes out as dicts."""
+    first = argument(call, 0, "params")
+    return len(first.elts) if isinstance(first, ast.List | ast.Tuple) else 0
 
 
 def _group_rates(call: ast.Call) -> list[ast.expr] | None:
