@@ -170,3 +170,44 @@ def test_a_lower_rate_confirmed_for_a_drift_says_a_longer_run_may_meet_it_later(
     assert _may_only_delay(lower, exploding) is lower
     clipping = dataclasses.replace(lower, family="gradient_clipping")
     assert _may_only_delay(clipping, drift) is clipping
+
+
+def test_a_copy_stopped_past_the_failure_says_the_script_had_more_to_run():
+    # The copy of a 1075-step script is stopped 200 steps past its failing step 1: a
+    # fix that only slowed the drift held there and failed at step 529 in full.
+    stopped = _judged(_report(202), 1, "the patched copy", limit=202)
+    assert stopped.held
+    assert stopped.why.endswith(
+        "past step 1 where the original failed (the copy is stopped 200 steps past it: "
+        "your script had more to run)"
+    )
+    ended = _judged(_report(60), 43, "the patched copy", limit=244)
+    assert "trained 60 steps from the start, to the end of your script, with every" in (ended.why)
+
+
+def test_for_a_drift_a_fix_that_changes_the_op_ranks_before_one_that_only_slows_it():
+    from gradient_doctor.cli.fix_confirmation import _may_only_delay
+    from gradient_doctor.core.findings import Finding, Fix
+    from gradient_doctor.core.fix_trials import ranked
+
+    standardise = Fix("normalize_input", "Standardise", "", verified=True, evidence="held")
+    guard = Fix("safe_log", "Guard the log", "", verified=True, evidence="held")
+    lower = Fix("lower_learning_rate", "Lower it", "", verified=None, evidence="untried")
+    drift = Finding(
+        category="forward_domain",
+        step=1,
+        phase="forward",
+        origin=None,
+        explanation="",
+        fixes=(standardise, lower, guard),
+    )
+    assert [f.family for f in ranked(drift).fixes] == [
+        "safe_log",
+        "normalize_input",
+        "lower_learning_rate",
+    ]
+    exploding = dataclasses.replace(drift, category="exploding_gradients")
+    assert [f.family for f in ranked(exploding).fixes][0] == "normalize_input"
+    told = _may_only_delay(standardise, drift)
+    assert "it changes the data, not the op that failed" in told.evidence
+    assert "the copy held as far as it ran, but a longer run may meet it later" in told.evidence

@@ -21,7 +21,7 @@ from gradient_doctor.cli.patched_rerun import (
     untried_patch,
 )
 from gradient_doctor.core.findings import Finding, Fix, NotFix
-from gradient_doctor.core.fix_trials import DRIFTS, ranked
+from gradient_doctor.core.fix_trials import DRIFTS, SLOWS_ONLY, ranked
 from gradient_doctor.core.report import Report
 
 # Runs that took longer than this (wall seconds) are not run again for every fix.
@@ -93,7 +93,7 @@ def _confirmed(
             elif untried:
                 fix = _may_only_delay(_rerun_only(fix, rerun.held, rerun.why, baseline), problem)
             else:
-                fix = _judged(fix, rerun.held, rerun.why)
+                fix = _may_only_delay(_judged(fix, rerun.held, rerun.why), problem)
         fixes.append(fix)
     not_fixes = []
     for item in problem.not_fixes:
@@ -195,20 +195,19 @@ def _untried_note(fix: Fix) -> str:
 
 
 def _may_only_delay(fix: Fix, problem: Finding, expected: str | None = None) -> Fix:
-    """A lower learning rate that a rerun confirmed for a value that built up over
-    training (a forward overflow or domain error): the copy held for as long as the
-    script runs, and the evidence says that a longer run may still meet the failure,
-    slowed, not removed (with the expectation it was listed under). Clipping is left
-    alone: it leaves the small updates of a slow drift as they were, so what it held
-    off was the large ones."""
-    if fix.verified is not True or fix.family != "lower_learning_rate":
+    """A fix that a rerun confirmed for a value that built up over training (a forward
+    overflow or domain error), and that leaves the op that failed as it was (a lower
+    learning rate, standardised data): the evidence says that the copy held as far as
+    it ran, and that a longer run may still meet the failure, slowed, not removed (with
+    the expectation it was listed under). Clipping is left alone: it leaves the small
+    updates of a slow drift as they were, so what it held off was the large ones."""
+    if fix.verified is not True or fix.family not in SLOWS_ONLY:
         return fix
     if problem.category not in DRIFTS:
         return fix
     note = (
-        "; it acts on the updates, and the failure was a value that built up over "
-        "training: the copy held as long as your script runs, but a longer run may meet "
-        "it later"
+        f"; {SLOWS_ONLY[fix.family]}, and the failure was a value that built up over "
+        "training: the copy held as far as it ran, but a longer run may meet it later"
     )
     if expected:
         note += f" (listed before as: {expected})"

@@ -68,7 +68,8 @@ def rerun_patched(
     timeout: float | None = None,
 ) -> Rerun:
     """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
-    (no trials) from the start to `steps_past` steps past `failed_at`.
+    (no trials) from the start to `steps_past` steps past `failed_at` (or the script's
+    end, when that comes first: the verdict says which).
 
     `script` is relative to the working folder, which is what gets copied; `patch`
     None runs the copy unchanged (the baseline a patch is judged against).
@@ -93,10 +94,12 @@ def rerun_patched(
     if trespass is not None:
         steps = report.get("steps_watched", 0) if report else 0
         return Rerun(False, steps, trespass, blocked=True)
-    return _judged(report, failed_at, "the patched copy" if patch else "the unchanged copy")
+    return _judged(report, failed_at, "the patched copy" if patch else "the unchanged copy", limit)
 
 
-def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
+def _judged(report: dict | None, failed_at: int, what: str, limit: int | None = None) -> Rerun:
+    """How a copy's run went, from its report: `limit` is the step it was stopped at
+    (None: it ran as far as the script goes), so a copy that held says how far."""
     if report is None:
         why = f"{what} wrote no report (it crashed or ran too long)"
         return Rerun(False, 0, why, inconclusive=True)
@@ -120,10 +123,17 @@ def _judged(report: dict | None, failed_at: int, what: str) -> Rerun:
             f"{what} ended after {steps} steps, before step {failed_at} where the "
             "original failed, so it cannot tell",
         )
+    stopped = limit is not None and steps >= limit
     trained = (
-        f"{what} of your files trained {steps} steps from the start with every "
-        f"loss and gradient finite, past step {failed_at} where the original failed"
+        f"{what} of your files trained {steps} steps from the start"
+        f"{'' if stopped else ', to the end of your script,'} with every loss and gradient "
+        f"finite, past step {failed_at} where the original failed"
     )
+    if stopped:
+        trained += (
+            f" (the copy is stopped {steps - failed_at - 1} steps past it: your script "
+            "had more to run)"
+        )
     rise = _diverged_loss(report)
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")

@@ -334,11 +334,19 @@ def ranked(finding: Finding) -> Finding:
     """The finding with its verified fixes first, then the untried, then those that failed.
 
     Within each group the rules' order stands: the fix that removes the cause (the op
-    rewritten, the data standardised) before the one that works around it.
+    rewritten, the data standardised) before the one that works around it; but for a
+    value that built up over training (`DRIFTS`), a fix that leaves the op that failed
+    as it was (`SLOWS_ONLY`) comes after those that change it: what held in its trial
+    may only have built up more slowly (a lower rate, standardised features under a
+    softmax whose logits keep growing), where a changed op cannot fail that way.
     """
     order = {True: 0, None: 1, False: 2}
-    fixes = sorted(finding.fixes, key=lambda fix: order[fix.verified])
-    return dataclasses.replace(finding, fixes=tuple(fixes))
+    drift = finding.category in DRIFTS
+
+    def rank(fix: Fix) -> tuple[int, bool]:
+        return order[fix.verified], drift and fix.family in SLOWS_ONLY
+
+    return dataclasses.replace(finding, fixes=tuple(sorted(finding.fixes, key=rank)))
 
 
 def _helped(
@@ -408,6 +416,15 @@ def _judged_fix(
 
 # Failures of a value that drifts over training to a limit (not gradients that explode).
 DRIFTS = frozenset({"forward_overflow", "forward_domain"})
+# Remedies that leave the op that failed as it was, and what they change instead: for
+# a value that built up over training, a trial or rerun that held shows only that it
+# built up more slowly, as far as it ran.
+SLOWS_ONLY = {
+    "lower_learning_rate": "it acts on the updates",
+    "normalize_input": "it changes the data, not the op that failed",
+    "better_init": "it changes where training starts, not the op that failed",
+    "batch_normalization": "it rescales the activations, not the op that failed",
+}
 
 
 def _slows_a_build_up(family: str, outcome: TrialOutcome, failing: int | None) -> bool:
