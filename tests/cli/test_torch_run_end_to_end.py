@@ -314,3 +314,30 @@ def test_a_log_written_as_a_tensor_method_gets_a_torch_patch_that_holds(torch_ru
     fix = _verified_patch_holds(problem, name, folder, tmp_path)
     assert fix["family"] == "safe_log"
     assert "torch.clamp_min((1 - p), 1e-7).log()" in fix["patch"]
+
+
+def test_a_script_that_updates_its_tensors_itself_is_watched_and_its_rate_patched(
+    torch_run, tmp_path
+):
+    # No optimizer at all, as PyTorch's autograd tutorial trains: once "0 steps
+    # watched ... nothing was checked" while the loss went to inf.
+    name = "tutorial_own_update_explodes.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert problem["category"] in ("exploding_gradients", "forward_overflow")
+    assert (problem["phase"], problem["origin"]["file"]) == ("forward", name)
+    assert problem["own_update"] is True and problem["skipped_updates"] == 1
+    assert run.report["steps_watched"] == problem["step"] + 1
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "lower_learning_rate"
+    assert fix["title"] == "Lower the learning rate of your own update 10x, from 1.5 to 0.15"
+    assert "-lr = 1.5\n+lr = 0.15" in fix["patch"]
+
+
+def test_a_healthy_script_that_updates_its_tensors_itself_is_bit_identical(torch_run):
+    name = "healthy_own_update_module.py"
+    run, folder = torch_run(name, confirm="never")
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.report["status"] == "healthy" and run.report["steps_watched"] == 300
+    assert run.stdout.splitlines()[:7] == _plain(folder / name, folder).splitlines()

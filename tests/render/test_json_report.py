@@ -22,6 +22,7 @@ PROBLEM_KEYS = [
     "disconnected",
     "explanation",
     "skipped_updates",
+    "own_update",
     "not_fixes",
     "fixes",
 ]
@@ -111,6 +112,7 @@ def test_forward_problem_matches_the_contract(problem_report):
         "disconnected": None,
         "explanation": "The input to Exp reached 712.4; float32 exp overflows above 88.72.",
         "skipped_updates": 0,
+        "own_update": False,
         "not_fixes": [
             {
                 "remedy": "gradient_clipping",

@@ -233,6 +233,13 @@ def test_a_skipped_update_is_said(exp_problem):
         in (lines)
     )
     assert not any("skipped" in line for line in format_finding_lines(exp_problem))
+    # A script that updates its tensors itself: the "skip" is its gradients zeroed.
+    own = dataclasses.replace(exp_problem, skipped_updates=1, own_update=True)
+    assert (
+        "The doctor stopped this step before it reached the weights: you update them "
+        "yourself, so it set the step's gradients to zero before your update read them "
+        "(it moved nothing)."
+    ) in format_finding_lines(own)
 
 
 def test_the_summary_after_shown_problems_gives_each_fixs_final_verdict(exp_problem):

@@ -25,12 +25,12 @@ class Seen(UpdateListener):
 
 def _train(steps: int, poison_at: int | None = None, hooks: UpdateHooks | None = None):
     """A small regression trained with Adam; at `poison_at` one input is NaN."""
+    if hooks is not None:  # before the script builds its optimizer, as `run` installs them
+        hooks.install()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     losses, grads = [], None
-    if hooks is not None:
-        hooks.install()
     try:
         for step in range(steps):
             x = torch.randn(16, 4)
@@ -76,10 +76,10 @@ def test_a_nan_update_is_skipped_and_its_gradients_put_back():
 def test_two_optimizers_are_checked_each_on_its_own_gradients():
     seen = Seen()
     hooks = UpdateHooks(seen)
+    hooks.install()  # before the optimizers are built, as `run` installs them
     torch.manual_seed(0)
     first, second = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (first, second)]
-    hooks.install()
     try:
         for step in range(3):
             for model, optimizer in zip((first, second), optimizers):

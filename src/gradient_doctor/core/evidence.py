@@ -70,6 +70,9 @@ class TrainingSetup:
         framework: the framework the user trains with, "tf" or "torch" (as
             `PathBreak.framework`): the remedies are spelled in it.
         optimizer: the class of the user's (first) optimizer, e.g. "SGD", when known.
+        own_update: the script updates its tensors itself, with no optimizer of the
+            framework's (`w -= lr * w.grad`): its learning rate is a name of its own,
+            and a skipped update is its gradients set to zero before it read them.
     """
 
     learning_rate: float | None = None
@@ -78,6 +81,7 @@ class TrainingSetup:
     xla: bool = False
     framework: str = "tf"
     optimizer: str | None = None
+    own_update: bool = False
 
 
 @dataclass(frozen=True)

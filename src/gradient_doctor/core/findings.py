@@ -314,3 +314,6 @@ class Finding:
     # How many updates the doctor skipped for this problem (the failing step's, and
     # any after it before the check was read); 0 when it skipped none.
     skipped_updates: int = 0
+    # The script updates its tensors itself (no optimizer): the doctor "skipped" its
+    # update by setting the step's gradients to zero before the script read them.
+    own_update: bool = False

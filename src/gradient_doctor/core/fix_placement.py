@@ -21,7 +21,7 @@ from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
 from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
 from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
-from gradient_doctor.core.knowledge.rewrites import score_function, torch_optimizer
+from gradient_doctor.core.knowledge.rewrites import own_update, score_function, torch_optimizer
 from gradient_doctor.core.knowledge.rewrites import xla as xla_rewrite
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
@@ -48,6 +48,8 @@ class FixSites:
             `tape.gradient(...)` call that returned None (a surrogate loss term).
         compiled: the line that compiled the step with XLA (`model.compile(...,
             jit_compile=True)`, `@tf.function(jit_compile=True)`), to turn it off.
+        own_update: for a script that updates its tensors itself (no optimizer), the
+            `backward()` line: its file holds the updates whose rate a fix lowers.
     """
 
     optimizer: OptimizerSite | None = None
@@ -56,6 +58,7 @@ class FixSites:
     fit: SourceLine | None = None
     path_break: PathBreak | None = None
     compiled: SourceLine | None = None
+    own_update: SourceLine | None = None
 
 
 def place_fixes(
@@ -111,6 +114,8 @@ def place_fixes(
             placed = _surrogate_fix(fix, sites.path_break, root)
         elif fix.family == "disable_xla" and sites.compiled is not None:
             placed = _xla_fix(fix, sites.compiled, root)
+        elif fix.family == "lower_learning_rate" and sites.own_update is not None:
+            placed = _own_update_fix(fix, sites.own_update, root)
         fixes.append(users(placed) or fix)
     optimizer = sites.optimizer
     not_fixes = tuple(
@@ -184,6 +189,22 @@ def _xla_fix(fix: Fix, compiled: SourceLine, root: str) -> Fix | None:
     if edit is None:
         return None
     return _patched(fix, (edit,), root, ("jit_compile", False))
+
+
+def _own_update_fix(fix: Fix, backward: SourceLine, root: str) -> Fix | None:
+    """`fix` written as the script's own updates at a tenth of their rate, in the file of
+    its `backward()` call (`own_update`), or None."""
+    lines = read_lines(os.path.join(root, backward.file))
+    factor = LEARNING_RATE_RUNGS[0]
+    made = own_update.lower_own_rate(lines, backward.file, factor) if lines is not None else None
+    if made is None:
+        return None
+    edits, was = made
+    title = (
+        f"Lower the learning rate of your own update {round(1 / factor)}x, from "
+        f"{format_number(was)} to {format_number(was * factor)}"
+    )
+    return _patched(dataclasses.replace(fix, title=title), edits, root, None)
 
 
 def _surrogate_fix(fix: Fix, path_break: PathBreak, root: str) -> Fix | None:

@@ -90,7 +90,8 @@ def problem_to_dict(finding: Finding) -> dict[str, Any]:
 
     Returns:
         A dict with the keys `category`, `step`, `replica`, `worker`, `phase`, `origin`,
-        `disconnected`, `explanation`, `skipped_updates`, `not_fixes` and `fixes`.
+        `disconnected`, `explanation`, `skipped_updates`, `own_update`, `not_fixes` and
+        `fixes`.
     """
     return {
         "category": finding.category,
@@ -102,6 +103,7 @@ def problem_to_dict(finding: Finding) -> dict[str, Any]:
         "disconnected": disconnected_to_dict(finding.disconnected),
         "explanation": finding.explanation,
         "skipped_updates": finding.skipped_updates,
+        "own_update": finding.own_update,
         "not_fixes": [not_fix_to_dict(not_fix) for not_fix in finding.not_fixes],
         "fixes": [fix_to_dict(fix) for fix in finding.fixes],
     }

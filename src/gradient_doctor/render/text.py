@@ -59,7 +59,8 @@ def header_line(report: Report) -> str:
     if report.status == "healthy" and report.steps_watched == 0:
         return (
             "healthy: 0 steps watched: no training step of a framework the doctor watches "
-            "ran (a TensorFlow/Keras fit or tape, a torch.optim step), so nothing was checked"
+            "ran (a TensorFlow/Keras fit or tape, a torch.optim step, a backward() of a "
+            "script that updates its tensors itself), so nothing was checked"
         )
     if report.status == "healthy":
         return f"healthy: {watched}, no non-finite values"
@@ -165,6 +166,12 @@ def skipped_lines(finding: Finding) -> list[str]:
     """Say that the doctor skipped the update(s), so the weights are those before them."""
     if finding.skipped_updates <= 0:
         return []
+    if finding.own_update:
+        return [
+            "The doctor stopped this step before it reached the weights: you update them "
+            "yourself, so it set the step's gradients to zero before your update read them "
+            "(it moved nothing)."
+        ]
     what = (
         "its update was skipped"
         if finding.skipped_updates == 1

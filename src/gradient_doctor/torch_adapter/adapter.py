@@ -17,6 +17,7 @@ from gradient_doctor.core.records import LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
 from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
+from gradient_doctor.torch_adapter.hooks.script_hooks import ManualUpdate
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     PathRecorder,
@@ -81,6 +82,8 @@ class PyTorchAdapter(Adapter):
         """The failing update's optimizer, with the lines that built and stepped it; no
         site when the optimizer was built before the doctor watched (`watch()`)."""
         optimizer = self.failing_optimizer()
+        if isinstance(optimizer, ManualUpdate):
+            return FixSites(own_update=optimizer.backward_line)
         if self.sites is None or optimizer is None:
             return FixSites()
         return FixSites(optimizer=self.sites.site(optimizer))
@@ -250,6 +253,8 @@ def training_setup_of(optimizers: Sequence[torch.optim.Optimizer]) -> TrainingSe
     PyTorch), the remedies spelled in PyTorch."""
     if not optimizers:
         return TrainingSetup(framework="torch")
+    if isinstance(optimizers[0], ManualUpdate):
+        return TrainingSetup(framework="torch", own_update=True)
     kind = type(optimizers[0]).__name__
     rate = optimizers[0].param_groups[0].get("lr")
     try:

@@ -36,7 +36,12 @@ from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
 from gradient_doctor.torch_adapter.dump.crash_dump import TorchCrashDump
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
-from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
+from gradient_doctor.torch_adapter.hooks.script_hooks import (
+    ManualUpdate,
+    Update,
+    UpdateHooks,
+    UpdateListener,
+)
 from gradient_doctor.torch_adapter.localize.event_evidence import recorded_evidence
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     CutWatch,
@@ -149,7 +154,10 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
 
     def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
         if all(optimizer is not known for known in self.optimizers):
-            self._optimizers = [*(weakref.ref(o) for o in self.optimizers), weakref.ref(optimizer)]
+            known = self.optimizers
+            if not isinstance(optimizer, ManualUpdate):  # backward()s before it was built
+                known = [o for o in known if not isinstance(o, ManualUpdate)]
+            self._optimizers = [*(weakref.ref(o) for o in known), weakref.ref(optimizer)]
         if id(optimizer) in self._stepped:  # a new round of the optimizers: a new step
             self._end_step(index - 1)
         if not self._stepped:

@@ -71,4 +71,5 @@ class Diagnosis:
                 else BreakPoint(path_break.node.op_type, path_break.node.source),
             ),
             skipped_updates=evidence.skipped_updates,
+            own_update=evidence.setup.own_update,
         )

@@ -19,6 +19,13 @@ are checked after the step. A step that left any of them non-finite is undone (t
 parameters and the optimizer's state copied before the step are put back), so the
 weights stay those of the last good step there too, at the price of that copy on
 each closure step.
+
+A script with no torch optimizer at all updates its tensors itself (`w -= lr * w.grad`
+under `torch.no_grad()`, as PyTorch's own autograd tutorial does). There, each
+`backward()` is an update (`ManualUpdate` stands in for the optimizer: the leaf tensors
+that backward reached), checked right after it, before the user's code reads the
+gradients; a non-finite one has its gradients set to zero in place, so the user's own
+update moves nothing, and the report says so.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +43,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.step.step_check import (
     Check,
     check,
@@ -131,6 +141,46 @@ class _ClosureStep:
         optimizer.load_state_dict(self.state)
 
 
+class ManualUpdate:
+    """Stands in for an optimizer where the script updates its tensors itself: one param
+    group of the leaf tensors the latest `backward()` gave a gradient, in the order they
+    were first seen (what the checks, statistics and recorders read of an optimizer)."""
+
+    def __init__(self) -> None:
+        self.param_groups: list[dict] = [{"params": []}]
+        self.defaults: dict = {}
+        self.state: dict = {}
+        self.backward_line: SourceLine | None = None  # the user's latest backward() call
+        self._order: dict[int, int] = {}
+
+    def reached(self, leaves: list[torch.Tensor]) -> None:
+        """Make `leaves` (those one backward reached) its parameters, in a stable order."""
+        for leaf in leaves:
+            self._order.setdefault(id(leaf), len(self._order))
+        self.param_groups[0]["params"] = sorted(leaves, key=lambda t: self._order[id(t)])
+
+
+def graph_leaves(root: torch.Tensor) -> list[torch.Tensor]:
+    """The leaf tensors that `root.backward()` accumulates gradients into (the
+    `AccumulateGrad` nodes of its graph), each once."""
+    leaves: list[torch.Tensor] = []
+    if root.grad_fn is None:
+        return [root] if root.requires_grad else []
+    seen: set[int] = set()
+    pending = [root.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves.append(variable)
+            continue
+        pending.extend(child for child, _ in node.next_functions)
+    return leaves
+
+
 class UpdateListener:
     """What the hooks tell their owner; both methods do nothing by default."""
 
@@ -144,6 +194,9 @@ class UpdateListener:
 class UpdateHooks:
     """The global optimizer step hooks and the note of the last `backward()` root.
 
+    Installed before the script builds its optimizers (as `run` installs them): a
+    `backward()` while none was built or stepped is the script's own update.
+
     Args:
         listener: told of each update (`UpdateListener`).
     """
@@ -151,6 +204,12 @@ class UpdateHooks:
     def __init__(self, listener: UpdateListener) -> None:
         self.listener = listener
         self.updates = 0  # updates seen so far, over every optimizer
+        # The script's own updates, while no torch optimizer was built (`ManualUpdate`).
+        self.manual = ManualUpdate()
+        self._optimizers_built = 0
+        self._optimizer_init = None
+        self._tensor_backward = None
+        self._in_tensor_backward = False
         # The roots `backward()` was called on since the last update (every micro-batch's
         # loss under gradient accumulation), the latest last; at most `_ROOTS_KEPT`.
         self.roots: list[torch.Tensor] = []
@@ -181,9 +240,37 @@ class UpdateHooks:
                 root = None
             if root is not None:
                 self.roots = [*self.roots[1 - _ROOTS_KEPT :], root]
-            return backward(tensors, *args, **kwargs)
+            if self._in_tensor_backward:  # `Tensor.backward`'s wrapper checks it
+                return backward(tensors, *args, **kwargs)
+            return self._maybe_manual(root, kwargs, lambda: backward(tensors, *args, **kwargs))
 
         torch.autograd.backward = noting_backward
+        tensor_backward = self._tensor_backward = torch.Tensor.backward
+
+        @functools.wraps(tensor_backward)
+        def checking_backward(tensor, *args, **kwargs):
+            # Outside `Tensor.backward`'s own torch-function dispatch (which calls this
+            # again, inside a mode): the check after it may end a torch-function mode
+            # (the sampled forward's) safely only there.
+            if self._in_tensor_backward:
+                return tensor_backward(tensor, *args, **kwargs)
+            self._in_tensor_backward = True
+            try:
+                return self._maybe_manual(
+                    tensor, kwargs, lambda: tensor_backward(tensor, *args, **kwargs)
+                )
+            finally:
+                self._in_tensor_backward = False
+
+        torch.Tensor.backward = checking_backward
+        init = self._optimizer_init = torch.optim.Optimizer.__init__
+
+        @functools.wraps(init)
+        def counting_init(optimizer, *args, **kwargs):
+            self._optimizers_built += 1
+            return init(optimizer, *args, **kwargs)
+
+        torch.optim.Optimizer.__init__ = counting_init
 
     def uninstall(self) -> None:
         """Remove the hooks and give `torch.autograd.backward` back."""
@@ -192,9 +279,53 @@ class UpdateHooks:
         self._handles = []
         if self._backward is not None:
             torch.autograd.backward, self._backward = self._backward, None
+        if self._optimizer_init is not None:
+            torch.optim.Optimizer.__init__, self._optimizer_init = self._optimizer_init, None
+        if self._tensor_backward is not None:
+            torch.Tensor.backward, self._tensor_backward = self._tensor_backward, None
         self.roots = []
 
+    def _maybe_manual(self, root: torch.Tensor | None, kwargs: dict, run: Callable):
+        """Run a `backward()` (`run`); in a script that built no optimizer, the update of
+        the leaves it reached (`_manual_update`) follows it."""
+        manual = (
+            root is not None
+            and not self._optimizers_built
+            and not kwargs.get("inputs")
+            and not root.is_meta  # a shape pass: no values to check
+            # Keras on its torch backend updates through its own optimizers, which the
+            # doctor does not watch there (`run` says so): not the script's own update.
+            and "keras" not in sys.modules
+        )
+        leaves = [t for t in graph_leaves(root) if not t.is_meta] if manual else []
+        if leaves:
+            self.manual.backward_line = source_lines.user_line()
+        result = run()
+        if leaves:
+            self._manual_update(leaves)
+        return result
+
+    def _manual_update(self, leaves: list[torch.Tensor]) -> None:
+        """A `backward()` of a script with no optimizer: an update of the leaves it
+        reached, checked now, before the script's own code reads their gradients; not
+        finite, those gradients are set to zero in place (the script's update of them
+        then moves nothing)."""
+        index = self.updates
+        self.updates += 1
+        self.manual.reached(leaves)
+        self.listener.before_update(index, self.manual)
+        params = dense_parameters(self.manual)
+        roots, self.roots = self.roots, []
+        result = check(roots, [p.grad for p in params])
+        update = Update(index, self.manual, result, len(params), parameters=params)
+        if not result.finite:
+            with torch.no_grad():
+                for parameter in parameters_with_grads(self.manual):
+                    parameter.grad.zero_()
+        self.listener.after_update(update)
+
     def _pre_hook(self, optimizer, args, kwargs) -> tuple | None:
+        self._optimizers_built = max(self._optimizers_built, 1)  # one built before install
         index = self.updates
         self.updates += 1
         self.listener.before_update(index, optimizer)

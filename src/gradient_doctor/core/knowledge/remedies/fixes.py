@@ -184,6 +184,12 @@ def lower_learning_rate(setup: TrainingSetup) -> Fix:
 
 
 def _torch_lower_learning_rate(setup: TrainingSetup) -> Fix:
+    if setup.own_update:  # no optimizer: the rate is the script's own name
+        return Fix(
+            "lower_learning_rate",
+            "Lower the learning rate of your own update 10x",
+            "w -= (lr / 10) * w.grad  # in your update of each tensor, under torch.no_grad()",
+        )
     kind = setup.optimizer or "Adam"
     if setup.learning_rate is None:
         return Fix(
@@ -201,6 +207,14 @@ def _torch_lower_learning_rate(setup: TrainingSetup) -> Fix:
 
 def gradient_clipping(setup: TrainingSetup) -> Fix:
     """Clip the global gradient norm, noting clipping that is already on."""
+    if setup.framework == "torch" and setup.own_update:
+        return Fix(
+            "gradient_clipping",
+            "Clip the global gradient norm",
+            "loss.backward()\n"
+            "torch.nn.utils.clip_grad_norm_([w, b], max_norm=1.0)  # the tensors you update\n"
+            "# then your own update, w -= lr * w.grad, ...",
+        )
     if setup.framework == "torch":
         return Fix(
             "gradient_clipping",
