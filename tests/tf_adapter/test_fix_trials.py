@@ -103,3 +103,24 @@ def test_trials_leave_the_model_and_optimizer_as_training_left_them(fitted_with_
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     for a, b in zip(tried.optimizer.variables, untried.optimizer.variables, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_trial_from_an_earlier_state_meets_the_failing_batch_at_the_failing_step():
+    # `fit` shuffles: its data read anew comes in another order than the run's, so a
+    # trial from step 2 through failing step 5 once never met the batch that failed
+    # there, and a lower learning rate "held" on batches that never failed.
+    from gradient_doctor.core.trial_start import TrialStart
+    from gradient_doctor.tf_adapter.localize.step_context import StepCall
+    from gradient_doctor.tf_adapter.trials.fix_trials import LastGoodState, TrialSource
+
+    data = [f"batch{i}" for i in range(8)]
+    state = LastGoodState(StepCall(lambda batch: batch, ("failing",)), None, lambda: iter(data))
+    source = TrialSource(TrialStart(2, "before the trouble"), object(), None, 5, beyond=4)
+    origins = [(args[0], origin) for args, _, origin in state._batches(source)]
+    assert len(origins) == source.steps == 7
+    assert origins[3] == ("failing", "failing")  # trial step 3 is the run's step 5
+    assert [origin for _, origin in origins].count("failing") == 1
+    assert origins[:3] == [("batch2", "data"), ("batch3", "data"), ("batch4", "data")]
+    # From the last good state, the failing batch comes first.
+    last_good = TrialSource(TrialStart(5, ""), None, None, 5, beyond=3)
+    assert next(state._batches(last_good))[2] == "failing"

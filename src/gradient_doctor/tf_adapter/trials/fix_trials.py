@@ -272,11 +272,15 @@ class LastGoodState:
 
         From the last good state: the failing batch, then `fit`'s data read anew.
         From an earlier state: the batches the run saw from there on where they were
-        kept, else `fit`'s data from the start state's place in its epoch; in both
-        cases the failing batch, repeated, where nothing else is left.
+        kept, else `fit`'s data from the start state's place in its epoch, with the
+        failing batch at the failing step's place (`fit` shuffles: read anew, its
+        batches come in another order than the run's, and a trial that never met the
+        failing batch would prove nothing); in both cases the failing batch, repeated,
+        where nothing else is left.
         """
         steps = source.steps
         count = 0
+        failing_at = None  # the trial step at which the failing batch is still to come
         if source.snapshot is None:
             yield self._call.args, self._call.kwargs, "failing"
             count = 1
@@ -285,6 +289,7 @@ class LastGoodState:
             for args, kwargs in kept[:steps]:
                 yield args, kwargs, "kept"
                 count += 1
+            failing_at = source.failing - source.start.step
         skip = 0
         if source.snapshot is not None and not count and self._more_batches is not None:
             epoch = sum(1 for _ in self._more_batches())  # the start's place in its epoch
@@ -294,6 +299,11 @@ class LastGoodState:
             for batch in itertools.islice(self._more_batches(), skip, None):
                 if count >= steps:
                     return
+                if count == failing_at:  # not kept: the run's batch there is this one
+                    yield self._call.args, self._call.kwargs, "failing"
+                    count += 1
+                    if count >= steps:
+                        return
                 yield (batch,), {}, "data"
                 count += 1
             skip = 0
