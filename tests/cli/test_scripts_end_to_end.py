@@ -191,3 +191,22 @@ def test_a_root_of_a_signed_difference_gets_the_magnitude_and_no_verified_clamp(
     assert clamp["verified"] is None
     assert "all 200 steps finite" in clamp["evidence"]
     assert "its clamp changes" in clamp["evidence"]
+
+
+def test_a_batch_with_no_label_gets_its_safe_division_proved_by_the_rerun(doctor_run):
+    # Inside the run the trial can only repeat the all-masked batch, whose patched loss
+    # has no gradient: once judged "did not go on well" and the right fix refuted.
+    script = "tests/scripts/masked_mean_missing_labels.py"
+    run = doctor_run(script)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"], problem["origin"]["op"]) == (
+        "forward_domain",
+        10,
+        "RealDiv",
+    )
+    assert problem["origin"]["line"] == line_of(script, "tf.reduce_sum(err) / tf.reduce_sum")
+    fix = next(f for f in problem["fixes"] if f["family"] == "safe_div")
+    assert fix["verified"] is True, fix["evidence"]
+    assert fix["evidence"].startswith("confirmed: the patched copy of your files trained 60 ")
+    assert "so whether training goes on cannot be told there" in fix["evidence"]

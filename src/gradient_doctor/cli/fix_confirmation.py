@@ -187,7 +187,10 @@ def _not_confirmed(fix: Fix, why: str, untried: bool) -> Fix:
 
 
 def _untried_note(fix: Fix) -> str:
-    """Why no trial inside the run tried `fix`, in brackets, from its evidence."""
+    """Why no trial inside the run tried `fix` (or what its trial could not tell), in
+    brackets, from its evidence."""
+    if fix.evidence and not fix.evidence.startswith("not tried"):
+        return f" (inside the run: {fix.evidence})"
     untried = (
         fix.evidence.removeprefix("not tried: ").removeprefix("not tried") if fix.evidence else ""
     )

@@ -55,8 +55,12 @@ class Rerun:
 
 def untried_patch(verified: bool | None, evidence: str | None) -> bool:
     """A fix's patch no trial inside the run could try (module-level code, a surrogate
-    loss term): its rerun proves it only against the unchanged copy, rerun the same way."""
-    return verified is None and (evidence or "not tried").startswith("not tried")
+    loss term), or whose trial could not tell (it ended saying "this trial cannot
+    tell"): its rerun proves it only against the unchanged copy, rerun the same way."""
+    evidence = evidence or "not tried"
+    return verified is None and (
+        evidence.startswith("not tried") or evidence.endswith("this trial cannot tell")
+    )
 
 
 def rerun_patched(

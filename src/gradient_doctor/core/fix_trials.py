@@ -113,6 +113,23 @@ class TrialOutcome:
         """How many objectives the trial kept apart (1 when it kept one loss)."""
         return max(len(self.objective_losses), 1)
 
+    def blind(self) -> str | None:
+        """Why this trial cannot tell whether training goes on, or None: it could only
+        run the failing batch, again and again, and on it the gradients were exactly
+        zero (a batch whose loss, as the patch computes it, carries no gradient: one
+        with no valid labels, say). Zero there says nothing of the other batches."""
+        zeros = sum(1 for norm in self.grad_norms if norm == 0.0)
+        if self.repeated_from != 0 or not self.grad_norms:
+            return None
+        if zeros < ZERO_GRADIENT_SHARE * len(self.grad_norms):
+            return None
+        return (
+            "the trial could only run the failing batch again, and on it the gradients "
+            f"were exactly zero at {zeros} of its {len(self.grad_norms)} steps (that batch "
+            "gives no gradient as the patch computes it), so whether training goes on "
+            "cannot be told there"
+        )
+
     def learning(self, reference: float | None = None) -> bool:
         """True when the trial went on learning (`shortfall` says what that takes)."""
         return self.shortfall(reference) is None
@@ -385,9 +402,13 @@ def _judged_fix(
     if outcome.skipped is not None:
         return dataclasses.replace(fix, verified=None, evidence=evidence)
     shortfall = outcome.shortfall(reference_loss) if outcome.held else None
+    blind = outcome.blind() if outcome.held else None
     if outcome.held and baseline.failed_at is None:
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
+    elif blind is not None and baseline.failed_at is not None:
+        verified = None
+        evidence += f" ({base_note}); but {blind}: this trial cannot tell"
     elif outcome.held and shortfall is None and not fix.patch:
         verified = None  # what held was the remedy, not a patch the user can apply
         evidence += f" ({base_note}); no patch of your file could be written for it"
