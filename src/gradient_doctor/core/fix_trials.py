@@ -402,7 +402,9 @@ def _judged_fix(
     if outcome.skipped is not None:
         return dataclasses.replace(fix, verified=None, evidence=evidence)
     shortfall = outcome.shortfall(reference_loss) if outcome.held else None
-    blind = outcome.blind() if outcome.held else None
+    # A clamp that changes many of the op's values zeroes their gradient itself: then
+    # the zero gradients of the failing batch are the patch's doing, not the batch's.
+    blind = outcome.blind() if outcome.held and fix.clamped_share is None else None
     if outcome.held and baseline.failed_at is None:
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
