@@ -211,3 +211,17 @@ def test_for_a_drift_a_fix_that_changes_the_op_ranks_before_one_that_only_slows_
     told = _may_only_delay(standardise, drift)
     assert "it changes the data, not the op that failed" in told.evidence
     assert "the copy held as far as it ran, but a longer run may meet it later" in told.evidence
+
+
+def test_a_loss_that_runs_away_below_zero_did_not_hold():
+    # A clamp of a hand-written InfoNCE's normaliser alone: the cross-entropy, never
+    # negative as written, "falls" to -18675.
+    runaway = [4.2, 4.0, 3.1, 1.0, -7.0, -300.0, *[-4315.0 - 1000 * i for i in range(14)]]
+    report = {**_report(20), "optimizers": 1, "series": _loss_series(runaway)}
+    rerun = _judged(report, 8, "the patched copy")
+    assert not rerun.held
+    assert "but the loss fell below zero without bound (4.1 -> " in rerun.why
+    # A loss that was negative from the start (a density's NLL) may fall on.
+    density = [-0.5 - 0.1 * i for i in range(20)]
+    report = {**_report(20), "optimizers": 1, "series": _loss_series(density)}
+    assert _judged(report, 8, "the patched copy").held

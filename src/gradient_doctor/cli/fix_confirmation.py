@@ -21,7 +21,7 @@ from gradient_doctor.cli.patched_rerun import (
     untried_patch,
 )
 from gradient_doctor.core.findings import Finding, Fix, NotFix
-from gradient_doctor.core.fix_trials import DRIFTS, SLOWS_ONLY, ranked
+from gradient_doctor.core.fix_trials import DRIFTS, SLOWS_ONLY, clamp_caveat, ranked
 from gradient_doctor.core.report import Report
 
 # Runs that took longer than this (wall seconds) are not run again for every fix.
@@ -224,6 +224,9 @@ def _rerun_only(fix: Fix, held: bool, why: str, baseline) -> Fix:
     if baseline.held:
         note = f"{why}, but {baseline.why} too, so the rerun cannot tell"
         return dataclasses.replace(fix, evidence=note + inside)
+    if held and fix.clamped_share is not None:  # held, but as a rewritten computation
+        note = f"{why}, where {baseline.why}{clamp_caveat(fix)}"
+        return dataclasses.replace(fix, verified=None, evidence=note + inside)
     if held:
         note = f"confirmed: {why}, where {baseline.why}"
         return dataclasses.replace(fix, verified=True, evidence=note + inside)

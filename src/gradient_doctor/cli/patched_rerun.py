@@ -161,7 +161,7 @@ def _diverged_loss(report: dict) -> str | None:
         whose = (
             f"objective {number}'s loss (of {len(objectives)}, in the order of the step's updates)"
         )
-        rise = diverged(values, whose)
+        rise = diverged(values, whose, alone=False)
         if rise is not None:
             return rise
     return None

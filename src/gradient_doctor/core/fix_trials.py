@@ -170,6 +170,8 @@ class TrialOutcome:
         first, last = trend
         if _diverged(trend, self.judged_losses()):
             return f"the loss diverged ({first:.4g} -> {last:.4g})"
+        if _ran_below_zero(trend, self.judged_losses()):
+            return _BELOW_ZERO.format(first=first, last=last)
         if reference is None or not math.isfinite(reference):
             if last < first:
                 return None
@@ -221,15 +223,38 @@ class TrialOutcome:
         return f"the loss ended no worse than the {reference:.4g} it had before the trouble"
 
 
-def diverged(losses: Sequence[float], whose: str = "the loss") -> str | None:
+def diverged(losses: Sequence[float], whose: str = "the loss", alone: bool = True) -> str | None:
     """ "the loss diverged (1.57 -> 15.6)" when `losses` rose by more than
-    `LOSS_RISE_ALLOWED` times their size, first tenth to last (the test a held trial
-    passes, for a loss seen elsewhere: a patched copy rerun from the start); else None.
-    `whose` names the loss ("objective 1's loss")."""
+    `LOSS_RISE_ALLOWED` times their size, first tenth to last, or, `alone` (the run's
+    one loss, not one objective of several), fell below zero without bound (the tests
+    a held trial passes, for a loss seen elsewhere: a patched copy rerun from the
+    start); else None. `whose` names the loss ("objective 1's loss")."""
     trend = TrialOutcome(None, "", len(losses), len(losses), None, tuple(losses)).loss_trend()
-    if not _diverged(trend, losses):
-        return None
-    return f"{whose} diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
+    if _diverged(trend, losses):
+        return f"{whose} diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
+    if alone and _ran_below_zero(trend, losses):
+        return _BELOW_ZERO.format(first=trend[0], last=trend[1])
+    return None
+
+
+# A loss that started at or above zero and ended below minus its starting size: a
+# cross-entropy cannot, so the patch changed what it computes (a clamp of a hand-written
+# log-sum-exp's normaliser alone lets the loss fall to -18675 while "falling").
+_BELOW_ZERO = (
+    "the loss fell below zero without bound ({first:.4g} -> {last:.4g}): it started at "
+    "or above zero, so what the patched code computes is no longer the loss it was"
+)
+
+
+def _ran_below_zero(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:
+    """True when a loss whose first tenth was never negative ended, over its last
+    tenth, below minus its starting size."""
+    if trend is None:
+        return False
+    first, last = trend
+    finite = [v for v in losses if math.isfinite(v)]
+    start = finite[: max(1, len(finite) // 10)]
+    return min(start) >= 0 and last < -max(first, 1e-12)
 
 
 def _diverged(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:
@@ -428,13 +453,18 @@ def _judged_fix(
             )
         if verified and fix.clamped_share is not None:
             verified = None  # held, but what it held is a rewritten computation
-            evidence += (
-                f"; but its clamp changes {fix.clamped_share:.0%} of the values at the "
-                "failing step (their gradient is 0 there): it rewrites what the code "
-                "computes, and the loss that fell is the rewritten one, so a trial cannot "
-                "verify it is what you meant"
-            )
+            evidence += clamp_caveat(fix)
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
+
+
+def clamp_caveat(fix: Fix) -> str:
+    """Why a clamp that changes many of the failing step's values, and held, is not
+    verified (by a trial or a rerun alike): what held is another computation."""
+    return (
+        f"; but its clamp changes {fix.clamped_share:.0%} of the values at the failing step "
+        "(their gradient is 0 there): it rewrites what the code computes, and the loss "
+        "that fell is the rewritten one, so a trial cannot verify it is what you meant"
+    )
 
 
 # Failures of a value that drifts over training to a limit (not gradients that explode).

@@ -86,3 +86,20 @@ def test_an_exp_clip_of_a_torch_tensor_method_is_spelled_in_torch():
         "w = (h @ a).exp() * mask", "Exp", dtype_limits("float32"), framework="torch"
     )
     assert fix.rewrite == ("w = torch.clamp_max((h @ a), 79.0).exp() * mask",)
+
+
+@pytest.mark.parametrize(
+    ("code", "rewritten"),
+    [
+        # log(sum(exp(x))) written with tensor methods, as an InfoNCE normaliser is.
+        ("log_z = scores.exp().sum(dim=1).log()", "log_z = torch.logsumexp(scores, dim=1)"),
+        ("z = torch.log(s.exp().sum(1))", "z = torch.logsumexp(s, 1)"),
+        # A sum over every element: torch.logsumexp needs a dim.
+        ("z = torch.log(torch.exp(s).sum())", "z = torch.logsumexp(s.flatten(), dim=0)"),
+        ("l = (a @ b).exp().sum().log()", "l = torch.logsumexp((a @ b).flatten(), dim=0)"),
+    ],
+)
+def test_a_log_sum_exp_of_tensor_methods_is_torchs_logsumexp(code, rewritten):
+    from gradient_doctor.core.knowledge.rewrites.exp import stable_logsumexp
+
+    assert stable_logsumexp(code).rewrite == (rewritten,)

@@ -15,6 +15,8 @@ from gradient_doctor.core.knowledge.source.calls import (
     assigned_name,
     find_call,
     find_calls,
+    find_method_call,
+    grouped,
     is_identifier,
     matching_close,
     replace_span,
@@ -322,10 +324,16 @@ def stable_logsumexp(code: str, focus: tuple[int, int] | None = None) -> Fix | N
     around it is rewritten.
     """
     log = find_call(code, ("log",), focus)
-    logsumexp = _logsumexp_of(log.args[0]) if log and log.args else None
+    if log is not None and log.args:
+        logsumexp, start, end = _logsumexp_of(log.args[0]), log.start, log.end
+    else:  # a tensor's method: `scores.exp().sum(dim=1).log()`
+        method = find_method_call(code, ("log",), focus)
+        if method is None or method.args:
+            return None
+        logsumexp, start, end = _logsumexp_of(method.receiver), method.start, method.end
     if logsumexp is None:
         return None
-    rewritten = replace_span(code, log.start, log.end, logsumexp)
+    rewritten = replace_span(code, start, end, logsumexp)
     return Fix("stable_logsumexp", _LOGSUMEXP_TITLE, rewritten, rewrite=(rewritten,))
 
 
@@ -369,6 +377,13 @@ def _logsumexp_of(text: str) -> str | None:
             return None
         rest = [*inner.args[1:2], *(f"{key}={value}" for key, value in inner.kwargs)]
         return f"{spell(exp, 'logsumexp')}({', '.join([exp.args[0], *rest])})"
+    summed = find_method_call(text, ("sum",))
+    if summed is not None and summed.start == 0 and summed.end == len(text):
+        exp = find_method_call(summed.receiver, ("exp",))  # `scores.exp().sum(dim=1)`
+        whole = exp is not None and exp.start == 0 and exp.end == len(summed.receiver)
+        if whole and not exp.args and not exp.kwargs:
+            rest = [*summed.args, *(f"{key}={value}" for key, value in summed.kwargs)]
+            return _torch_logsumexp(exp.receiver, rest)
     exp = find_call(text, ("exp",))
     if exp is None or exp.start != 0 or not exp.args or not text[exp.end :].startswith(".sum("):
         return None
@@ -379,7 +394,17 @@ def _logsumexp_of(text: str) -> str | None:
     if method is None:
         return None
     rest = [*method.args, *(f"{key}={value}" for key, value in method.kwargs)]
+    if namespace(exp, "torch") == "torch":
+        return _torch_logsumexp(exp.args[0], rest)
     return f"{spell(exp, 'logsumexp')}({', '.join([exp.args[0], *rest])})"
+
+
+def _torch_logsumexp(arg: str, rest: list[str]) -> str:
+    """`torch.logsumexp` of `arg` over the sum's own dims; a sum over every element
+    (`.sum()`, no dim: `torch.logsumexp` needs one) over the flattened tensor."""
+    if not rest:
+        return f"torch.logsumexp({grouped(arg)}.flatten(), dim=0)"
+    return f"torch.logsumexp({', '.join([arg, *rest])})"
 
 
 _ONE = r"1(?:\.0*)?"
