@@ -51,3 +51,16 @@ def test_the_loss_before_the_trouble_falls_back_to_the_steps_before_the_failing_
     assert _loss_before(history, began=1802, failing=1809) == -1.3  # before the trouble
     assert _loss_before(history, began=1500, failing=1809) == -1.2  # before the failing step
     assert _loss_before(StepHistory(), began=0, failing=0) is None  # a failure at step 0
+
+
+def test_clipping_takes_the_median_healthy_norm_only_when_there_are_enough_of_them():
+    # A recurrent net whose first update already exploded (norm 478224): the median of
+    # that one step clipped nothing, and clipping was refuted by a trial that never clipped.
+    from gradient_doctor.core.evidence import StepHistory
+    from gradient_doctor.core.fix_placement import clipping_threshold
+
+    exploded = StepHistory(steps=(0,), grad_norms=(478224.0,))
+    assert clipping_threshold(exploded) == 1.0
+    healthy = StepHistory(steps=tuple(range(5)), grad_norms=(3.0, 1.0, 2.0, 5.0, 4.0))
+    assert clipping_threshold(healthy) == 3.0
+    assert clipping_threshold(None) == 1.0

@@ -24,7 +24,7 @@ from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.trials.trial_plans import plan_for
 
 # The gradient norms of the healthy steps: the clip bound is their median, 0.25.
-HISTORY = StepHistory(steps=(0, 1, 2), grad_norms=(0.5, 0.25, 0.125))
+HISTORY = StepHistory(steps=(0, 1, 2, 3, 4), grad_norms=(0.5, 0.25, 0.125, 1.0, 0.2))
 
 MODULE_LOOP = """
 import torch

@@ -283,13 +283,19 @@ CLIP_VALUE = 1.0
 LEARNING_RATE_RUNGS = (0.1, 0.01)
 
 
+# Fewer healthy gradient norms than this give no median to clip at: the run's first
+# steps may be the explosion itself (a recurrent net's first update, norm 478224).
+MIN_NORMS_FOR_MEDIAN = 5
+
+
 def clipping_threshold(history: StepHistory | None) -> float:
     """The norm to clip at: the median healthy gradient norm (any larger and clipping does
-    nothing on a typical step); 1.0 when no norm was recorded."""
+    nothing on a typical step); 1.0 (the frameworks' usual example) when fewer than
+    `MIN_NORMS_FOR_MEDIAN` were recorded."""
     norms = sorted(
         n for n in (history.grad_norms if history else ()) if n is not None and 0 < n < math.inf
     )
-    return float(norms[len(norms) // 2]) if norms else 1.0
+    return float(norms[len(norms) // 2]) if len(norms) >= MIN_NORMS_FOR_MEDIAN else 1.0
 
 
 def _optimizer_fix(
