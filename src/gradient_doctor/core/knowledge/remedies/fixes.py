@@ -34,21 +34,24 @@ def constrain_weights(
     if weights_layer:
         title = f"Bound the weights of `{weights_layer}`, whose output feeds {origin.op}"
         comment = f"# on `{weights_layer}`, which feeds {origin.op}:"
-    else:
+    else:  # the replay named no layer: say which one only as far as it is known
         where = f" in `{origin.layer}`" if origin.layer else ""
-        title = f"Bound the weights of the layer{where} whose output feeds {origin.op}"
-        comment = f"# on the Dense layer{where} that feeds {origin.op}:"
+        title = f"Bound the weights of the layer{where} whose output feeds {origin.op}, if one does"
+        comment = f"# on the layer{where} whose output feeds {origin.op} (the replay named none):"
     if framework == "torch":
         module = weights_layer or origin.layer
         layer = f'model.get_submodule("{module}")' if module else "layer"
+        # Every weight of the module (a Linear's, an RNN's weight_ih/weight_hh, a conv's
+        # filters): each output unit's incoming weights renormalised along dim 0.
         return Fix(
             "constrain_weights",
             title,
             f"# after each optimizer.step(), on {f'`{module}`' if module else 'the layer'}"
             f" that feeds {origin.op} (model: your model):\n"
             "with torch.no_grad():\n"
-            f"    {layer}.weight.renorm_(2, 0, {MAX_NORM})"
-            "  # each unit's incoming weights to norm <= 3",
+            f"    for name, weight in {layer}.named_parameters():\n"
+            '        if "weight" in name:  # each unit\'s incoming weights to norm <= 3\n'
+            f"            weight.renorm_(2, 0, {MAX_NORM})",
         )
     return Fix(
         "constrain_weights",
