@@ -287,3 +287,30 @@ def test_a_problem_whose_verdicts_the_reruns_changed_is_printed_again_in_full(ex
     console = Console(record=True, width=100, no_color=True, file=io.StringIO())
     render_report(report, console, problems_shown=True, shown=(exp_problem,))
     assert "(details above)" in console.export_text()
+
+
+def test_a_reason_no_trial_ran_shared_by_several_remedies_is_said_once(exp_problem):
+    # An unchanged PyTorch script's: four lines repeated under every remedy, before.
+    why = (
+        "an unchanged PyTorch script has no step function the doctor can call again from "
+        "the last good state"
+    )
+    fixes = tuple(
+        dataclasses.replace(fix, verified=None, evidence=f"not tried: {why}")
+        for fix in exp_problem.fixes
+    )
+    confirmed = dataclasses.replace(
+        fixes[0], verified=True, evidence=f"confirmed: it held (not tried inside the run: {why})"
+    )
+    not_fixes = tuple(
+        dataclasses.replace(item, evidence=f"not tried: {why}") for item in exp_problem.not_fixes
+    )
+    assert not_fixes  # the reason is shared by a fix and a remedy that will not help
+    problem = dataclasses.replace(exp_problem, fixes=(confirmed, *fixes[1:]), not_fixes=not_fixes)
+    lines = format_finding_lines(problem)
+    text = "\n".join(lines)
+    assert text.count(why) == 1
+    assert f"Not tried inside the run: {why}." in lines
+    assert "verified: confirmed: it held (not tried inside the run)" in [
+        line.strip() for line in lines
+    ]

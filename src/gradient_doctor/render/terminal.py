@@ -25,6 +25,7 @@ from gradient_doctor.render.text import (
     header_line,
     more_fixes_lines,
     patch_lines,
+    said_once,
     verdicts_line,
     warning_lines,
 )
@@ -130,7 +131,8 @@ def finding_panel(finding: Finding, title: str) -> Panel:
     Returns:
         A rich Panel holding the lines of `diagnosis_lines` and the fixes.
     """
-    parts: list[RenderableType] = [styled_line(line) for line in diagnosis_lines(finding)]
+    finding, untried = said_once(finding)
+    parts: list[RenderableType] = [styled_line(line) for line in diagnosis_lines(finding, untried)]
     if finding.fixes:
         parts.append(styled_line(FIXES_HEADING))
     for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):

@@ -7,6 +7,7 @@ finding its own way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from gradient_doctor.core.findings import (
@@ -113,7 +114,8 @@ def format_finding_lines(finding: Finding) -> list[str]:
         >>> format_finding_lines(finding)[:3]
         ['forward_overflow at step 1830', 'phase: forward', 'op: Exp  name: ...']
     """
-    lines = [finding_title(finding), *diagnosis_lines(finding)]
+    finding, untried = said_once(finding)
+    lines = [finding_title(finding), *diagnosis_lines(finding, untried)]
     if finding.fixes:
         lines.append(FIXES_HEADING)
     for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):
@@ -122,6 +124,39 @@ def format_finding_lines(finding: Finding) -> list[str]:
         lines += [" " * CODE_INDENT + line for line in patch_lines(fix)]
     lines += more_fixes_lines(finding)
     return lines
+
+
+def said_once(finding: Finding) -> tuple[Finding, str | None]:
+    """The finding with a reason no trial ran, shared by several of its remedies (an
+    unchanged PyTorch script's: no step function to call again), cut from each one's
+    evidence, and that reason, to say once; (finding, None) when none is shared."""
+    reasons = [
+        reason
+        for item in (*finding.fixes, *finding.not_fixes)
+        if (reason := _untried_reason(item.evidence)) is not None
+    ]
+    shared = next((r for r in reasons if reasons.count(r) > 1 and len(r) > 40), None)
+    if shared is None:
+        return finding, None
+
+    def cut(item):
+        if not item.evidence:
+            return item
+        return dataclasses.replace(item, evidence=item.evidence.replace(f": {shared}", ""))
+
+    fixes = tuple(cut(fix) for fix in finding.fixes)
+    not_fixes = tuple(cut(item) for item in finding.not_fixes)
+    return dataclasses.replace(finding, fixes=fixes, not_fixes=not_fixes), shared
+
+
+def _untried_reason(evidence: str | None) -> str | None:
+    """Why no trial ran, as the evidence gives it last: "not tried: <why>", or
+    "... (not tried inside the run: <why>)"; None when it gives none."""
+    for marker, closing in (("(not tried inside the run: ", ")"), ("not tried: ", "")):
+        if evidence and marker in evidence:
+            reason = evidence.rsplit(marker, 1)[1]
+            return reason.removesuffix(closing) if closing else reason
+    return None
 
 
 def patch_lines(fix: Fix) -> list[str]:
@@ -141,11 +176,13 @@ def more_fixes_lines(finding: Finding) -> list[str]:
     ]
 
 
-def diagnosis_lines(finding: Finding) -> list[str]:
+def diagnosis_lines(finding: Finding, untried: str | None = None) -> list[str]:
     """Write everything about a finding that comes before its fixes.
 
     Args:
         finding: Finding.
+        untried: why no trial inside the run tried its remedies, said once before
+            them (`said_once`), or None.
 
     Returns:
         The phase, the origin op with the user's line and the evidence, the
@@ -158,6 +195,8 @@ def diagnosis_lines(finding: Finding) -> list[str]:
         lines += disconnected_lines(finding.disconnected)
     lines.append(finding.explanation)
     lines += skipped_lines(finding)
+    if untried is not None:
+        lines.append(f"Not tried inside the run: {untried}.")
     lines += not_fix_lines(finding.not_fixes)
     return lines
 
