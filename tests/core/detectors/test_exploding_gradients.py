@@ -104,3 +104,21 @@ def test_zero_and_non_finite_norms_are_skipped(layer_record, run):
 def test_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ExplodingGradientsDetector(**kwargs)
+
+
+def test_a_layer_waking_up_while_the_global_norm_stays_flat_is_no_explosion(layer_record, run):
+    # A GAN generator's first layer: its gradient grows 150x from 0.002 while the
+    # discriminator is still random, the global norm flat near 0.6; nothing overflows.
+    import dataclasses
+
+    def record(step, first, overall):
+        return dataclasses.replace(
+            layer_record(step, **{"G.0": first, "D.0": 0.5}), grad_norm=overall
+        )
+
+    waking = [record(step, 0.002 * 1.2**step, 0.6) for step in range(30)]
+    assert run(ExplodingGradientsDetector(), waking)[-1] == []
+    # The same layer's growth carrying the global norm with it is an explosion.
+    exploding = [record(step, 0.002 * 1.3**step, 0.6 + 0.002 * 1.3**step) for step in range(40)]
+    (warning,) = run(ExplodingGradientsDetector(), exploding)[-1]
+    assert "`G.0`" in warning.explanation

@@ -132,11 +132,25 @@ class ExplodingGradientsDetector(CountedFindings):
                 series = self._series[layer] = _LogNorms(self._window)
             series.append(record.step, math.log(norm))
             explosion = self._explosion(layer, series)
+            if explosion is not None and not self._global_grows(layer, explosion):
+                explosion = None
             if explosion is not None:
                 self._explosions[layer] = explosion
                 self._changed()
                 if self._first_step is None:
                     self._first_step = record.step
+
+    def _global_grows(self, layer: str, explosion: Explosion) -> bool:
+        """Whether the global norm rose too across a layer's growth, by at least the
+        square root of `growth_factor` (10x): a layer that grows 100x from far below
+        the others (a GAN generator's first layer while the discriminator is still
+        random) while the global norm stays flat is waking up, not exploding. True for
+        the global norm itself, and for a layer when no global norm is known."""
+        overall = self._series.get(_GLOBAL)
+        if layer == _GLOBAL or overall is None or not overall.values:
+            return True
+        since = [v for step, v in zip(overall.steps, overall.values) if step >= explosion.start]
+        return bool(since) and overall.values[-1] - min(since) >= self._least_range
 
     def _build_findings(self) -> list[Finding]:
         """One warning naming the layers whose gradient norms explode, or none."""
