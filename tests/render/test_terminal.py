@@ -314,3 +314,16 @@ def test_a_reason_no_trial_ran_shared_by_several_remedies_is_said_once(exp_probl
     assert "verified: confirmed: it held (not tried inside the run)" in [
         line.strip() for line in lines
     ]
+
+
+def test_a_bound_just_past_a_whole_number_shows_the_digits_that_matter():
+    # acos of a cosine similarity rounded to 1.00000024: "max 1" hid the bug.
+    import numpy as np
+
+    from gradient_doctor.render.text import min_max
+
+    past_one = float(np.float32(1.0000002))
+    assert min_max(TensorStats("float32", (4,), -1.0, past_one, 0, 0, 0)) == (
+        "min -1  max 1.00000024"
+    )
+    assert min_max(TensorStats("float32", (4,), -3.1, 712.4, 0, 0, 0)) == "min -3.1  max 712.4"

@@ -8,6 +8,7 @@ finding its own way.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from gradient_doctor.core.findings import (
@@ -318,10 +319,21 @@ def tensor_summary(stats: TensorStats, *, with_range: bool) -> str:
 
 
 def min_max(stats: TensorStats) -> str:
-    """Return "min -3.1  max 712.4", or "no finite values" when there are none."""
+    """Return "min -3.1  max 712.4", or "no finite values" when there are none. A bound
+    that rounds to a whole number it is not (a cosine of 1.00000024, past acos's
+    domain) is written with the digits that show it is not."""
     if stats.min is None and stats.max is None:
         return "no finite values"
-    return f"min {format_number(stats.min)}  max {format_number(stats.max)}"
+    return f"min {_exact_enough(stats.min)}  max {_exact_enough(stats.max)}"
+
+
+def _exact_enough(value: float | None) -> str:
+    """`format_number(value)`, with up to 9 significant digits when 4 would write a
+    whole number that `value` is not."""
+    shown = format_number(value)
+    if value is None or not math.isfinite(value) or value == int(value):
+        return shown
+    return format_number(value, 9) if shown.lstrip("-").isdigit() else shown
 
 
 def disconnected_lines(disconnected: Disconnected) -> list[str]:
