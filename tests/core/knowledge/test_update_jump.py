@@ -55,3 +55,16 @@ def test_the_jump_is_looked_for_only_among_the_last_steps_before_the_failure():
     assert (chain.step, chain.norm) == (4, 800.0)
     # Too few steps before to call anything a jump.
     assert update_jump(history((1.0, 1.0, 500.0)), failing=3) is None
+
+
+def test_a_forward_failure_at_step_0_rules_out_the_remedies_on_updates_as_a_fact(make_evidence):
+    # No update ran before the first step's forward: "a smaller learning rate only slows
+    # the drift of the weights" described updates that never happened.
+    diagnosis = diagnose(make_evidence(step=0, weights_upstream=True))
+    why = {item.remedy: item for item in diagnosis.not_fixes}
+    for remedy in ("gradient_clipping", "lower_learning_rate"):
+        assert why[remedy].structural, why[remedy]
+        assert why[remedy].why.startswith("Step 0 failed in its forward pass, before any update")
+    later = diagnose(make_evidence(step=57, weights_upstream=True))
+    lower = next(item for item in later.not_fixes if item.remedy == "lower_learning_rate")
+    assert not lower.structural

@@ -145,9 +145,12 @@ class ExplodingGradientsDetector(CountedFindings):
         square root of `growth_factor` (10x): a layer that grows 100x from far below
         the others (a GAN generator's first layer while the discriminator is still
         random) while the global norm stays flat is waking up, not exploding. True for
-        the global norm itself, and for a layer when no global norm is known."""
+        the global norm itself, and for a layer when no global norm is known or it
+        does not hold the layer's (the layer's norm is above it: another optimizer's)."""
         overall = self._series.get(_GLOBAL)
         if layer == _GLOBAL or overall is None or not overall.values:
+            return True
+        if explosion.high > math.exp(overall.values[-1]):
             return True
         since = [v for step, v in zip(overall.steps, overall.values) if step >= explosion.start]
         return bool(since) and overall.values[-1] - min(since) >= self._least_range

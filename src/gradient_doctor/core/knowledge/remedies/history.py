@@ -98,3 +98,33 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     return replace(
         diagnosis, explanation=diagnosis.explanation + note, fixes=fixes, not_fixes=not_fixes
     )
+
+
+# The remedies that act on the updates, which a failure in the first step's forward
+# pass comes before.
+_ON_THE_UPDATES = frozenset({"lower_learning_rate", "gradient_clipping", "clip_by_value"})
+
+
+def fit_to_first_step(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
+    """`diagnosis` with the remedies on the updates said, as a fact, not to help a
+    failure in the forward pass of the first step: no update ran before it, so the
+    weights it read are the initial ones whatever the learning rate or clipping (their
+    expectations, "only slows the drift of the weights", describe updates that never
+    happened)."""
+    if evidence.step != 0 or evidence.phase != "forward":
+        return diagnosis
+    what = evidence.origin.op if evidence.origin is not None else "the op"
+    not_fixes = tuple(
+        replace(
+            item,
+            why=(
+                f"Step 0 failed in its forward pass, before any update: {what} read the "
+                "initial weights and the batch, which no learning rate or clipping changes."
+            ),
+            structural=True,
+        )
+        if item.remedy in _ON_THE_UPDATES and not item.structural  # a fact stands
+        else item
+        for item in diagnosis.not_fixes
+    )
+    return replace(diagnosis, not_fixes=not_fixes)

@@ -69,7 +69,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         category="forward_overflow",
         explanation=explanation,
         not_fixes=tuple(
-            replace(item, why=_NO_WEIGHTS) if item.remedy == "lower_learning_rate" else item
+            replace(item, why=_NO_WEIGHTS, structural=True)
+            if item.remedy == "lower_learning_rate"
+            else item
             for item in forward_not_fixes(f"the {kind} constant read by {origin.op}")
         ),
         fixes=tuple(fix for fix in fixes if fix is not None),
