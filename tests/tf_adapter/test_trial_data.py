@@ -43,3 +43,19 @@ def test_features_near_float32s_limit_are_standardised_without_overflow():
     assert features.dtype == tf.float32
     assert np.all(np.isfinite(features.numpy()))
     assert np.abs(features.numpy()).max() < 3.0
+
+
+def test_the_fit_line_is_a_site_for_standardising_only_when_x_is_an_array_of_floats():
+    # `model.fit(train_ds)` was rewritten `(train_ds - train_ds.mean(axis=0, ...)) / ...`,
+    # a patch that crashes: a Dataset has no mean.
+    from gradient_doctor.core.evidence import Evidence
+    from gradient_doctor.core.findings import SourceLine
+    from gradient_doctor.tf_adapter.trials.fix_sites import fix_sites
+
+    line = SourceLine("train.py", 9, "model.fit(train_ds, epochs=3)")
+    evidence = Evidence(step=3, phase="forward", origin=None)
+    dataset = FitCall(source=line, x=tf.data.Dataset.range(4).batch(2))
+    assert fix_sites(None, evidence, dataset).fit is None
+    arrays = FitCall(source=line, x=np.zeros((4, 2), "float32"))
+    assert fix_sites(None, evidence, arrays).fit == line
+    assert not FitCall(source=line, x=np.zeros((4, 2), "int64")).standardisable()

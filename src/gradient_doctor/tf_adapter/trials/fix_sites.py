@@ -33,7 +33,7 @@ def fix_sites(
         trained_layers=tuple(
             site for layer in trained_layers(optimizer) if (site := layer_site(layer)) is not None
         ),
-        fit=fit_call.source if fit_call is not None else None,
+        fit=fit_call.source if fit_call is not None and fit_call.standardisable() else None,
         path_break=evidence.path_break,
         compiled=compiled,
     )

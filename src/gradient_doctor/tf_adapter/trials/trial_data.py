@@ -51,12 +51,17 @@ class FitCall:
         """Fresh iterators over the call's batches, or None (see `fit_batches`)."""
         return fit_batches(self.x, self.y, self.sample_weight, self.batch_size)
 
+    def standardisable(self) -> bool:
+        """Whether the `fit` line's rewrite can standardise `x` as written: one NumPy
+        array of floats (a `tf.data.Dataset` or a dict has no `.mean(axis=0)`)."""
+        return isinstance(self.x, np.ndarray) and np.issubdtype(self.x.dtype, np.floating)
+
     def standardised_batches(self, epsilon: float) -> Callable[[], Iterator] | None:
         """The same batches with `x` standardised over the whole data, feature by
         feature, as `(x - x.mean(axis=0, dtype="float64")) / (x.std(axis=0, dtype="float64")
         + epsilon)` computes it (the `normalize_input` patch of the fit line); None unless
         `x` is one NumPy array of floats."""
-        if not isinstance(self.x, np.ndarray) or not np.issubdtype(self.x.dtype, np.floating):
+        if not self.standardisable():
             return None
         wide = STATISTICS_DTYPE
         x = (self.x - self.x.mean(axis=0, dtype=wide)) / (self.x.std(axis=0, dtype=wide) + epsilon)
