@@ -139,6 +139,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/infonce_two_lines.py",
         "tests/scripts/xla_sum_order.py",
         "tests/scripts/masked_mean_missing_labels.py",
+        "tests/scripts/inline_eager_pair_distance.py",
     }
 )
 

@@ -26,7 +26,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/argparse_slow_explosion.py",
     "tests/scripts/exp_temperature_loop.py",
     "tests/scripts/dataset_loop_batch_std.py",
-    "tests/scripts/inline_eager_log_domain.py",  # module level: proved by the rerun alone
+    "tests/scripts/inline_eager_pair_distance.py",  # module level: proved by the rerun alone
     "tests/scripts/dense_unscaled_input.py",  # readings near 1e38: statistics in float64
     "tests/scripts/float16_mask_constant.py",  # a loss scale a fresh optimizer starts at
     "tests/scripts/gaussian_nll_relu_variance.py",  # the line making the log's input
@@ -190,14 +190,32 @@ def _fixed(script: str, tmp_path: Path) -> tuple[str, str]:
 def test_a_patch_of_module_level_code_is_proved_by_the_rerun_against_the_unchanged_one(doctor_run):
     # An inline eager loop: the patched line runs at module level, so no trial inside the
     # run can try it; the patched copy and the unchanged copy are both run again.
-    problem = doctor_run("tests/scripts/inline_eager_log_domain.py").problem
-    safe = next(fix for fix in problem["fixes"] if fix["family"] == "safe_log")
+    problem = doctor_run("tests/scripts/inline_eager_pair_distance.py").problem
+    safe = next(fix for fix in problem["fixes"] if fix["family"] == "safe_sqrt")
     assert safe["verified"] is True
     assert safe["evidence"].startswith("confirmed: the patched copy of your files trained")
-    assert "where the unchanged copy, run from the start, found forward_domain" in safe["evidence"]
+    assert (
+        "where the unchanged copy, run from the start, found backward_singularity"
+        in (safe["evidence"])
+    )
     origin = problem["origin"]  # the unchanged copy fails where the run did, and says where
-    assert f" in {origin['op']} at {origin['file']}:{origin['line']} `" in safe["evidence"]
+    assert (
+        f" in {origin['op']}, the gradient of Sqrt, at {origin['file']}:{origin['line']} `"
+        in (safe["evidence"])
+    )
     assert "(not tried inside the run" in safe["evidence"]
+
+
+def test_a_rerun_that_held_a_clamp_of_many_values_leaves_it_unverified(doctor_run):
+    # The log's argument, shifted by a baseline that grows each step, is below zero for
+    # many rows: the guard clamps them all, so what held is another computation (as a
+    # trial inside the run judges it; the rerun of a module-level patch once verified it).
+    problem = doctor_run("tests/scripts/inline_eager_log_domain.py").problem
+    safe = next(fix for fix in problem["fixes"] if fix["family"] == "safe_log")
+    assert safe["verified"] is None
+    assert "the patched copy of your files trained" in safe["evidence"]
+    assert "where the unchanged copy, run from the start, found forward_domain" in safe["evidence"]
+    assert "but its clamp changes " in safe["evidence"]
 
 
 def test_a_tenth_of_the_learning_rate_failing_the_next_decade_is_tried_and_written(doctor_run):

@@ -225,3 +225,10 @@ def test_a_loss_that_runs_away_below_zero_did_not_hold():
     density = [-0.5 - 0.1 * i for i in range(20)]
     report = {**_report(20), "optimizers": 1, "series": _loss_series(density)}
     assert _judged(report, 8, "the patched copy").held
+
+
+def test_a_loss_that_may_go_below_zero_and_does_by_its_own_size_held():
+    # A Poisson NLL without its log(y!) constant: 0.84 -> -2.4 as the clipped copy trains.
+    poisson = [0.84, 0.6, 0.2, -0.4, -1.0, *[-2.4] * 15]
+    report = {**_report(20), "optimizers": 1, "series": _loss_series(poisson)}
+    assert _judged(report, 8, "the patched copy").held

@@ -237,9 +237,11 @@ def diverged(losses: Sequence[float], whose: str = "the loss", alone: bool = Tru
     return None
 
 
-# A loss that started at or above zero and ended below minus its starting size: a
-# cross-entropy cannot, so the patch changed what it computes (a clamp of a hand-written
-# log-sum-exp's normaliser alone lets the loss fall to -18675 while "falling").
+# A loss that started at or above zero and ended below minus `SIGNED_LOSS_RISE_ALLOWED`
+# times its starting size: a cross-entropy cannot go below zero at all, and a loss that
+# may (a Poisson NLL without its constant: 0.84 -> -2.4 as it trains) does not run an
+# order of magnitude below; the patch changed what it computes (a clamp of a hand-
+# written log-sum-exp's normaliser alone lets the loss fall to -18675 while "falling").
 _BELOW_ZERO = (
     "the loss fell below zero without bound ({first:.4g} -> {last:.4g}): it started at "
     "or above zero, so what the patched code computes is no longer the loss it was"
@@ -248,13 +250,13 @@ _BELOW_ZERO = (
 
 def _ran_below_zero(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:
     """True when a loss whose first tenth was never negative ended, over its last
-    tenth, below minus its starting size."""
+    tenth, below minus `SIGNED_LOSS_RISE_ALLOWED` times its starting size."""
     if trend is None:
         return False
     first, last = trend
     finite = [v for v in losses if math.isfinite(v)]
     start = finite[: max(1, len(finite) // 10)]
-    return min(start) >= 0 and last < -max(first, 1e-12)
+    return min(start) >= 0 and last < -SIGNED_LOSS_RISE_ALLOWED * max(first, 1e-12)
 
 
 def _diverged(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:

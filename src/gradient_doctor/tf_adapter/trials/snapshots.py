@@ -173,12 +173,20 @@ def _bytes(value) -> int:
     return int(nbytes)
 
 
+# A `weakref.proxy` whose object is gone raises ReferenceError at `isinstance`: the
+# process may hold one (any library's), so proxies are passed over (a variable itself
+# is never one).
+_PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
+
+
 def live_variables() -> list[tf.Variable]:
     """Every variable of the process but the doctor's own (found once, before training)."""
     return [
         obj
         for obj in gc.get_objects()
-        if isinstance(obj, tf.Variable) and not obj.name.startswith(DOCTOR_PREFIX)
+        if type(obj) not in _PROXIES
+        and isinstance(obj, tf.Variable)
+        and not obj.name.startswith(DOCTOR_PREFIX)
     ]
 
 
