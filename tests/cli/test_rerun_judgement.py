@@ -232,3 +232,19 @@ def test_a_loss_that_may_go_below_zero_and_does_by_its_own_size_held():
     poisson = [0.84, 0.6, 0.2, -0.4, -1.0, *[-2.4] * 15]
     report = {**_report(20), "optimizers": 1, "series": _loss_series(poisson)}
     assert _judged(report, 8, "the patched copy").held
+
+
+def test_a_copy_that_held_but_warned_of_dead_units_says_so():
+    # A lower rate that kept a OneCycle run finite and left a layer's ReLUs all dead.
+    dead = {
+        "category": "dead_units",
+        "step": 25,
+        "explanation": "In 1 layer more than 90% of the ReLU units output 0. A dead unit...",
+    }
+    report = {**_report(211), "optimizers": 1, "series": [], "warnings": [dead]}
+    rerun = _judged(report, 10, "the patched copy", limit=211)
+    assert rerun.held  # said, not ruled: a skip connection may carry the signal past it
+    assert rerun.why.endswith(
+        "; but the copy itself warned: dead_units from step 25 (In 1 layer more than 90% of "
+        "the ReLU units output 0.)"
+    )

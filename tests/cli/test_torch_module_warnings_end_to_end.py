@@ -37,3 +37,20 @@ def test_a_healthy_tanh_and_relu_script_gets_no_warning(tmp_path):
     report = run.report
     assert (report["status"], report["problems"], report["warnings"]) == ("healthy", [], [])
     assert report["steps_watched"] == 15 * 16
+
+
+def test_sampling_every_step_measures_every_step(tmp_path):
+    # What the reruns that confirm fixes use, so that units a patch killed are warned of
+    # within them; sampling every step once measured nothing at all (each step's sample
+    # was taken over by the next before it was read).
+    shutil.copy(SCRIPTS / "dead_relu_block.py", tmp_path / "dead_relu_block.py")
+    options = ("--sample-every", "1", "--stop-after", "40")
+    run = run_doctor("dead_relu_block.py", tmp=tmp_path, cwd=tmp_path, options=options)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    series = {s["name"]: s for s in run.report["series"]}
+    dead = series["dead_fraction/trunk.2"]
+    assert dead["steps"] == list(range(40)) and set(dead["values"]) == {1.0}
+    (warning,) = run.report["warnings"]
+    # Warned after 20 records in a row: 20 steps, not the default sampling's 200.
+    assert (warning["category"], warning["step"]) == ("dead_units", 19)
+    assert "`trunk.2` (100% since step 0)" in warning["explanation"]

@@ -188,8 +188,10 @@ def run_adapter(
     on_record: Callable | None,
     max_steps: int | None,
     dump_dir: str | None,
+    sample_every: int | None = None,
 ) -> RunAdapter:
-    """The adapter that watches `script` for `framework` (`script_framework`)."""
+    """The adapter that watches `script` for `framework` (`script_framework`);
+    `sample_every` fixes PyTorch's sampling period of the per-module statistics."""
     if framework == TORCH:
         from gradient_doctor.core.pipeline import Session
         from gradient_doctor.render.terminal import render_finding, render_warning
@@ -205,6 +207,7 @@ def run_adapter(
             on_record=on_record,
             max_steps=max_steps,
             dump_dir=dump_dir,
+            sample_every=sample_every,
         )
         protected = (Session.after_step, Session.record, ScriptAdapter.finish)
         return RunAdapter(watcher, protected, watcher.crash_dump)

@@ -97,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         "healthy (`gradient-doctor fix` reruns a patched script only as far as it needs)",
     )
     run.add_argument(
+        "--sample-every",
+        type=positive_int,
+        metavar="N",
+        help="PyTorch: measure the per-module statistics (dead and saturated units, weight "
+        "norms) every N steps throughout (default: every 10, then as a 1%% time budget "
+        "allows); the reruns that confirm fixes use 1, so that a patch that kills the "
+        "units shows within them",
+    )
+    run.add_argument(
         "--confirm",
         choices=("auto", "always", "never"),
         default="auto",
@@ -327,6 +336,7 @@ def run_command(options: argparse.Namespace) -> int:
         progress_seconds=options.progress,
         dump_dir=options.dump,
         max_steps=options.stop_after,
+        sample_every=options.sample_every,
         confirm=options.confirm,
         framework=framework,
     )

@@ -23,6 +23,7 @@ from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
 from gradient_doctor.core.fix_trials import diverged
 from gradient_doctor.core.patches import PatchError, apply_unified_diff
 from gradient_doctor.core.run_series import OBJECTIVE_LOSS
+from gradient_doctor.render.text import first_sentence
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,11 @@ def rerun_patched(
         except (PatchError, OSError) as error:
             return Rerun(False, 0, f"the patch did not apply ({error})")
         limit = failed_at + 1 + steps_past
-        options = ["--trial-steps", "0", "--progress", "0", "--stop-after", str(limit)]
+        # Statistics every step (PyTorch): units a patch killed are warned of in time.
+        options = [
+            *("--trial-steps", "0", "--progress", "0", "--stop-after", str(limit)),
+            *("--sample-every", "1"),
+        ]
         guard = copy.guard(os.path.join(scratch, "refused.log"))
         guarded = guard.save(os.path.join(scratch, "guard.json"))
         report = doctor_report(script, args, copy.root, scratch, options, timeout, guard=guarded)
@@ -141,7 +146,27 @@ def _judged(report: dict | None, failed_at: int, what: str, limit: int | None = 
     rise = _diverged_loss(report)
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
-    return Rerun(True, steps, trained)
+    return Rerun(True, steps, trained + _stalled_note(report))
+
+
+# The copy's own warnings that say a part of the network stopped learning, though every
+# value stayed finite (a lower rate that left a layer's ReLUs all dead, say).
+_STALLED = ("dead_units", "vanishing_gradients")
+
+
+def _stalled_note(report: dict) -> str:
+    """'; but the copy itself warned: dead_units from step 25 (...)' when the copy's
+    report warns that units died or gradients vanished, else ''. The copy held: whether
+    that part matters (a skip connection may carry the signal past it) is the user's
+    to judge, so it is said, not ruled."""
+    stalled = [w for w in report.get("warnings", ()) if w.get("category") in _STALLED]
+    if not stalled:
+        return ""
+    said = "; ".join(
+        f"{w['category']} from step {w.get('step')} ({first_sentence(w.get('explanation', ''))})"
+        for w in stalled
+    )
+    return f"; but the copy itself warned: {said}"
 
 
 def _diverged_loss(report: dict) -> str | None:

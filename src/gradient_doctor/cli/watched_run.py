@@ -29,6 +29,7 @@ def watched_run(
     max_steps: int | None = None,
     confirm: str = "auto",
     framework: str | None = None,
+    sample_every: int | None = None,
 ) -> int:
     """Watch `script`, print the diagnosis, write the reports asked for; return the exit
     status. A progress line goes to stderr every `progress_seconds` (0: none); with
@@ -62,6 +63,7 @@ def watched_run(
             on_record=ProgressLine(progress_seconds) if progress_seconds > 0 else None,
             max_steps=max_steps,
             dump_dir=dump_dir,
+            sample_every=sample_every,
         )
         watcher, crash_dump = adapter.watcher, adapter.crash_dump
         # A signal stops the script, never the diagnosis of a step.

@@ -52,6 +52,7 @@ from gradient_doctor.torch_adapter.localize.gradient_paths import (
 from gradient_doctor.torch_adapter.localize.module_scope import parameter_names
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
+from gradient_doctor.torch_adapter.step.sample_schedule import SampleSchedule
 from gradient_doctor.torch_adapter.step.step_check import Check, combined
 from gradient_doctor.torch_adapter.trials.trial_plans import trial_plans
 
@@ -100,11 +101,18 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         args: its arguments.
         dump_dir: the `--dump` folder, or None: the first failing step the rerun
             records is written there (`torch_adapter.dump`).
+        sample_every: sample the per-module statistics every so many steps throughout
+            (`--sample-every`); None: `SampleSchedule`'s own period, fit to a budget.
         **session: passed to `Session` (stop_on_problem, on_finding, max_steps, ...).
     """
 
     def __init__(
-        self, script: str, args: list[str], dump_dir: str | None = None, **session
+        self,
+        script: str,
+        args: list[str],
+        dump_dir: str | None = None,
+        sample_every: int | None = None,
+        **session,
     ) -> None:
         self.script, self.args = script, list(args)
         self.crash_dump = TorchCrashDump(dump_dir, script) if dump_dir else None
@@ -123,7 +131,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.cuts = CutWatch()  # parameters left without a gradient
         self._path_reruns = 0
         # The models are found as their forward runs (module_stats' hooks).
-        self.stats = ModuleStats(lambda: self.optimizers)
+        schedule = None if sample_every is None else SampleSchedule.fixed(sample_every)
+        self.stats = ModuleStats(lambda: self.optimizers, schedule=schedule)
 
     def install(self) -> None:
         """The start a rerun repeats (taken right before the script runs), then the hooks;

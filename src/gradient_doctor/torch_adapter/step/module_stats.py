@@ -190,6 +190,11 @@ class ModuleStats:
 
     def begin_sample(self) -> None:
         """Measure the forward that follows (hooks on until the next update starts)."""
+        if self._sample is not None and not self._handles:
+            # The last step's sample, sealed by its update but not read yet (its step ends
+            # when the next one's first update comes): sampling every step, it is kept.
+            self._pending.append(self._sample)
+            self._sample = None
         if self._sample is None:
             self._sample = _Sample()
         if not self._handles:

@@ -57,6 +57,13 @@ class SampleSchedule:
         self._sampled: deque[float] = deque(maxlen=_SAMPLED_STEPS)
         self._last_end: float | None = None
 
+    @classmethod
+    def fixed(cls, every: int) -> SampleSchedule:
+        """A schedule that samples every `every` steps throughout (no budget)."""
+        schedule = cls(every=every, warmup=0)
+        schedule.periods = (every,)
+        return schedule
+
     def samples(self, step: int) -> bool:
         """Whether `step` is a sampled step."""
         return step % self.period == 0
