@@ -341,3 +341,25 @@ def test_a_healthy_script_that_updates_its_tensors_itself_is_bit_identical(torch
     assert run.exit_code == 0, run.stderr[-3000:]
     assert run.report["status"] == "healthy" and run.report["steps_watched"] == 300
     assert run.stdout.splitlines()[:7] == _plain(folder / name, folder).splitlines()
+
+
+def test_a_log_sum_exp_of_tensor_methods_gets_torchs_logsumexp_and_not_a_clamp(torch_run, tmp_path):
+    # The clamp of the exp's input alone once held "finite and falling": the
+    # cross-entropy ran to -3111. torch.logsumexp computes the same loss, safely.
+    name = "contrastive_methods_logsumexp.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["phase"], problem["origin"]["op"]) == (
+        "forward_overflow",
+        "forward",
+        "Exp",
+    )
+    line = "return (logits.exp().sum(-1).log() - logits.diagonal()).mean()"
+    assert problem["origin"]["line"] == line_of(f"{SCRIPTS}/{name}", line)
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "stable_logsumexp"
+    assert "return (torch.logsumexp(logits, -1) - logits.diagonal()).mean()" in fix["patch"]
+    clamp = next(f for f in problem["fixes"] if f["family"] == "clip_input_domain")
+    assert clamp["verified"] is False
+    assert "the loss fell below zero without bound" in clamp["evidence"]
