@@ -68,3 +68,20 @@ def test_a_forward_failure_at_step_0_rules_out_the_remedies_on_updates_as_a_fact
     later = diagnose(make_evidence(step=57, weights_upstream=True))
     lower = next(item for item in later.not_fixes if item.remedy == "lower_learning_rate")
     assert not lower.structural
+
+
+def test_a_failure_right_after_the_first_update_puts_clipping_first(make_evidence):
+    # A recurrent net's first update (norm 478224) throws its kernel out; step 1's
+    # forward overflows. No earlier norm exists to call it a jump against.
+    import dataclasses
+
+    first = StepHistory(steps=(0,), grad_norms=(478224.0,))
+    evidence = dataclasses.replace(make_evidence(step=1, weights_upstream=True), history=first)
+    diagnosis = diagnose(evidence)
+    assert diagnosis.fixes[0].family == "gradient_clipping"
+    assert "gradient_clipping" not in [item.remedy for item in diagnosis.not_fixes]
+    assert "its update, with a gradient norm of 4.8e+05, is the only one before" in (
+        diagnosis.explanation
+    )
+    later = dataclasses.replace(evidence, step=2)
+    assert "is the only one before" not in diagnose(later).explanation

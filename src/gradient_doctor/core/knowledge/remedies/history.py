@@ -76,7 +76,7 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     there), for inputs that come from the batch alone (no update reaches them), when
     clipping is already on (it did not bound the jump) or already proposed.
     """
-    jump = update_jump(evidence.history, evidence.step)
+    jump = update_jump(evidence.history, evidence.step) or _first_update(evidence)
     if (
         jump is None
         or diagnosis.category not in _FORWARD_FAILURES
@@ -87,17 +87,41 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     ):
         return diagnosis
     op = evidence.origin.op if evidence.origin is not None else "the op"
-    note = (
-        f" The update at step {jump.step} had a gradient norm of {format_number(jump.norm)}, "
-        f"{format_number(jump.factor)} times the median of the {jump.steps_before} steps "
-        f"before it ({format_number(jump.median)}): that one update threw the weights that "
-        f"feed {op} this far. Clipping the gradient norm bounds such an update."
-    )
+    if jump.steps_before == 0:  # the first update: no earlier norm to compare with
+        note = (
+            f" Step 0 computed {op} finitely on the initial weights; its update, with a "
+            f"gradient norm of {format_number(jump.norm)}, is the only one before this "
+            f"step: it moved the weights that feed {op}. Clipping the gradient norm "
+            "bounds that update."
+        )
+    else:
+        note = (
+            f" The update at step {jump.step} had a gradient norm of "
+            f"{format_number(jump.norm)}, {format_number(jump.factor)} times the median of "
+            f"the {jump.steps_before} steps before it ({format_number(jump.median)}): that "
+            f"one update threw the weights that feed {op} this far. Clipping the gradient "
+            "norm bounds such an update."
+        )
     not_fixes = tuple(item for item in diagnosis.not_fixes if item.remedy != "gradient_clipping")
     fixes = (remedies.gradient_clipping(evidence.setup), *diagnosis.fixes)
     return replace(
         diagnosis, explanation=diagnosis.explanation + note, fixes=fixes, not_fixes=not_fixes
     )
+
+
+def _first_update(evidence: Evidence) -> UpdateJump | None:
+    """A failure at step 1 follows exactly one update, step 0's: with no earlier norm to
+    call it a jump against, it is still the one change the weights went through (a
+    recurrent net's first update, norm 478224, throws its kernel out). None otherwise,
+    or when step 0's norm was not recorded finite."""
+    history = evidence.history
+    if evidence.step != 1 or history is None or len(history.steps) != len(history.grad_norms):
+        return None
+    norms = dict(zip(history.steps, history.grad_norms, strict=True))
+    norm = norms.get(0)
+    if norm is None or not math.isfinite(norm) or norm <= 0:
+        return None
+    return UpdateJump(0, norm, norm, 0)
 
 
 # The remedies that act on the updates, which a failure in the first step's forward
