@@ -327,3 +327,19 @@ def test_a_bound_just_past_a_whole_number_shows_the_digits_that_matter():
         "min -1  max 1.00000024"
     )
     assert min_max(TensorStats("float32", (4,), -3.1, 712.4, 0, 0, 0)) == "min -3.1  max 712.4"
+
+
+def test_a_finding_printed_during_the_run_says_reruns_may_still_overturn_it(exp_problem):
+    # The live box said "verified" for fixes the final box, after the reruns, called
+    # "not verified", with nothing to say the first verdict was provisional.
+    from gradient_doctor.cli.fix_confirmation import confirmation_pending
+
+    pending = confirmation_pending("always", trial_steps=200)
+    buffer = io.StringIO()
+    render_finding(exp_problem, Console(file=buffer, width=200), pending=pending)
+    text = buffer.getvalue()
+    assert "(verdicts from inside the run: after the script, each patch is applied" in text
+    assert text.index("Try:") < text.index("verdicts from inside the run")
+    assert confirmation_pending("never", trial_steps=200) is None
+    assert confirmation_pending("auto", trial_steps=0) is None
+    assert "(when the run took at most 120 s)" in confirmation_pending("auto", trial_steps=200)

@@ -30,6 +30,19 @@ CONFIRM_MAX_SECONDS = 120.0
 MAX_CONFIRMED = 4
 
 
+def confirmation_pending(mode: str, trial_steps: int) -> str | None:
+    """What a finding printed during the run says under its fixes when reruns will judge
+    them after it (`confirm_fixes`): its verdicts are those of the trials inside the run,
+    which a rerun may still overturn; None when no rerun will come."""
+    if mode == "never" or trial_steps <= 0:
+        return None
+    when = "" if mode == "always" else f" (when the run took at most {CONFIRM_MAX_SECONDS:.0f} s)"
+    return (
+        "verdicts from inside the run: after the script, each patch is applied to a copy "
+        f"of your folder and run again from the start{when}, which may overturn them"
+    )
+
+
 def confirm_fixes(
     report: Report,
     script: str,

@@ -11,6 +11,7 @@ built here, its framework imported only then, so a PyTorch run never loads Tenso
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,9 +190,12 @@ def run_adapter(
     max_steps: int | None,
     dump_dir: str | None,
     sample_every: int | None = None,
+    pending: str | None = None,
 ) -> RunAdapter:
     """The adapter that watches `script` for `framework` (`script_framework`);
-    `sample_every` fixes PyTorch's sampling period of the per-module statistics."""
+    `sample_every` fixes PyTorch's sampling period of the per-module statistics;
+    `pending` is said under the fixes of each finding printed live (what is still to
+    judge them after the run)."""
     if framework == TORCH:
         from gradient_doctor.core.pipeline import Session
         from gradient_doctor.render.terminal import render_finding, render_warning
@@ -201,7 +205,7 @@ def run_adapter(
             script,
             args,
             stop_on_problem=stop_on_problem,
-            on_finding=render_finding,
+            on_finding=functools.partial(render_finding, pending=pending),
             on_warning=render_warning,
             trial_steps=trial_steps,
             on_record=on_record,
@@ -216,7 +220,10 @@ def run_adapter(
     from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher
 
     crash_dump = CrashDump(dump_dir, script) if dump_dir else None
+    from gradient_doctor.render.terminal import render_finding
+
     watcher = make_watcher(
+        on_finding=functools.partial(render_finding, pending=pending),
         stop_on_problem=stop_on_problem,
         trial_steps=trial_steps,
         layer_stats=layer_stats,

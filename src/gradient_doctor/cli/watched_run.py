@@ -6,7 +6,7 @@ import runpy
 import time
 from dataclasses import replace
 
-from gradient_doctor.cli.fix_confirmation import confirm_fixes
+from gradient_doctor.cli.fix_confirmation import confirm_fixes, confirmation_pending
 from gradient_doctor.cli.interrupts import RunInterrupts, signal_name
 from gradient_doctor.cli.script_runner import ScriptOutcome, run_script
 
@@ -64,6 +64,7 @@ def watched_run(
             max_steps=max_steps,
             dump_dir=dump_dir,
             sample_every=sample_every,
+            pending=confirmation_pending(confirm, trial_steps),
         )
         watcher, crash_dump = adapter.watcher, adapter.crash_dump
         # A signal stops the script, never the diagnosis of a step.

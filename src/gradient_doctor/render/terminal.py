@@ -98,15 +98,20 @@ def _verdicts(finding: Finding) -> tuple:
     )
 
 
-def render_finding(finding: Finding, console: Console | None = None) -> None:
+def render_finding(
+    finding: Finding, console: Console | None = None, pending: str | None = None
+) -> None:
     """Print one finding in a panel as soon as it is made.
 
     Args:
         finding: Finding.
         console: rich Console to print to. Defaults to a Console on stderr.
+        pending: what is still to judge the fixes after the run (the reruns that
+            confirm them), said under their heading; None says nothing.
     """
     console = console or Console(stderr=True)
-    console.print(finding_panel(finding, f"gradient-doctor: {finding_title(finding)}"))
+    panel = finding_panel(finding, f"gradient-doctor: {finding_title(finding)}", pending)
+    console.print(panel)
 
 
 def render_warning(finding: Finding, console: Console | None = None) -> None:
@@ -121,12 +126,13 @@ def render_warning(finding: Finding, console: Console | None = None) -> None:
     console.print(Group(*(styled_line(line) for line in warning_lines(finding))))
 
 
-def finding_panel(finding: Finding, title: str) -> Panel:
+def finding_panel(finding: Finding, title: str, pending: str | None = None) -> Panel:
     """Draw a finding in a red panel, its fix code highlighted as Python.
 
     Args:
         finding: Finding.
         title: str, the panel's title (shown as plain text, never as markup).
+        pending: see `render_finding`.
 
     Returns:
         A rich Panel holding the lines of `diagnosis_lines` and the fixes.
@@ -135,6 +141,8 @@ def finding_panel(finding: Finding, title: str) -> Panel:
     parts: list[RenderableType] = [styled_line(line) for line in diagnosis_lines(finding, untried)]
     if finding.fixes:
         parts.append(styled_line(FIXES_HEADING))
+        if pending:
+            parts.append(styled_line(f"  ({pending})"))
     for number, fix in enumerate(finding.fixes[:FIXES_WITH_CODE], start=1):
         parts += [styled_line(line) for line in fix_heading_lines(number, fix)]
         parts.append(Padding(fix_syntax(fix.code), (0, 0, 0, CODE_INDENT)))

@@ -456,6 +456,7 @@ def make_watcher(
     on_record: Callable[[StepRecord], None] | None = None,
     on_problem: Callable[[Finding, Evidence, StepCall | None, list], None] | None = None,
     max_steps: int | None = None,
+    on_finding: Callable[[Finding], None] | None = None,
 ) -> Watcher:
     """A `Watcher` that prints each finding and early warning on stderr as it is made.
 
@@ -469,10 +470,11 @@ def make_watcher(
         on_record: see `Watcher`. Defaults to None.
         on_problem: see `Watcher`. Defaults to None.
         max_steps: see `Watcher`. Defaults to None.
+        on_finding: prints a finding instead of `print_finding` (when verbose).
     """
     return Watcher(
         stop_on_problem,
-        print_finding if verbose else None,
+        (on_finding or print_finding) if verbose else None,
         on_warning=print_warning if verbose else None,
         trial_steps=trial_steps,
         layer_stats=layer_stats,
