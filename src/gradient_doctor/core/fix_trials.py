@@ -39,6 +39,17 @@ LOSS_RISE_ALLOWED = 1.0
 # goes well. Such a loss diverges only when it rises by more than this many times its
 # size at the start (the mean magnitude of its first tenth): an order of magnitude.
 SIGNED_LOSS_RISE_ALLOWED = 9.0
+# Failures of a value that drifts over training to a limit (not gradients that explode).
+DRIFTS = frozenset({"forward_overflow", "forward_domain"})
+# Remedies that leave the op that failed as it was, and what they change instead: for
+# a value that built up over training, a trial or rerun that held shows only that it
+# built up more slowly, as far as it ran.
+SLOWS_ONLY = {
+    "lower_learning_rate": "it acts on the updates",
+    "normalize_input": "it changes the data, not the op that failed",
+    "better_init": "it changes where training starts, not the op that failed",
+    "batch_normalization": "it rescales the activations, not the op that failed",
+}
 # A trial whose gradient norm was exactly zero on at least this share of its steps did
 # not train: its updates left the weights where they were.
 ZERO_GRADIENT_SHARE = 0.9
@@ -248,15 +259,19 @@ _BELOW_ZERO = (
 )
 
 
+def _first_tenth(losses: Sequence[float]) -> list[float]:
+    """The finite losses of the first tenth (at least one), as `loss_trend` averages."""
+    finite = [v for v in losses if math.isfinite(v)]
+    return finite[: max(1, len(finite) // 10)]
+
+
 def _ran_below_zero(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:
     """True when a loss whose first tenth was never negative ended, over its last
     tenth, below minus `SIGNED_LOSS_RISE_ALLOWED` times its starting size."""
     if trend is None:
         return False
     first, last = trend
-    finite = [v for v in losses if math.isfinite(v)]
-    start = finite[: max(1, len(finite) // 10)]
-    return min(start) >= 0 and last < -SIGNED_LOSS_RISE_ALLOWED * max(first, 1e-12)
+    return min(_first_tenth(losses)) >= 0 and last < -SIGNED_LOSS_RISE_ALLOWED * max(first, 1e-12)
 
 
 def _diverged(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:
@@ -266,11 +281,10 @@ def _diverged(trend: tuple[float, float] | None, losses: Sequence[float]) -> boo
     if trend is None:
         return False
     first, last = trend
-    finite = [v for v in losses if math.isfinite(v)]
-    if min(finite) >= 0:
+    if min(v for v in losses if math.isfinite(v)) >= 0:
         return last - first > LOSS_RISE_ALLOWED * max(abs(first), 1e-12)
-    window = finite[: max(1, len(finite) // 10)]
-    size = max(abs(first), sum(abs(v) for v in window) / len(window), 1e-12)
+    start = _first_tenth(losses)
+    size = max(abs(first), sum(abs(v) for v in start) / len(start), 1e-12)
     return last - first > SIGNED_LOSS_RISE_ALLOWED * size
 
 
@@ -435,7 +449,7 @@ def _judged_fix(
     if outcome.held and baseline.failed_at is None:
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
-    elif blind is not None and baseline.failed_at is not None:
+    elif blind is not None:  # held, where the unchanged step failed
         verified = None
         evidence += f" ({base_note}); but {blind}: this trial cannot tell"
     elif outcome.held and shortfall is None and not fix.patch:
@@ -467,19 +481,6 @@ def clamp_caveat(fix: Fix) -> str:
         "(their gradient is 0 there): it rewrites what the code computes, and the loss "
         "that fell is the rewritten one, so a trial cannot verify it is what you meant"
     )
-
-
-# Failures of a value that drifts over training to a limit (not gradients that explode).
-DRIFTS = frozenset({"forward_overflow", "forward_domain"})
-# Remedies that leave the op that failed as it was, and what they change instead: for
-# a value that built up over training, a trial or rerun that held shows only that it
-# built up more slowly, as far as it ran.
-SLOWS_ONLY = {
-    "lower_learning_rate": "it acts on the updates",
-    "normalize_input": "it changes the data, not the op that failed",
-    "better_init": "it changes where training starts, not the op that failed",
-    "batch_normalization": "it rescales the activations, not the op that failed",
-}
 
 
 def _slows_a_build_up(family: str, outcome: TrialOutcome, failing: int | None) -> bool:
