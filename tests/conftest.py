@@ -127,6 +127,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "examples/story3_exploding_gradients.py",
         "tests/scripts/bce_two_logs_one_line.py",
         "tests/scripts/unscaled_input_fit.py",
+        "tests/scripts/unscaled_targets_fit.py",
         "tests/scripts/argparse_slow_explosion.py",
         "tests/scripts/exp_temperature_loop.py",
         "tests/scripts/dataset_loop_batch_std.py",

@@ -32,6 +32,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/gaussian_nll_relu_variance.py",  # the line making the log's input
     "tests/scripts/rnn_relu_growth.py",  # the recurrent kernel redrawn
     "tests/scripts/infonce_two_lines.py",  # logsumexp over two lines
+    "tests/scripts/unscaled_targets_fit.py",  # prices in dollars: y standardised
 ]
 
 
@@ -81,6 +82,7 @@ def test_every_verified_patch_applies_and_was_confirmed_from_the_start(
         "tests/scripts/unscaled_input_fit.py",
         "tests/scripts/argparse_slow_explosion.py",
         "tests/scripts/dense_unscaled_input.py",
+        "tests/scripts/unscaled_targets_fit.py",
     ],
 )
 def test_the_first_verified_patch_applied_by_hand_trains_healthy(doctor_run, script, tmp_path):
@@ -91,6 +93,19 @@ def test_the_first_verified_patch_applied_by_hand_trains_healthy(doctor_run, scr
     rerun = _run(script, copy, tmp_path)
     assert rerun["status"] == "healthy", rerun["problems"]
     assert rerun["steps_watched"] > problem["step"]
+
+
+def test_regression_targets_far_from_unit_scale_are_named_and_standardised_first(doctor_run):
+    problem = doctor_run("tests/scripts/unscaled_targets_fit.py").problem
+    assert problem["category"] == "exploding_gradients"
+    assert "The targets `y` reach" in problem["explanation"]
+    first = problem["fixes"][0]
+    assert (first["family"], first["verified"]) == ("normalize_target", True)
+    assert '+history = model.fit(x, (y - y.mean(axis=0, dtype="float64")) / ' in first["patch"]
+    # Its trial's loss is of standardised prices, judged by its own fall (not against the
+    # ~1e11 before the trouble), and a patched copy run from the start confirmed it.
+    assert "the loss fell and the gradients were not zero" in first["evidence"]
+    assert "the patched copy of your files trained" in first["evidence"]
 
 
 def test_a_patch_whose_copy_fails_from_the_start_is_not_verified(doctor_run):

@@ -254,3 +254,19 @@ def test_a_not_fix_whose_trial_stayed_finite_says_why_it_still_did_not_help():
     assert "all 4 steps finite" in judged.evidence
     assert judged.evidence.endswith("so training did not go on well")
     assert "diverged" in judged.evidence
+
+
+def test_standardised_targets_are_judged_by_their_own_falling_loss_not_the_one_before():
+    # Squared errors of prices near 1e11 before the trouble; of standardised prices, ~1.
+    # Compared with the loss before, any loss would pass: the trial's loss must fall.
+    rescaled = Fix("normalize_target", "standardise y", "code", patch=_PATCH)
+    finding = dataclasses.replace(_finding(), fixes=(rescaled,))
+    falling = judge(finding, FAILED_BASELINE, [_outcome("normalize_target")], 1.9e11)
+    assert _fix(falling, "normalize_target").verified is True
+    assert "as a trial with no loss from before the trouble" in (
+        _fix(falling, "normalize_target").evidence
+    )
+    flat = _outcome("normalize_target", losses=(0.9, 1.0, 1.1, 1.2))
+    judged = judge(finding, FAILED_BASELINE, [flat], 1.9e11)
+    assert _fix(judged, "normalize_target").verified is False
+    assert "the loss did not fall over the trial" in _fix(judged, "normalize_target").evidence

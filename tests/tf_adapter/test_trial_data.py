@@ -59,3 +59,34 @@ def test_the_fit_line_is_a_site_for_standardising_only_when_x_is_an_array_of_flo
     arrays = FitCall(source=line, x=np.zeros((4, 2), "float32"))
     assert fix_sites(None, evidence, arrays).fit == line
     assert not FitCall(source=line, x=np.zeros((4, 2), "int64")).standardisable()
+
+
+def test_the_targets_are_standardised_as_the_patch_writes_them_and_the_features_kept():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(10, 3)).astype("float32")
+    prices = rng.uniform(1e5, 6e5, size=10).astype("float32")
+    call = FitCall(source=None, x=x, y=prices, batch_size=10)
+    assert call.standardisable("y")
+    ((features, targets),) = list(call.standardised_batches(1e-7, "y")())
+    np.testing.assert_array_equal(features.numpy(), x)
+    wide = "float64"
+    expected = (prices - prices.mean(axis=0, dtype=wide)) / (prices.std(axis=0, dtype=wide) + 1e-7)
+    np.testing.assert_allclose(targets.numpy(), expected, rtol=1e-6)
+    assert not FitCall(source=None, x=x, y=np.zeros(10, "int64")).standardisable("y")
+
+
+def test_the_targets_of_a_batch_are_its_labels_or_a_custom_steps_last_floating_input():
+    from gradient_doctor.tf_adapter.localize.input_scan import keras_batch_names, target_scale
+
+    features = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    prices = tf.constant([[250_000.5], [410_000.0]])
+    scale = target_scale(keras_batch_names((features, prices)))
+    assert (scale.tensor, scale.largest, scale.mean) == ("y", 410_000.0, 330_000.25)
+    # A custom step `train_step(x, y)`: its arguments' own names.
+    assert target_scale([("x", features), ("y_batch", prices)]).tensor == "y_batch"
+    # Class ids stored as floats are not regression targets; integer labels are not
+    # floating; a single input has no targets to tell apart from it.
+    ids = tf.constant([3.0, 7.0])
+    assert target_scale(keras_batch_names((features, ids))) is None
+    assert target_scale(keras_batch_names((features, tf.constant([3, 7])))) is None
+    assert target_scale([("images", features)]) is None

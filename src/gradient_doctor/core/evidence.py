@@ -49,6 +49,23 @@ class BrokenState:
 
 
 @dataclass(frozen=True)
+class TargetScale:
+    """The regression targets of the failing batch: how far they lie from unit scale.
+
+    Attributes:
+        tensor: the targets' name in the batch (`y`, `y['price']`, a step's `labels`).
+        largest: their largest finite magnitude.
+        mean: their mean over the batch.
+        std: their standard deviation over the batch.
+    """
+
+    tensor: str
+    largest: float
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
 class StepHistory:
     """Recent per-step statistics, oldest first; None where a value was not finite."""
 
@@ -190,6 +207,8 @@ class Evidence:
             first grew past 1e6 on the way: (layer, op type, magnitude it reached).
         input_scale: the batch's input features' largest magnitude, as (the input's
             name, that magnitude), when the step's first input is floating point.
+        target_scale: the batch's regression targets (floating-point labels that are
+            not class ids), when the adapter can tell them from the features.
         overflowed_norm: when every gradient of the failing update was finite but
             their global norm's square overflowed float32, that norm (measured in
             float64); None otherwise.
@@ -238,6 +257,7 @@ class Evidence:
     nonfinite_constant: bool = False
     growth: tuple[str | None, str, float] | None = None
     input_scale: tuple[str, float] | None = None
+    target_scale: TargetScale | None = None
     broken_state: BrokenState | None = None
     skipped_updates: int = 0
     stuck_units: StuckUnits | None = None

@@ -73,6 +73,9 @@ FIX_FAMILIES = (
     "disable_xla",
     # Added: clip each gradient value, for a global norm that itself overflows.
     "clip_by_value",
+    # Added: regression targets far from unit scale (prices in dollars) make the loss
+    # and its gradients that large; training on standardised targets removes the cause.
+    "normalize_target",
     # Added: the library's sigmoid / softplus for a hand-written one that overflows.
     "library_function",
     # Added: a root or fractional power of the magnitude, for a base negative by design

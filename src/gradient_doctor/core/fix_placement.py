@@ -43,7 +43,8 @@ class FixSites:
         optimizer: the optimizer and the line that built it (learning rate, clipping).
         weights_layer: the layer whose weights feed the origin op (bounded weights).
         trained_layers: every trained layer whose line is known (initialisation).
-        fit: the user's `fit(...)` line (standardised input).
+        fit: the user's `fit(...)` line, when it can standardise its input features.
+        fit_targets: the same line, when it can standardise its regression targets.
         path_break: for missing gradients, where the path broke and the
             `tape.gradient(...)` call that returned None (a surrogate loss term).
         compiled: the line that compiled the step with XLA (`model.compile(...,
@@ -56,6 +57,7 @@ class FixSites:
     weights_layer: LayerSite | None = None
     trained_layers: tuple[LayerSite, ...] = ()
     fit: SourceLine | None = None
+    fit_targets: SourceLine | None = None
     path_break: PathBreak | None = None
     compiled: SourceLine | None = None
     own_update: SourceLine | None = None
@@ -110,6 +112,8 @@ def place_fixes(
             placed = _layer_fix(fix, sites, root)
         elif fix.family == "normalize_input" and sites.fit is not None:
             placed = _data_fix(fix, sites.fit, root)
+        elif fix.family == "normalize_target" and sites.fit_targets is not None:
+            placed = _data_fix(fix, sites.fit_targets, root, part="y")
         elif fix.family == "reinforce" and sites.path_break is not None:
             placed = _surrogate_fix(fix, sites.path_break, root)
         elif fix.family == "disable_xla" and sites.compiled is not None:
@@ -164,21 +168,28 @@ def _inside_root(file: str) -> bool:
     return not os.path.isabs(file) and file.split(os.sep)[0] != os.pardir
 
 
-def _data_fix(fix: Fix, fit: SourceLine, root: str) -> Fix | None:
-    """`fix` written as the `fit` line standardising its input, or None."""
+# The title of a `fit` line's patch standardising each part of its data.
+_DATA_TITLES = {
+    "x": "Standardise the input features with the training data's mean and std "
+    "(do the same wherever you feed the model new data)",
+    "y": "Standardise the regression targets with the training targets' mean and std "
+    "(the model then predicts standardised values: multiply its predictions by that std "
+    "and add that mean)",
+}
+
+
+def _data_fix(fix: Fix, fit: SourceLine, root: str, part: str = "x") -> Fix | None:
+    """`fix` written as the `fit` line standardising its input (`part` "x") or its
+    targets ("y"), or None."""
     lines = read_lines(os.path.join(root, fit.file))
-    edit = data_rewrite.standardise_fit_input(fit, lines) if lines is not None else None
+    edit = data_rewrite.standardise_fit_input(fit, lines, part) if lines is not None else None
     if edit is None:
         return None
-    title = (
-        "Standardise the input features with the training data's mean and std "
-        "(do the same wherever you feed the model new data)"
-    )
     return _patched(
-        dataclasses.replace(fix, title=title),
+        dataclasses.replace(fix, title=_DATA_TITLES[part]),
         (edit,),
         root,
-        ("standardise_x", data_rewrite.EPSILON),
+        (f"standardise_{part}", data_rewrite.EPSILON),
     )
 
 

@@ -50,6 +50,10 @@ SLOWS_ONLY = {
     "better_init": "it changes where training starts, not the op that failed",
     "batch_normalization": "it rescales the activations, not the op that failed",
 }
+# Remedies that change what the loss measures (a squared error of standardised targets
+# is in units of their variance): their trial's loss is not compared with the loss before
+# the trouble, and must fall over the trial instead.
+RESCALES_THE_LOSS = frozenset({"normalize_target"})
 # A trial whose gradient norm was exactly zero on at least this share of its steps did
 # not train: its updates left the weights where they were.
 ZERO_GRADIENT_SHARE = 0.9
@@ -360,6 +364,9 @@ def judge(
         key = None if outcome is None else outcome.start
         return baselines.get(key) or next(iter(baselines.values()))
 
+    def reference(remedy: str) -> float | None:
+        return None if remedy in RESCALES_THE_LOSS else reference_loss
+
     fixes = tuple(
         _judged_fix(
             fix,
@@ -367,7 +374,7 @@ def judge(
             baseline_of(outcome),
             start,
             phase,
-            reference_loss,
+            reference(fix.family),
             drift,
         )
         for fix in finding.fixes
@@ -376,14 +383,13 @@ def judge(
     for item in finding.not_fixes:
         outcome = by_remedy.get(item.remedy)
         baseline = baseline_of(outcome)
-        if _helped(outcome, baseline, reference_loss):
+        loss_before = reference(item.remedy)
+        if _helped(outcome, baseline, loss_before):
             # The trial says it helps after all: it is a fix, with the trial's verdict.
             fix = item.fix or Fix(item.remedy, f"Try {item.remedy.replace('_', ' ')}", "")
-            promoted.append(
-                _judged_fix(fix, outcome, baseline, start, phase, reference_loss, drift)
-            )
+            promoted.append(_judged_fix(fix, outcome, baseline, start, phase, loss_before, drift))
         else:
-            not_fixes.append(_judged_not_fix(item, outcome, baseline, start, phase, reference_loss))
+            not_fixes.append(_judged_not_fix(item, outcome, baseline, start, phase, loss_before))
     judged = dataclasses.replace(finding, fixes=fixes + tuple(promoted), not_fixes=tuple(not_fixes))
     return ranked(judged)
 

@@ -30,7 +30,9 @@ UPDATE_REMEDIES = frozenset(
     }
 )
 # Remedies that change the model or the data from the first step on.
-FROM_START_REMEDIES = frozenset({"better_init", "batch_normalization", "normalize_input"})
+FROM_START_REMEDIES = frozenset(
+    {"better_init", "batch_normalization", "normalize_input", "normalize_target"}
+)
 # A trial from the start is run when the failure came within this many steps of it.
 FROM_START_MAX_STEPS = 5000
 # A rise of the gradient norm (or the loss) by this factor over its earlier median

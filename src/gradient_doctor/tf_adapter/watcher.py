@@ -33,7 +33,7 @@ from gradient_doctor.core.records import LAYER_STATS_EVERY, LayerRecord, StepRec
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter.hooks.compile_sites import compiled_line
 from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook, uninstall_tape_hook
-from gradient_doctor.tf_adapter.localize.input_scan import input_scale
+from gradient_doctor.tf_adapter.localize.input_scan import input_scale, target_scale
 from gradient_doctor.tf_adapter.localize.missing_gradients import (
     find_missing_gradient_breaks,
     variable_name,
@@ -328,7 +328,8 @@ class Watcher(Adapter):
         call = replay.call()
         named = replay.named_inputs()
         evidence = localize(call, step, named, history, setup)
-        return Localized(replace(evidence, input_scale=input_scale(named)), FailedStep(call, named))
+        scales = {"input_scale": input_scale(named), "target_scale": target_scale(named)}
+        return Localized(replace(evidence, **scales), FailedStep(call, named))
 
     def training_setup(self) -> TrainingSetup:
         """The latest optimizer's learning rate, clipping and loss scale."""

@@ -1,6 +1,6 @@
 """Unscaled input features: normalize_input comes first, with the reason."""
 
-from gradient_doctor.core.evidence import Evidence
+from gradient_doctor.core.evidence import Evidence, TargetScale
 from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.remedies.data import fit_to_data
@@ -23,5 +23,41 @@ def test_scaled_features_and_other_problems_are_left_alone():
     scaled = Evidence(step=1, phase=None, origin=None, input_scale=("x", 3.2))
     assert fit_to_data(_diagnosis(), scaled) == _diagnosis()
     unscaled = Evidence(step=1, phase=None, origin=None, input_scale=("x", 1e4))
+    missing = Diagnosis("disconnected_gradients", "x", (), ())
+    assert fit_to_data(missing, unscaled) == missing
+
+
+def test_unscaled_targets_put_their_standardisation_first_and_say_why():
+    target = TargetScale("y", 6.7e5, 4e5, 1.3e5)
+    evidence = Evidence(
+        step=1, phase=None, origin=None, input_scale=("x", 7.9), target_scale=target
+    )
+    fitted = fit_to_data(_diagnosis(), evidence)
+    assert [fix.family for fix in fitted.fixes] == ["normalize_target", "lower_learning_rate"]
+    assert "The targets `y` reach 6.7e+05 (mean 4e+05, std 1.3e+05 in this batch)" in (
+        fitted.explanation
+    )
+    assert "a squared error near its square" in fitted.explanation
+
+
+def test_unscaled_targets_and_features_both_first_the_targets_before_the_features():
+    evidence = Evidence(
+        step=1,
+        phase=None,
+        origin=None,
+        input_scale=("x", 5e4),
+        target_scale=TargetScale("y['price']", 3e5, 2e5, 1e5),
+    )
+    fitted = fit_to_data(_diagnosis("forward_overflow"), evidence)
+    assert [fix.family for fix in fitted.fixes][:2] == ["normalize_target", "normalize_input"]
+    assert fitted.explanation.index("The input `x`") < fitted.explanation.index("The targets")
+
+
+def test_scaled_targets_and_problems_they_do_not_drive_are_left_alone():
+    scaled = Evidence(step=1, phase=None, origin=None, target_scale=TargetScale("y", 3, 0, 1))
+    assert fit_to_data(_diagnosis(), scaled) == _diagnosis()
+    unscaled = Evidence(
+        step=1, phase=None, origin=None, target_scale=TargetScale("y", 1e5, 5e4, 2e4)
+    )
     missing = Diagnosis("disconnected_gradients", "x", (), ())
     assert fit_to_data(missing, unscaled) == missing

@@ -64,6 +64,16 @@ def test_the_fit_line_standardises_x_and_the_validation_x_by_the_training_statis
     ) in _patched(edit)
 
 
+def test_the_fit_line_standardises_the_targets_and_the_validation_targets_alike():
+    edit = standardise_fit_input(_at("validation_data"), SCRIPT, part="y")
+    wide = 'axis=0, dtype="float64"'
+    mean, std = f"prices.mean({wide})", f"(prices.std({wide}) + 1e-07)"
+    assert (
+        f"model.fit(features, (prices - {mean}) / {std}, "
+        f"validation_data=(val_x, (val_y - {mean}) / {std}), epochs=3)"
+    ) in _patched(edit)
+
+
 def test_an_expression_passed_as_x_is_not_rewritten():
     assert standardise_fit_input(_at("features / 255.0"), SCRIPT) is None
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradient_doctor.core.evidence import BadInput
+from gradient_doctor.core.evidence import BadInput, TargetScale
 
 MAX_LISTED = 10
+# Whole numbers below this are taken for class ids stored as floats, not regression targets.
+CLASS_IDS_BELOW = 1e4
 
 
 def named_leaves(value, name: str) -> list[tuple[str, object]]:
@@ -22,8 +24,7 @@ def scan(named: list[tuple[str, object]]) -> tuple[BadInput, ...]:
     """Report every floating tensor among `named` that holds NaN or Inf."""
     found = []
     for name, tensor in named:
-        dtype = getattr(tensor, "dtype", None)
-        if dtype is None or not getattr(dtype, "is_floating", False):
+        if not _is_floating(tensor):
             continue
         array = np.asarray(tensor).astype(np.float64)
         bad = ~np.isfinite(array)
@@ -53,13 +54,43 @@ def input_scale(named: list[tuple[str, object]]) -> tuple[str, float] | None:
     (`train_step(x, y)`); the labels' scale is a matter for the loss.
     """
     for name, tensor in named:
-        dtype = getattr(tensor, "dtype", None)
-        if dtype is None or not getattr(dtype, "is_floating", False):
+        if not _is_floating(tensor):
             continue
         array = np.abs(np.asarray(tensor, dtype=np.float64))
         finite = array[np.isfinite(array)]
         return (name, float(finite.max())) if finite.size else None
     return None
+
+
+def target_scale(named: list[tuple[str, object]]) -> TargetScale | None:
+    """The scale of the step's regression targets, or None when there are none to tell.
+
+    The targets are the labels of `fit`'s `(x, y)` batch (`y`, or one leaf of it), or,
+    in a custom step, its last floating-point input when it has more than one (the
+    first is the features, `train_step(x, y)`); sample weights are not targets. Of
+    several, the one of the largest magnitude is taken. Whole numbers below
+    `CLASS_IDS_BELOW` are class ids stored as floats, not values to regress on.
+    """
+    floating = [(name, tensor) for name, tensor in named if _is_floating(tensor)]
+    labels = [pair for pair in floating if pair[0] == "y" or pair[0].startswith("y[")]
+    candidates = labels or [pair for pair in floating[1:] if pair[0] != "sample_weight"][-1:]
+    best = None
+    for name, tensor in candidates:
+        values = np.asarray(tensor, dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if not values.size:
+            continue
+        largest = float(np.abs(values).max())
+        if largest < CLASS_IDS_BELOW and np.all(values == np.round(values)):
+            continue
+        if best is None or largest > best.largest:
+            best = TargetScale(name, largest, float(values.mean()), float(values.std()))
+    return best
+
+
+def _is_floating(tensor) -> bool:
+    dtype = getattr(tensor, "dtype", None)
+    return dtype is not None and getattr(dtype, "is_floating", False)
 
 
 def keras_batch_names(data) -> list[tuple[str, object]]:

@@ -34,6 +34,9 @@ def fix_sites(
             site for layer in trained_layers(optimizer) if (site := layer_site(layer)) is not None
         ),
         fit=fit_call.source if fit_call is not None and fit_call.standardisable() else None,
+        fit_targets=(
+            fit_call.source if fit_call is not None and fit_call.standardisable("y") else None
+        ),
         path_break=evidence.path_break,
         compiled=compiled,
     )

@@ -51,21 +51,30 @@ class FitCall:
         """Fresh iterators over the call's batches, or None (see `fit_batches`)."""
         return fit_batches(self.x, self.y, self.sample_weight, self.batch_size)
 
-    def standardisable(self) -> bool:
-        """Whether the `fit` line's rewrite can standardise `x` as written: one NumPy
-        array of floats (a `tf.data.Dataset` or a dict has no `.mean(axis=0)`)."""
-        return isinstance(self.x, np.ndarray) and np.issubdtype(self.x.dtype, np.floating)
+    def standardisable(self, part: str = "x") -> bool:
+        """Whether the `fit` line's rewrite can standardise `part` (`x`, or the targets
+        `y`) as written: one NumPy array of floats (a `tf.data.Dataset` or a dict has no
+        `.mean(axis=0)`)."""
+        value = self.x if part == "x" else self.y
+        return isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating)
 
-    def standardised_batches(self, epsilon: float) -> Callable[[], Iterator] | None:
-        """The same batches with `x` standardised over the whole data, feature by
-        feature, as `(x - x.mean(axis=0, dtype="float64")) / (x.std(axis=0, dtype="float64")
-        + epsilon)` computes it (the `normalize_input` patch of the fit line); None unless
-        `x` is one NumPy array of floats."""
-        if not self.standardisable():
+    def standardised_batches(
+        self, epsilon: float, part: str = "x"
+    ) -> Callable[[], Iterator] | None:
+        """The same batches with `part` (`x`, or the targets `y`) standardised over the
+        whole data, column by column, as `(v - v.mean(axis=0, dtype="float64")) /
+        (v.std(axis=0, dtype="float64") + epsilon)` computes it (the `normalize_input` and
+        `normalize_target` patches of the fit line); None unless it is one NumPy array
+        of floats."""
+        if not self.standardisable(part):
             return None
         wide = STATISTICS_DTYPE
-        x = (self.x - self.x.mean(axis=0, dtype=wide)) / (self.x.std(axis=0, dtype=wide) + epsilon)
-        return fit_batches(x, self.y, self.sample_weight, self.batch_size)
+        value = self.x if part == "x" else self.y
+        scaled = (value - value.mean(axis=0, dtype=wide)) / (
+            value.std(axis=0, dtype=wide) + epsilon
+        )
+        x, y = (scaled, self.y) if part == "x" else (self.x, scaled)
+        return fit_batches(x, y, self.sample_weight, self.batch_size)
 
 
 def fit_batches(x, y=None, sample_weight=None, batch_size=None) -> Callable[[], Iterator] | None:

@@ -63,8 +63,8 @@ def plan_for(
     setting = fix.trial_setting if fix is not None else None
     if setting is None and remedy in _SETTINGS:
         setting = _SETTINGS[remedy](evidence)
-    if setting is not None and setting[0] == "standardise_x":
-        return _standardised(remedy, fit_call, setting[1])
+    if setting is not None and setting[0] in _STANDARDISED:
+        return _standardised(remedy, fit_call, setting[1], _STANDARDISED[setting[0]])
     if setting is not None and setting[0] == "jit_compile":
         return TrialPlan(remedy, "the step compiled without XLA", without_xla)
     if setting is not None:
@@ -132,12 +132,18 @@ def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPla
     return TrialPlan(remedy, f"{name}={value:.4g}", apply)
 
 
-def _standardised(remedy: str, fit_call, epsilon: float) -> TrialPlan:
-    """Run on `fit`'s data with the features standardised as the patched fit line does."""
-    batches = fit_call.standardised_batches(epsilon) if fit_call is not None else None
+# The settings of a `fit` line's patch standardising a part of its data: which part.
+_STANDARDISED = {"standardise_x": "x", "standardise_y": "y"}
+
+
+def _standardised(remedy: str, fit_call, epsilon: float, part: str) -> TrialPlan:
+    """Run on `fit`'s data with the features (`part` "x") or the targets ("y")
+    standardised as the patched fit line does."""
+    batches = fit_call.standardised_batches(epsilon, part) if fit_call is not None else None
+    what = {"x": "features", "y": "targets"}[part]
     if batches is None:
-        return TrialPlan(remedy, "", not_possible("fit's features are not one NumPy array"))
-    return TrialPlan(remedy, "the features standardised", nullcontext, batches=batches)
+        return TrialPlan(remedy, "", not_possible(f"fit's {what} are not one NumPy array"))
+    return TrialPlan(remedy, f"the {what} standardised", nullcontext, batches=batches)
 
 
 def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:

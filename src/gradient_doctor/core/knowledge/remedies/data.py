@@ -1,9 +1,11 @@
-"""Fit a diagnosis to the data it ran on: unscaled input features come first.
+"""Fit a diagnosis to the data it ran on: unscaled targets and input features come first.
 
 Rules explain the op that went non-finite; when the batch's features are far from unit
 scale (areas in m², prices, raw pixel values), the first layers' outputs and gradients
-are that large too, and standardising the features removes the cause the other
-remedies only work around. This pass says so and puts that remedy first.
+are that large too, and when its regression targets are (prices in dollars), the loss
+and its gradient are: a squared error starts near the targets' square, and its gradient
+grows with the error. Standardising them removes the cause the other remedies only work
+around. This pass says so and puts those remedies first, the targets' before the features'.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.wording import format_number
 
-# Features past this magnitude are not standardised (standardised ones are a few units).
+# Features or targets past this magnitude are not standardised (standardised ones are a
+# few units).
 UNSCALED = 100.0
-# Problems unscaled inputs drive: values or gradients too large.
+# Problems unscaled data drives: values or gradients too large.
 _NUMERIC = frozenset(
     {"forward_overflow", "exploding_gradients", "backward_singularity", "forward_domain"}
 )
@@ -28,20 +31,47 @@ def unscaled(evidence: Evidence) -> bool:
     return evidence.input_scale is not None and evidence.input_scale[1] > UNSCALED
 
 
-def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
-    """`diagnosis` with `normalize_input` first (and said why) when the inputs are unscaled.
+def unscaled_targets(evidence: Evidence) -> bool:
+    """True when the batch's regression targets reach past `UNSCALED`."""
+    return evidence.target_scale is not None and evidence.target_scale.largest > UNSCALED
 
-    Left alone for problems unscaled inputs do not drive, for data the batch itself
+
+def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
+    """`diagnosis` with the data remedies first (and said why) when the data is unscaled:
+    `normalize_target` for the targets, `normalize_input` for the features.
+
+    Left alone for problems unscaled data does not drive, for data the batch itself
     carried as NaN (bad input), and when the rule already ranks the data remedy first.
     """
-    if diagnosis.category not in _NUMERIC or not unscaled(evidence):
+    if diagnosis.category not in _NUMERIC:
         return diagnosis
-    name, scale = evidence.input_scale
-    fixes = [fix for fix in diagnosis.fixes if fix.family != "normalize_input"]
-    existing = [fix for fix in diagnosis.fixes if fix.family == "normalize_input"]
-    fixes.insert(0, existing[0] if existing else remedies.normalize_input(evidence.setup.framework))
-    note = (
-        f" The input `{name}` reaches {format_number(scale)}: features that far from unit "
-        "scale make the first layers' outputs and gradients that large."
-    )
+    framework = evidence.setup.framework
+    if unscaled(evidence):
+        name, scale = evidence.input_scale
+        diagnosis = _first(
+            diagnosis,
+            remedies.normalize_input(framework),
+            f" The input `{name}` reaches {format_number(scale)}: features that far from "
+            "unit scale make the first layers' outputs and gradients that large.",
+        )
+    if unscaled_targets(evidence):
+        target = evidence.target_scale
+        diagnosis = _first(
+            diagnosis,
+            remedies.normalize_target(framework),
+            f" The targets `{target.tensor}` reach {format_number(target.largest)} (mean "
+            f"{format_number(target.mean)}, std {format_number(target.std)} in this batch): "
+            "a regression loss starts near the size of the targets (a squared error near "
+            "its square) and its gradient grows with the error, so the loss and the first "
+            "updates are as far from unit scale as the targets are.",
+        )
+    return diagnosis
+
+
+def _first(diagnosis: Diagnosis, fix, note: str) -> Diagnosis:
+    """`diagnosis` with `fix` first (the rule's own of its family, when it has one) and
+    `note` added to its explanation."""
+    fixes = [f for f in diagnosis.fixes if f.family != fix.family]
+    existing = [f for f in diagnosis.fixes if f.family == fix.family]
+    fixes.insert(0, existing[0] if existing else fix)
     return replace(diagnosis, fixes=tuple(fixes), explanation=diagnosis.explanation + note)

@@ -134,6 +134,27 @@ def normalize_input(framework: str = "tf") -> Fix:
     )
 
 
+def normalize_target(framework: str = "tf") -> Fix:
+    """Train on standardised regression targets, and map predictions back."""
+    title = "Standardise the regression targets, and map the predictions back to their units"
+    if framework == "torch":
+        return Fix(
+            "normalize_target",
+            title,
+            "# once, from the training targets:\n"
+            "y_mean, y_std = train_y.mean(0), train_y.std(0)\n"
+            "loss = loss_fn(model(x), (y - y_mean) / y_std)  # learn standardised targets\n"
+            "prediction = model(x_new) * y_std + y_mean  # back in the targets' units",
+        )
+    return Fix(
+        "normalize_target",
+        title,
+        "y_mean, y_std = y_train.mean(axis=0), y_train.std(axis=0)\n"
+        "model.fit(x_train, (y_train - y_mean) / y_std)  # learn standardised targets\n"
+        "predictions = model.predict(x_new) * y_std + y_mean  # back in the targets' units",
+    )
+
+
 def batch_normalization(target: str, framework: str = "tf") -> Fix:
     """Normalise the activations that feed `target` (e.g. "MatMul", "each hidden layer")."""
     if framework == "torch":

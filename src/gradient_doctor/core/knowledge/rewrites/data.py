@@ -1,4 +1,4 @@
-"""Rewrite the user's `fit(...)` line so the model trains on standardised features.
+"""Rewrite the user's `fit(...)` line so the model trains on standardised features or targets.
 
 `model.fit(features, prices, ...)` becomes
 `model.fit((features - features.mean(axis=0, dtype="float64"))
@@ -7,8 +7,9 @@ scaled by the training data's own statistics, and the validation features
 (`validation_data=(x_val, y_val)`) by the same ones. The statistics are taken in float64:
 NumPy sums a float32 array in float32, so the mean of readings near 1e38 (the data most in
 need of this fix) or the squares of readings past 1e19 would overflow to inf; Keras casts
-the float64 result back to its float type. No name of the user's is reassigned; the trial
-standardises the batches with the same expression.
+the float64 result back to its float type. The targets (`y`) are standardised the same
+way, for a regression whose targets are far from unit scale. No name of the user's is
+reassigned; the trial standardises the batches with the same expression.
 """
 
 from __future__ import annotations
@@ -33,25 +34,32 @@ EPSILON = 1e-7
 STATISTICS_DTYPE = "float64"
 
 
-def standardise_fit_input(source: SourceLine, lines: Sequence[str]) -> Edit | None:
-    """An edit of the `fit` call on `source` standardising its `x` (and validation x).
+# What each part of `fit`'s data is: its position and keyword in the call, and its
+# position in `validation_data=(x_val, y_val)`.
+PARTS = {"x": 0, "y": 1}
 
-    Returns None when the line has no `fit` call whose `x` is a plain name or
+
+def standardise_fit_input(source: SourceLine, lines: Sequence[str], part: str = "x") -> Edit | None:
+    """An edit of the `fit` call on `source` standardising its `x` (or, with `part="y"`,
+    its targets), and the same part of `validation_data`.
+
+    Returns None when the line has no `fit` call whose `part` is a plain name or
     attribute (an expression or a dataset cannot be standardised by a rewrite).
     """
+    position = PARTS[part]
     tree, text = parse(lines)
     if tree is None:
         return None
     fit = next((c for c in calls_on(tree, source) if callee(c.func) == "fit"), None)
-    x = argument(fit, 0, "x") if fit is not None else None
-    if not isinstance(x, ast.Name | ast.Attribute):
+    value = argument(fit, position, part) if fit is not None else None
+    if not isinstance(value, ast.Name | ast.Attribute):
         return None
-    name = segment(text, x)
+    name = segment(text, value)
     wide = f'axis=0, dtype="{STATISTICS_DTYPE}"'
     mean, std = f"{name}.mean({wide})", f"({name}.std({wide}) + {literal(EPSILON)})"
-    changes = [(x, f"({name} - {mean}) / {std}")]
+    changes = [(value, f"({name} - {mean}) / {std}")]
     validation = argument(fit, None, "validation_data")
-    if isinstance(validation, ast.Tuple) and validation.elts:
-        held_out = validation.elts[0]
+    if isinstance(validation, ast.Tuple) and len(validation.elts) > position:
+        held_out = validation.elts[position]
         changes.append((held_out, f"({segment(text, held_out)} - {mean}) / {std}"))
     return combined(text, fit, changes, source.file)
