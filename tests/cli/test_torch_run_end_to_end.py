@@ -363,3 +363,30 @@ def test_a_log_sum_exp_of_tensor_methods_gets_torchs_logsumexp_and_not_a_clamp(t
     clamp = next(f for f in problem["fixes"] if f["family"] == "clip_input_domain")
     assert clamp["verified"] is False
     assert "the loss fell below zero without bound" in clamp["evidence"]
+
+
+def test_regression_targets_in_the_1e5s_are_named_and_clipping_the_early_updates_holds(
+    torch_run, tmp_path
+):
+    # Before: "The doctor has no specific rule for MseLoss", clipping and a lower rate
+    # "will not help" (structural claims about updates that threw the output to -1e23).
+    name = "dollar_targets_regression.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "forward_overflow",
+        "forward",
+        2,
+    )
+    assert (problem["origin"]["op"], problem["origin"]["line"]) == (
+        "MseLoss",
+        line_of(f"{SCRIPTS}/{name}", "loss = loss_fn(model(x[idx]), y[idx])"),
+    )
+    assert "The targets of MseLoss reach 6.7e+05" in problem["explanation"]
+    assert "the 2 updates before this step are the only ones" in problem["explanation"]
+    assert problem["fixes"][0]["family"] in ("normalize_target", "gradient_clipping")
+    assert "normalize_target" in [fix["family"] for fix in problem["fixes"]]
+    assert "gradient_clipping" not in [item["remedy"] for item in problem["not_fixes"]]
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "gradient_clipping"

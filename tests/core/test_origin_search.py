@@ -136,3 +136,17 @@ def test_the_origins_other_forward_calls_of_its_op_come_with_the_evidence():
     assert evidence.origin.source.line == 1
     assert [(call.op, call.source.line) for call in evidence.same_op_calls] == [("Log", 2)]
     assert evidence.same_op_calls[0].inputs == (FINITE,)
+
+
+def test_a_regression_loss_ops_targets_are_the_evidences_target_scale():
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    prices = TensorStats("float32", (32, 1), 2.1e5, 6.7e5, nan=0, inf=0, zeros=0)
+    events = [
+        event(0, "MatMul", [(1, FINITE), (2, FINITE)], [(3, FINITE)]),
+        event(1, "MseLoss", [(3, FINITE), (4, prices)], [(5, INF)]),
+    ]
+    target = trace_evidence(events, [5], step=2).evidence.target_scale
+    assert (target.tensor, target.largest, target.mean) == ("of MseLoss", 6.7e5, None)
+    without = trace_evidence(events[:1] + [event(1, "Exp", [(3, FINITE)], [(5, INF)])], [5], 2)
+    assert without.evidence.target_scale is None

@@ -53,16 +53,18 @@ class TargetScale:
     """The regression targets of the failing batch: how far they lie from unit scale.
 
     Attributes:
-        tensor: the targets' name in the batch (`y`, `y['price']`, a step's `labels`).
+        tensor: which they are, as the explanation names them: their name in the batch
+            in backticks (`` `y` ``, `` `y['price']` ``, a step's `` `labels` ``), or the
+            loss op they fed ("of MseLoss").
         largest: their largest finite magnitude.
-        mean: their mean over the batch.
-        std: their standard deviation over the batch.
+        mean: their mean over the batch, when known.
+        std: their standard deviation over the batch, when known.
     """
 
     tensor: str
     largest: float
-    mean: float
-    std: float
+    mean: float | None = None
+    std: float | None = None
 
 
 @dataclass(frozen=True)

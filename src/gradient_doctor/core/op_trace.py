@@ -83,6 +83,22 @@ class OpEvent:
     axes: tuple[int, ...] | None = None
 
 
+# Regression losses a framework computes as one op (PyTorch's `F.mse_loss`,
+# `F.smooth_l1_loss`, `F.huber_loss`, `F.l1_loss`), in the recorder's names: their
+# second input is the targets.
+REGRESSION_LOSSES = frozenset({"MseLoss", "SmoothL1Loss", "HuberLoss", "L1Loss"})
+
+
+def regression_targets(events: Sequence[OpEvent]) -> tuple[str, TensorStats] | None:
+    """The op type and the targets of the step's first forward regression loss op
+    (`REGRESSION_LOSSES`), or None when the step ran none."""
+    for event in events:
+        if event.phase == "forward" and event.op_type in REGRESSION_LOSSES:
+            if len(event.inputs) > 1:
+                return event.op_type, event.inputs[1]
+    return None
+
+
 def weights_upstream(
     events: Sequence[OpEvent],
     target: OpEvent,

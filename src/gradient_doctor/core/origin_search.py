@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradient_doctor.core.evidence import Evidence, OpCall
+from gradient_doctor.core.evidence import Evidence, OpCall, TargetScale
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
     SELECT_OPS,
@@ -15,6 +15,7 @@ from gradient_doctor.core.op_trace import (
     largest_output,
     log_of_sum,
     nearest_weight_read,
+    regression_targets,
     sigmoid_input,
     unowned_variable,
     weights_upstream,
@@ -212,6 +213,7 @@ def trace_evidence(
         if reduction is not None and reduction.kind == "axis"
         else None,
         same_op_calls=same_op_calls(events, event) if event is not None else (),
+        target_scale=_target_scale(events),
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}),
     )
     return TracedOrigin(event, foreign, evidence)
@@ -236,6 +238,13 @@ def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stat
         ),
         "sigmoid_input": _call_or_none(sigmoid_input(events, origin)),
     }
+
+
+def _target_scale(events: Sequence[OpEvent]) -> TargetScale | None:
+    """The targets of the step's regression loss op, when the framework ran one."""
+    found = regression_targets(events)
+    largest = found[1].largest_magnitude if found is not None else None
+    return TargetScale(f"of {found[0]}", largest) if largest is not None else None
 
 
 def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[OpCall, ...]:

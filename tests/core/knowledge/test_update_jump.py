@@ -85,3 +85,22 @@ def test_a_failure_right_after_the_first_update_puts_clipping_first(make_evidenc
     )
     later = dataclasses.replace(evidence, step=2)
     assert "is the only one before" not in diagnose(later).explanation
+
+
+def test_a_failure_in_the_first_steps_puts_clipping_first_naming_the_largest_update(
+    make_evidence,
+):
+    # Two SGD updates on targets in the 1e5s throw a regressor's output to -1e23: too
+    # few norms for a median to call a jump against; the updates are all that changed.
+    import dataclasses
+
+    two = StepHistory(steps=(0, 1), grad_norms=(2.1e11, 3.3e21))
+    evidence = dataclasses.replace(make_evidence(step=2, weights_upstream=True), history=two)
+    diagnosis = diagnose(evidence)
+    assert diagnosis.fixes[0].family == "gradient_clipping"
+    assert (
+        "the 2 updates before this step are the only ones, the largest at step 1 with a "
+        "gradient norm of 3.3e+21"
+    ) in diagnosis.explanation
+    unrecorded = dataclasses.replace(evidence, history=StepHistory(steps=(1,), grad_norms=(5.0,)))
+    assert diagnose(unrecorded).fixes[0].family != "gradient_clipping"

@@ -84,7 +84,7 @@ def target_scale(named: list[tuple[str, object]]) -> TargetScale | None:
         if largest < CLASS_IDS_BELOW and np.all(values == np.round(values)):
             continue
         if best is None or largest > best.largest:
-            best = TargetScale(name, largest, float(values.mean()), float(values.std()))
+            best = TargetScale(f"`{name}`", largest, float(values.mean()), float(values.std()))
     return best
 
 

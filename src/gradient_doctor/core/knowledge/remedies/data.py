@@ -56,11 +56,15 @@ def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
         )
     if unscaled_targets(evidence):
         target = evidence.target_scale
+        spread = (
+            f" (mean {format_number(target.mean)}, std {format_number(target.std)} in this batch)"
+            if target.mean is not None and target.std is not None
+            else ""
+        )
         diagnosis = _first(
             diagnosis,
             remedies.normalize_target(framework),
-            f" The targets `{target.tensor}` reach {format_number(target.largest)} (mean "
-            f"{format_number(target.mean)}, std {format_number(target.std)} in this batch): "
+            f" The targets {target.tensor} reach {format_number(target.largest)}{spread}: "
             "a regression loss starts near the size of the targets (a squared error near "
             "its square) and its gradient grows with the error, so the loss and the first "
             "updates are as far from unit scale as the targets are.",

@@ -76,7 +76,7 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     there), for inputs that come from the batch alone (no update reaches them), when
     clipping is already on (it did not bound the jump) or already proposed.
     """
-    jump = update_jump(evidence.history, evidence.step) or _first_update(evidence)
+    jump = update_jump(evidence.history, evidence.step) or _early_update(evidence)
     if (
         jump is None
         or diagnosis.category not in _FORWARD_FAILURES
@@ -87,12 +87,19 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     ):
         return diagnosis
     op = evidence.origin.op if evidence.origin is not None else "the op"
-    if jump.steps_before == 0:  # the first update: no earlier norm to compare with
+    if jump.steps_before == 0 and evidence.step == 1:  # no earlier norm to compare with
         note = (
             f" Step 0 computed {op} finitely on the initial weights; its update, with a "
             f"gradient norm of {format_number(jump.norm)}, is the only one before this "
             f"step: it moved the weights that feed {op}. Clipping the gradient norm "
             "bounds that update."
+        )
+    elif jump.steps_before == 0:
+        note = (
+            f" Step 0 computed {op} finitely on the initial weights; the {evidence.step} "
+            f"updates before this step are the only ones, the largest at step {jump.step} "
+            f"with a gradient norm of {format_number(jump.norm)}: they moved the weights "
+            f"that feed {op}. Clipping the gradient norm bounds such updates."
         )
     else:
         note = (
@@ -109,19 +116,25 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     )
 
 
-def _first_update(evidence: Evidence) -> UpdateJump | None:
-    """A failure at step 1 follows exactly one update, step 0's: with no earlier norm to
-    call it a jump against, it is still the one change the weights went through (a
-    recurrent net's first update, norm 478224, throws its kernel out). None otherwise,
-    or when step 0's norm was not recorded finite."""
+def _early_update(evidence: Evidence) -> UpdateJump | None:
+    """A failure in the first steps, too few for a median of earlier norms to call a
+    jump against (`MIN_BEFORE`), follows only the updates of the steps before it: they
+    are the one change the weights went through since step 0 computed finitely (a
+    recurrent net's first update, norm 478224, throws its kernel out; two SGD updates on
+    targets in the 1e5s throw a regressor's output to -1e23). Their largest, or None
+    when any of their norms was not recorded finite."""
     history = evidence.history
-    if evidence.step != 1 or history is None or len(history.steps) != len(history.grad_norms):
+    step = evidence.step
+    if step is None or not 1 <= step <= MIN_BEFORE or history is None:
+        return None
+    if len(history.steps) != len(history.grad_norms):
         return None
     norms = dict(zip(history.steps, history.grad_norms, strict=True))
-    norm = norms.get(0)
-    if norm is None or not math.isfinite(norm) or norm <= 0:
+    before = [(norms.get(earlier), earlier) for earlier in range(step)]
+    if any(norm is None or not math.isfinite(norm) or norm <= 0 for norm, _ in before):
         return None
-    return UpdateJump(0, norm, norm, 0)
+    norm, largest = max(before)
+    return UpdateJump(largest, norm, norm, 0)
 
 
 # The remedies that act on the updates, which a failure in the first step's forward

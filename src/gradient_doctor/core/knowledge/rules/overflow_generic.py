@@ -1,9 +1,11 @@
-"""Arithmetic ops (MatMul, Mul, Add, Square, Conv2D, ...) whose finite inputs gave inf."""
+"""Arithmetic ops (MatMul, Mul, Add, Square, Conv2D, a squared-error loss, ...) whose finite
+inputs gave inf."""
 
 from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Origin
+from gradient_doctor.core.op_trace import REGRESSION_LOSSES
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, outputs_inf
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
@@ -28,6 +30,7 @@ OPS = frozenset(
         "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3DBackpropInputV2",
         "Conv3DBackpropFilterV2", "DepthwiseConv2dNativeBackpropInput",
         "DepthwiseConv2dNativeBackpropFilter",
+        *REGRESSION_LOSSES,
     }
 )  # fmt: skip
 
