@@ -81,9 +81,9 @@ def test_the_targets_of_a_batch_are_its_labels_or_a_custom_steps_last_floating_i
     features = tf.constant([[1.0, 2.0], [3.0, 4.0]])
     prices = tf.constant([[250_000.5], [410_000.0]])
     scale = target_scale(keras_batch_names((features, prices)))
-    assert (scale.tensor, scale.largest, scale.mean) == ("y", 410_000.0, 330_000.25)
+    assert (scale.tensor, scale.largest, scale.mean) == ("`y`", 410_000.0, 330_000.25)
     # A custom step `train_step(x, y)`: its arguments' own names.
-    assert target_scale([("x", features), ("y_batch", prices)]).tensor == "y_batch"
+    assert target_scale([("x", features), ("y_batch", prices)]).tensor == "`y_batch`"
     # Class ids stored as floats are not regression targets; integer labels are not
     # floating; a single input has no targets to tell apart from it.
     ids = tf.constant([3.0, 7.0])

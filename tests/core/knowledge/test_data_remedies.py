@@ -28,7 +28,7 @@ def test_scaled_features_and_other_problems_are_left_alone():
 
 
 def test_unscaled_targets_put_their_standardisation_first_and_say_why():
-    target = TargetScale("y", 6.7e5, 4e5, 1.3e5)
+    target = TargetScale("`y`", 6.7e5, 4e5, 1.3e5)
     evidence = Evidence(
         step=1, phase=None, origin=None, input_scale=("x", 7.9), target_scale=target
     )
@@ -46,7 +46,7 @@ def test_unscaled_targets_and_features_both_first_the_targets_before_the_feature
         phase=None,
         origin=None,
         input_scale=("x", 5e4),
-        target_scale=TargetScale("y['price']", 3e5, 2e5, 1e5),
+        target_scale=TargetScale("`y['price']`", 3e5, 2e5, 1e5),
     )
     fitted = fit_to_data(_diagnosis("forward_overflow"), evidence)
     assert [fix.family for fix in fitted.fixes][:2] == ["normalize_target", "normalize_input"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Origin
-from gradient_doctor.core.op_trace import REGRESSION_LOSSES
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, outputs_inf
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
@@ -20,6 +19,7 @@ from gradient_doctor.core.knowledge.wording import (
     op_place,
     value_range,
 )
+from gradient_doctor.core.op_trace import REGRESSION_LOSSES
 
 OPS = frozenset(
     {
