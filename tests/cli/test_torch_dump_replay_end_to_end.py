@@ -59,7 +59,7 @@ def test_the_replay_names_the_runs_log_file_and_line(dumped, tmp_path):
         assert again[key] == ran[key], key
     for key in ("op", "op_name", "layer", "file", "line", "code", "gradient_of", "inputs"):
         assert again["origin"][key] == ran["origin"][key], key
-    assert (again["origin"]["op"], again["category"]) == ("Log", "forward_domain")
+    assert (again["origin"]["op"], again["category"]) == ("log", "forward_domain")
     assert again["origin"]["line"] == line_of(SCRIPT, "log_q = torch.log(1 - p)")
     assert "Reproduced: the replay finds what the run found" in done.stderr
 

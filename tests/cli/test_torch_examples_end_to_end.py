@@ -77,7 +77,7 @@ def test_story1_the_hand_written_segment_softmax_overflows_at_its_exp(example_ru
         "forward",
     )
     line = line_of(f"{EXAMPLES}/{name}", "w = torch.exp(scores)")
-    assert _origin(problem) == ("Exp", name, line)
+    assert _origin(problem) == ("exp", name, line)
     assert problem["origin"]["layer"].endswith("message_passing")
     assert problem["origin"]["inputs"][0]["max"] > 88.72
     assert problem["origin"]["outputs"][0]["inf"] > 0
@@ -89,7 +89,7 @@ def test_story1_the_hand_written_segment_softmax_overflows_at_its_exp(example_ru
     assert "tf." not in json.dumps(problem["fixes"])
     # Warned before: the exp's largest input, measured on the sampled forwards, neared
     # float32's limit; the warning's fixes are spelled in PyTorch too.
-    (warning,) = [w for w in run.report["warnings"] if (w["origin"] or {}).get("op") == "Exp"]
+    (warning,) = [w for w in run.report["warnings"] if (w["origin"] or {}).get("op") == "exp"]
     assert warning["category"] == "forward_overflow"
     assert (warning["origin"]["line"], warning["origin"]["layer"]) == (line, "message_passing")
     assert problem["step"] - warning["step"] >= 50
@@ -107,7 +107,7 @@ def test_story2_the_hand_written_penalty_norm_at_a_zero_row_is_a_backward_singul
     assert (problem["category"], problem["phase"]) == ("backward_singularity", "backward")
     line = line_of(f"{EXAMPLES}/{name}", "norm = torch.sqrt((grads**2).sum(dim=1))")
     assert _origin(problem)[1:] == (name, line)
-    assert problem["origin"]["gradient_of"] == "Sqrt"
+    assert problem["origin"]["gradient_of"] == "sqrt"
     assert any(values["zeros"] > 0 for values in problem["origin"]["inputs"])  # the zero row
     assert 10 < problem["step"] < 600
     assert "safe_norm" in _families(problem)

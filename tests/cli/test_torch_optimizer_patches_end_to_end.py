@@ -108,7 +108,7 @@ def test_a_rate_said_only_to_delay_an_overflow_is_rerun_and_becomes_the_fix(tmp_
     assert (problem["category"], problem["step"], problem["origin"]["op"]) == (
         "forward_overflow",
         2,
-        "Exp",
+        "exp",
     )
     assert "lower_learning_rate" not in [n["remedy"] for n in problem["not_fixes"]]
     fix = _fix(problem, "lower_learning_rate")

@@ -56,7 +56,7 @@ def test_log_of_zero_is_named_at_its_module_and_line_with_the_update_skipped():
         expected + 1,
     )
     (problem,) = report["problems"]
-    assert (problem["origin"]["op"], problem["origin"]["layer"]) == ("Log", "head")
+    assert (problem["origin"]["op"], problem["origin"]["layer"]) == ("log", "head")
 
 
 def test_with_stop_on_problem_off_training_goes_on_from_the_last_good_state():

@@ -121,7 +121,7 @@ def comparison_line(
     origin = finding.origin
     source = origin.source if origin is not None else None
     replay_origin = {
-        "op": origin.op if origin else None,
+        "op": origin.reported_op if origin else None,
         "file": source.file if source else None,
         "line": source.line if source else None,
     }

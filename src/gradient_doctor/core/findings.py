@@ -163,7 +163,10 @@ class Origin:
     op type whose gradient it computes; `source` is the user's line that created
     that forward op. An op that Keras's own code ran inside a library layer (a
     Dense's MatMul, an LSTM cell's ops) has, as `source`, the line that created
-    that layer instead (`source_kind` "layer_creation").
+    that layer instead (`source_kind` "layer_creation"). `op` and `gradient_of` are in
+    the core's vocabulary, which the rules key on; where the framework names them
+    otherwise (PyTorch's aten ops), `framework_op` and `framework_gradient_of` hold its
+    names, which the report gives.
     """
 
     op: str
@@ -178,6 +181,18 @@ class Origin:
     # or whose update overflowed, when there is one.
     source_kind: str = "op"
     variable: str | None = None
+    framework_op: str | None = None
+    framework_gradient_of: str | None = None
+
+    @property
+    def reported_op(self) -> str:
+        """The op as the user's framework names it (`op` where it names it so)."""
+        return self.framework_op or self.op
+
+    @property
+    def reported_gradient_of(self) -> str | None:
+        """`gradient_of` as the user's framework names it."""
+        return self.framework_gradient_of or self.gradient_of
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,9 @@ class OpEvent:
         axes: the axes the op reduced or scattered along when the framework passes
             them as arguments, not tensors (PyTorch's `dim` of `sum`, `index_add_`),
             as the call wrote them; None otherwise (TensorFlow's are an input tensor).
+        framework_op: the framework's own name for the op where it is not `op_type`
+            (PyTorch's aten name, `mse_loss` for "MseLoss", `div` for "RealDiv"): the
+            report names the op so; None when `op_type` is the framework's name.
     """
 
     index: int
@@ -81,6 +84,7 @@ class OpEvent:
     input_values: tuple[tuple[float, ...], ...] = ()
     source_kind: str = "op"
     axes: tuple[int, ...] | None = None
+    framework_op: str | None = None
 
 
 # Regression losses a framework computes as one op (PyTorch's `F.mse_loss`,

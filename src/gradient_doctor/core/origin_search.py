@@ -204,7 +204,7 @@ def trace_evidence(
     evidence = Evidence(
         step=step,
         phase=event.phase if event is not None else None,
-        origin=_origin(event, input_values) if event is not None else None,
+        origin=_origin(event, input_values, events) if event is not None else None,
         forward_outputs=forward.outputs if forward is not None else (),
         masked_by_select=search.masked_by_select,
         nonfinite_constant=foreign,
@@ -291,9 +291,14 @@ def _growth(events, origin: OpEvent) -> tuple[str | None, str, float] | None:
     return (grew.layer, grew.op_type, largest_output(grew))
 
 
-def _origin(event: OpEvent, input_values) -> Origin:
+def _origin(event: OpEvent, input_values, events: Sequence[OpEvent]) -> Origin:
+    forward = None
+    if event.forward_index is not None and 0 <= event.forward_index < len(events):
+        forward = events[event.forward_index]
     return Origin(
         op=event.op_type,
+        framework_op=event.framework_op,
+        framework_gradient_of=forward.framework_op if forward is not None else None,
         op_name=event.op_name,
         layer=event.layer,
         source=event.source,

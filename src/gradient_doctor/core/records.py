@@ -62,6 +62,8 @@ class HeadroomSample:
         reduction_axis: int or None, the axis along which the op's output is summed
             next (the normalisation of a hand-written softmax), when the adapter saw it;
             a fix that shifts the input by its maximum must use this axis.
+        framework_op: str or None, the framework's own name for the op where it is not
+            `op` (PyTorch's `exp` for "Exp"), which the report gives.
 
     Raises:
         ValueError: when `kind` is not one of `HEADROOM_KINDS`.
@@ -78,6 +80,7 @@ class HeadroomSample:
     value: float
     limit: float
     reduction_axis: int | None = None
+    framework_op: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in HEADROOM_KINDS:

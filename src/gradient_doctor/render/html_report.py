@@ -195,9 +195,9 @@ def _forecast_html(finding: Finding) -> str:
 
 def origin_html(origin: Origin) -> str:
     """The op, its layer and the user's line, then a table of its input and output values."""
-    rows = [("op", origin.op)]
+    rows = [("op", origin.reported_op)]
     if origin.gradient_of:
-        rows.append(("gradient of", origin.gradient_of))
+        rows.append(("gradient of", origin.reported_gradient_of))
     rows += [("name", origin.op_name), ("layer", origin.layer or "(none)")]
     if origin.source is not None:
         rows.append(("where", line_ref(origin.source)))

@@ -146,14 +146,14 @@ def origin_to_dict(origin: Origin | None) -> dict[str, Any] | None:
     if origin is None:
         return None
     return {
-        "op": origin.op,
+        "op": origin.reported_op,
         "op_name": origin.op_name,
         "layer": origin.layer,
         **source_to_dict(origin.source),
         "end_line": None if origin.source is None else _integer(origin.source.end_line),
         "source_kind": origin.source_kind,
         "variable": origin.variable,
-        "gradient_of": origin.gradient_of,
+        "gradient_of": origin.reported_gradient_of,
         "inputs": [tensor_stats_to_dict(stats) for stats in origin.inputs],
         "outputs": [tensor_stats_to_dict(stats) for stats in origin.outputs],
     }

@@ -231,9 +231,9 @@ def origin_lines(origin: Origin) -> list[str]:
         marked `->` when known, then one line per input and output tensor.
     """
     op = (
-        origin.op
+        origin.reported_op
         if origin.gradient_of is None
-        else f"{origin.op} (gradient of {origin.gradient_of})"
+        else f"{origin.reported_op} (gradient of {origin.reported_gradient_of})"
     )
     parts = [f"op: {op}", f"name: {origin.op_name}"]
     if origin.layer:

@@ -234,6 +234,7 @@ def _origin(sample: HeadroomSample) -> Origin:
     """The op and the user's line; its values are in the warning's `headroom`."""
     return Origin(
         op=sample.op,
+        framework_op=sample.framework_op,
         op_name=sample.key,
         layer=sample.layer,
         source=source_of(sample),

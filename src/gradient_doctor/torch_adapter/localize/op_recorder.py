@@ -171,6 +171,7 @@ class OpRecorder(TorchDispatchMode):
             source=place.source,
             input_values=values,
             axes=_dims(args) if name in ALONG_DIMS else None,
+            framework_op=name,
         )
         self.events.append(event)
         self._pending.extend((t, event.index) for t in outputs)

@@ -536,6 +536,7 @@ def _headroom(
             value=value,
             limit=limits.exp_limit if op.kind == "max_input" else 1.0,
             reduction_axis=op.reduction_axis,
+            framework_op=op.op.lower(),  # the aten name of each of `_RISKY`'s op types
         )
     return tuple(samples.values())
 
