@@ -128,6 +128,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/bce_two_logs_one_line.py",
         "tests/scripts/unscaled_input_fit.py",
         "tests/scripts/unscaled_targets_fit.py",
+        "tests/scripts/gan_two_tapes_noise.py",
         "tests/scripts/argparse_slow_explosion.py",
         "tests/scripts/exp_temperature_loop.py",
         "tests/scripts/dataset_loop_batch_std.py",

@@ -7,13 +7,14 @@ the system's `patch -p1` to a copy of the script's folder, and the copy run agai
 """
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CONFIRMED_SCRIPTS, ROOT, doctor_command
+from tests.conftest import CONFIRMED_SCRIPTS, ROOT, doctor_command, line_of
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +34,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/rnn_relu_growth.py",  # the recurrent kernel redrawn
     "tests/scripts/infonce_two_lines.py",  # logsumexp over two lines
     "tests/scripts/unscaled_targets_fit.py",  # prices in dollars: y standardised
+    "tests/scripts/gan_two_tapes_noise.py",  # trials meet the failing step's noise
 ]
 
 
@@ -106,6 +108,31 @@ def test_regression_targets_far_from_unit_scale_are_named_and_standardised_first
     # ~1e11 before the trouble), and a patched copy run from the start confirmed it.
     assert "the loss fell and the gradients were not zero" in first["evidence"]
     assert "the patched copy of your files trained" in first["evidence"]
+
+
+def test_a_gans_guarded_log_is_tried_on_the_failing_noise_and_judged_per_player(doctor_run):
+    # The noise is drawn inside the compiled step: traced afresh, a trial drew other
+    # noise, the unchanged step stayed finite too and no fix could be verified. The
+    # losses were matched to the wrong tapes (the generator's judged twice, then 0).
+    script = "tests/scripts/gan_two_tapes_noise.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "Log")
+    assert problem["origin"]["line"] == line_of(script, "d_loss = -tf.reduce_mean(")
+    guard = next(fix for fix in problem["fixes"] if fix["family"] == "safe_log")
+    assert guard["verified"] is True, guard["evidence"]
+    assert "(unchanged, it failed again at trial step 1)" in guard["evidence"]
+    # Each player's loss judged apart: two series, neither the other's nor 0 -> 0.
+    number = r"([\d.e+-]+)"
+    objectives = re.search(
+        rf"losses of its 2 objectives {number} -> {number}, {number} -> {number}",
+        guard["evidence"],
+    )
+    d_first, d_last, g_first, g_last = (float(value) for value in objectives.groups())
+    assert d_first != g_first and min(d_first, d_last, g_first, g_last) > 0
+    # A remedy tried on one of the two optimizers says which.
+    lower = next(item for item in problem["not_fixes"] if item["remedy"] == "lower_learning_rate")
+    optimizer_line = line_of(script, "g_opt = keras.optimizers.Adam(")
+    assert f"on the optimizer built at {script}:{optimizer_line} (of 2)" in lower["evidence"]
 
 
 def test_a_patch_whose_copy_fails_from_the_start_is_not_verified(doctor_run):

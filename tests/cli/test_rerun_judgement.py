@@ -248,3 +248,16 @@ def test_a_copy_that_held_but_warned_of_dead_units_says_so():
         "; but the copy itself warned: dead_units from step 25 (In 1 layer more than 90% of "
         "the ReLU units output 0.)"
     )
+
+
+def test_a_fix_whose_trial_could_not_tell_is_left_to_a_rerun_however_its_evidence_ends():
+    from gradient_doctor.cli.patched_rerun import untried_patch
+
+    told = "all 200 steps finite (unchanged, it also stayed finite for 200 steps, so this "
+    assert untried_patch(None, told + "trial cannot tell)")
+    assert untried_patch(
+        None, "tried ...; but the trial could only run ...: this trial cannot tell"
+    )
+    assert untried_patch(None, None)
+    assert not untried_patch(True, told + "trial cannot tell)")
+    assert not untried_patch(False, "tried ...: the loss or gradients were not finite again")

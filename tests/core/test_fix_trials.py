@@ -270,3 +270,16 @@ def test_standardised_targets_are_judged_by_their_own_falling_loss_not_the_one_b
     judged = judge(finding, FAILED_BASELINE, [flat], 1.9e11)
     assert _fix(judged, "normalize_target").verified is False
     assert "the loss did not fall over the trial" in _fix(judged, "normalize_target").evidence
+
+
+def test_a_discriminators_loss_that_doubles_toward_its_equilibrium_has_not_diverged():
+    # Over a trial of a guarded log that then trains a GAN 1500 steps well, the
+    # discriminator's loss rose 0.45 -> 0.92 as the generator improved.
+    rising = _outcome(
+        "stable_softmax",
+        losses=(5.3, 3.0, 1.5, 1.2),
+        objective_losses=((0.45, 0.6, 0.8, 0.92), (5.3, 3.0, 1.5, 1.2)),
+    )
+    assert _judged_fix(rising, reference=0.7).verified is True
+    tripled = dataclasses.replace(rising, objective_losses=((0.45, 0.9, 1.2, 1.4), (5, 3, 2, 1)))
+    assert _judged_fix(tripled, reference=0.7).verified is False

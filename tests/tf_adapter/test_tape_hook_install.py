@@ -51,3 +51,19 @@ def test_none_gradients_are_noted_only_while_a_watcher_holds_the_hooks(no_other_
     (grad, none), unused = _gradient_with_a_none()
     assert float(grad) == 6.0 and none is None
     assert tape_hook.gradient_call_of([unused]) is None  # TensorFlow's own gradient
+
+
+def test_each_update_takes_the_loss_of_the_tape_that_made_its_gradients():
+    # A GAN's step takes both tapes' gradients before it applies either: the
+    # discriminator's update was given the generator's loss, the generator's none.
+    from gradient_doctor.tf_adapter.localize import step_context
+
+    d_loss, g_loss = tf.constant(0.7), tf.constant(2.5)
+    d_grads, g_grads = [tf.constant(1.0)], [tf.constant(2.0), tf.constant(3.0)]
+    step_context.note_loss(d_loss, (1, 2), d_grads)
+    step_context.note_loss(g_loss, (3, 4), g_grads)
+    assert step_context.take_loss(d_grads) == (d_loss, (1, 2))
+    assert step_context.take_loss(g_grads) == (g_loss, (3, 4))
+    # Gradients the user transformed first (clipped) fall back to the latest target.
+    step_context.note_loss(d_loss, (5, 6), d_grads)
+    assert step_context.take_loss([tf.constant(1.0)])[0] is d_loss

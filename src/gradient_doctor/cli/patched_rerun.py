@@ -60,7 +60,7 @@ def untried_patch(verified: bool | None, evidence: str | None) -> bool:
     tell"): its rerun proves it only against the unchanged copy, rerun the same way."""
     evidence = evidence or "not tried"
     return verified is None and (
-        evidence.startswith("not tried") or evidence.endswith("this trial cannot tell")
+        evidence.startswith("not tried") or evidence.rstrip(")").endswith("this trial cannot tell")
     )
 
 

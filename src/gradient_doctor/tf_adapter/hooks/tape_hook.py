@@ -71,8 +71,8 @@ def _gradient(self, target, sources, *args, **kwargs):
     if recorder is not None:
         with recorder.backward(target, window):
             return _original_gradient(self, target, sources, *args, **kwargs)
-    step_context.note_loss(target, window)
     grads = eager_trace.gradient(self, _original_gradient, target, sources, *args, **kwargs)
+    step_context.note_loss(target, window, grads)
     if grads is None or (isinstance(grads, list | tuple) and any(g is None for g in grads)):
         _note_none(sources, grads)
     return grads

@@ -75,16 +75,41 @@ def step_scope(scope: StepScope) -> Iterator[StepScope]:
         stack.pop()
 
 
-def note_loss(target, tape_window=None) -> None:
-    """Remember a `tape.gradient` target (and its tape's window) for the update that follows."""
+# How many `tape.gradient` calls' gradients are remembered for the updates that follow
+# (a GAN's step takes two tapes' gradients before it applies either).
+_GRADIENT_CALLS_KEPT = 4
+
+
+def note_loss(target, tape_window=None, grads=None) -> None:
+    """Remember a `tape.gradient` target (and its tape's window) for the update that
+    follows, and, by `grads` (what the call returned), for the update they are given to."""
     scope = current_scope()
     if scope is not None:
         scope.loss, scope.tape_window = target, tape_window
     _local.loss = (target, tape_window)
+    flat = [g for g in (grads if isinstance(grads, list | tuple) else [grads]) if g is not None]
+    if flat:
+        calls = getattr(_local, "gradient_calls", None)
+        if calls is None:
+            calls = _local.gradient_calls = []
+        calls.append((flat, (target, tape_window)))
+        del calls[:-_GRADIENT_CALLS_KEPT]
 
 
-def take_loss() -> tuple:
-    """The (loss, tape window) noted for the current update, then forgotten; Nones if none."""
+def take_loss(grads=()) -> tuple:
+    """The (loss, tape window) of the current update, then forgotten; Nones if none.
+
+    The update's loss is the target of the `tape.gradient` call that returned its
+    `grads` (matched by identity: `d_tape.gradient(d_loss, ...)` and
+    `g_tape.gradient(g_loss, ...)` both come before either update), else the most
+    recent target noted.
+    """
+    calls = getattr(_local, "gradient_calls", None) or []
+    for index, (returned, noted) in enumerate(calls):
+        if any(g is r for g in grads for r in returned):
+            del calls[index]
+            _local.loss = None
+            return noted
     scope = current_scope()
     noted = (scope.loss, scope.tape_window) if scope is not None else None
     noted = noted or getattr(_local, "loss", None) or (None, None)

@@ -253,7 +253,7 @@ class Guard:
         step_context.mark_applied()
         self.optimizers.add(id(optimizer))
         grads = list(grads)
-        loss, tape_window = step_context.take_loss()
+        loss, tape_window = step_context.take_loss(grads)
         variables = updated_variables(optimizer, trainable_variables)
         missing = [v for g, v in zip(grads, variables) if g is None]
         if missing and self.on_missing is not None:

@@ -27,10 +27,14 @@ import tensorflow as tf
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_trials import TrialOutcome
+from gradient_doctor.core.knowledge.wording import line_ref
 from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
 from gradient_doctor.tf_adapter._tf_internals import DistributedValues
+from gradient_doctor.tf_adapter.hooks.creation_sites import creation_line
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
+from gradient_doctor.tf_adapter.step import loss_scale
+from gradient_doctor.tf_adapter.step.random_draws import replaying
 from gradient_doctor.tf_adapter.trials import fresh_slots
 from gradient_doctor.tf_adapter.trials.patched_source import PatchedSource
 from gradient_doctor.tf_adapter.trials.snapshots import Snapshot, SnapshotRing
@@ -69,7 +73,9 @@ class TensorFlowTrials:
         optimizers=(),
         fit_call=None,
     ) -> None:
-        self.plans = trial_plans(finding, evidence, optimizer, fit_call)
+        self.plans = _naming_the_optimizer(
+            trial_plans(finding, evidence, optimizer, fit_call), optimizer, optimizers
+        )
         self._planned = (evidence, optimizer, fit_call)
         self.untried = _UNDER_STRATEGY if self.plans and _distributed(optimizer) else None
         self.saved_steps = [s.step for s in snapshots.saved()] if snapshots is not None else []
@@ -145,6 +151,26 @@ class TrialSource:
         if self.snapshot is None or self.ring is None:
             return [], False
         return self.ring.batches_from(self.start.step)
+
+
+# Remedies whose trial sets one optimizer (its rate, its clipping).
+_ON_ONE_OPTIMIZER = frozenset({"lower_learning_rate", "gradient_clipping", "clip_by_value"})
+
+
+def _naming_the_optimizer(plans: list[TrialPlan], optimizer, optimizers) -> list[TrialPlan]:
+    """`plans`, each that sets one optimizer saying which, when the run has several (a
+    GAN's): a lower rate of the generator's optimizer is not a lower rate of the
+    discriminator's, and the evidence must not read as if it were."""
+    if len(optimizers) < 2 or optimizer is None:
+        return plans
+    built = creation_line(loss_scale.inner_optimizer(optimizer))
+    which = f"the optimizer built at {line_ref(built)}" if built else "the last optimizer"
+    return [
+        dataclasses.replace(plan, setting=f"{plan.setting} on {which} (of {len(optimizers)})")
+        if plan.remedy in _ON_ONE_OPTIMIZER and plan.setting
+        else plan
+        for plan in plans
+    ]
 
 
 def _distributed(optimizer) -> bool:
@@ -240,6 +266,18 @@ class LastGoodState:
         self._function = tf.function(self._call.traceable, jit_compile=True if xla else None)
         return self._function.get_concrete_function(*self._call.args, **self._call.kwargs)
 
+    def _trace_failing(self, concrete):
+        """The step as it runs the failing batch: traced again with the failing step's
+        stateful random draws in place of fresh ones (a GAN's noise, a dropout mask), so
+        that each trial meets the draw the run failed on there; `concrete` when the
+        step made none. The other batches draw afresh."""
+        if not self._call.draws:
+            return concrete
+        xla = self._xla and not xla_turned_off.get()
+        with replaying(self._call.draws):
+            function = tf.function(self._call.traceable, jit_compile=True if xla else None)
+            return function.get_concrete_function(*self._call.args, **self._call.kwargs)
+
     def run(self, plan: TrialPlan | None, source: TrialSource) -> TrialOutcome:
         """Run the step from `source`'s start through the failing step and beyond,
         with `plan` in place (None: the unchanged step, the baseline)."""
@@ -256,12 +294,13 @@ class LastGoodState:
                 concrete = self._trace()
                 if isinstance(placed, PatchedSource) and not placed.met:
                     raise NotTried("the patched line was not reached when the step was traced")
+                failing = self._trace_failing(concrete)
                 batches = (
                     self._data_only(plan.batches, source)
                     if plan is not None and plan.batches is not None
                     else self._batches(source)
                 )
-                outcome = self._steps(concrete, remedy, setting, source, batches)
+                outcome = self._steps((concrete, failing), remedy, setting, source, batches)
         except NotTried as reason:
             outcome = TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))
         start = None if source.snapshot is None else source.start.step
@@ -325,9 +364,11 @@ class LastGoodState:
             if count == before:
                 return
 
-    def _steps(self, concrete, remedy, setting: str, source: TrialSource, batches) -> TrialOutcome:
-        """Run the trial's steps; the outcome holds each finite step's loss, every
-        objective's loss and the largest gradient norm of its updates."""
+    def _steps(self, traced, remedy, setting: str, source: TrialSource, batches) -> TrialOutcome:
+        """Run the trial's steps (`traced`: the step for any batch, and for the failing
+        one); the outcome holds each finite step's loss, every objective's loss and the
+        largest gradient norm of its updates."""
+        concrete, failing = traced
         losses, norms, objectives = [], [], []
         origins: dict[str, int] = {}
         repeated_from = None  # the trial step from which only the failing batch ran
@@ -338,7 +379,7 @@ class LastGoodState:
                 signature = _signature(args, kwargs)
                 concrete = self._function.get_concrete_function(*args, **kwargs)
             with _quiet():
-                concrete(*args, **kwargs)
+                (failing if origin == "failing" else concrete)(*args, **kwargs)
             origins[origin] = origins.get(origin, 0) + 1
             if origin != "failing":
                 repeated_from = None
