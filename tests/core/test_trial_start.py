@@ -64,3 +64,13 @@ def test_clipping_takes_the_median_healthy_norm_only_when_there_are_enough_of_th
     healthy = StepHistory(steps=tuple(range(5)), grad_norms=(3.0, 1.0, 2.0, 5.0, 4.0))
     assert clipping_threshold(healthy) == 3.0
     assert clipping_threshold(None) == 1.0
+
+
+def test_norms_astronomical_from_the_first_step_give_no_median_to_clip_at():
+    # A VAE whose log-variance overflowed from step 0 had norms near 1e35 throughout:
+    # `clip_grad_norm_(..., max_norm=2.482e+38)` clips nothing.
+    from gradient_doctor.core.evidence import StepHistory
+    from gradient_doctor.core.fix_placement import clipping_threshold
+
+    astronomical = StepHistory(steps=tuple(range(6)), grad_norms=(5.3e35,) * 3 + (2.5e38,) * 3)
+    assert clipping_threshold(astronomical) == 1.0

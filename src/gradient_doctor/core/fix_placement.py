@@ -296,17 +296,24 @@ LEARNING_RATE_RUNGS = (0.1, 0.01)
 
 # Fewer healthy gradient norms than this give no median to clip at: the run's first
 # steps may be the explosion itself (a recurrent net's first update, norm 478224).
+# No training runs healthy at a gradient norm past this: a median beyond it is of norms
+# that were the trouble already.
+MAX_HEALTHY_NORM = 1e6
 MIN_NORMS_FOR_MEDIAN = 5
 
 
 def clipping_threshold(history: StepHistory | None) -> float:
     """The norm to clip at: the median healthy gradient norm (any larger and clipping does
     nothing on a typical step); 1.0 (the frameworks' usual example) when fewer than
-    `MIN_NORMS_FOR_MEDIAN` were recorded."""
+    `MIN_NORMS_FOR_MEDIAN` were recorded, or when their median is past
+    `MAX_HEALTHY_NORM` (a run whose norms were astronomical from its first step, 1e35
+    under a log-variance that overflows, has no healthy norm to clip at)."""
     norms = sorted(
         n for n in (history.grad_norms if history else ()) if n is not None and 0 < n < math.inf
     )
-    return float(norms[len(norms) // 2]) if len(norms) >= MIN_NORMS_FOR_MEDIAN else 1.0
+    if len(norms) < MIN_NORMS_FOR_MEDIAN or norms[len(norms) // 2] > MAX_HEALTHY_NORM:
+        return 1.0
+    return float(norms[len(norms) // 2])
 
 
 def _optimizer_fix(

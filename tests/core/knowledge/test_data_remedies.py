@@ -61,3 +61,12 @@ def test_scaled_targets_and_problems_they_do_not_drive_are_left_alone():
     )
     missing = Diagnosis("disconnected_gradients", "x", (), ())
     assert fit_to_data(missing, unscaled) == missing
+
+
+def test_targets_in_the_hundreds_are_not_called_far_from_unit_scale():
+    # An autoencoder rebuilding 8-bit pixels (targets up to 242) failed for another reason
+    # (its log-variance's exp); targets that size are ones Adam trains on.
+    pixels = Evidence(
+        step=6, phase=None, origin=None, target_scale=TargetScale("of MseLoss", 242.5)
+    )
+    assert fit_to_data(_diagnosis(), pixels) == _diagnosis()

@@ -17,9 +17,12 @@ from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.wording import format_number
 
-# Features or targets past this magnitude are not standardised (standardised ones are a
-# few units).
+# Features past this magnitude are not standardised (standardised ones are a few units).
 UNSCALED = 100.0
+# Regression targets past this magnitude are far from unit scale: a squared error of
+# targets in the hundreds (ages, temperatures, 8-bit pixels an autoencoder rebuilds) is
+# one Adam trains on, of prices in dollars (1e5) one whose gradients throw the weights.
+UNSCALED_TARGETS = 1000.0
 # Problems unscaled data drives: values or gradients too large.
 _NUMERIC = frozenset(
     {"forward_overflow", "exploding_gradients", "backward_singularity", "forward_domain"}
@@ -32,8 +35,8 @@ def unscaled(evidence: Evidence) -> bool:
 
 
 def unscaled_targets(evidence: Evidence) -> bool:
-    """True when the batch's regression targets reach past `UNSCALED`."""
-    return evidence.target_scale is not None and evidence.target_scale.largest > UNSCALED
+    """True when the batch's regression targets reach past `UNSCALED_TARGETS`."""
+    return evidence.target_scale is not None and evidence.target_scale.largest > UNSCALED_TARGETS
 
 
 def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
