@@ -390,3 +390,18 @@ def test_regression_targets_in_the_1e5s_are_named_and_clipping_the_early_updates
     assert "gradient_clipping" not in [item["remedy"] for item in problem["not_fixes"]]
     fix = _verified_patch_holds(problem, name, folder, tmp_path)
     assert fix["family"] == "gradient_clipping"
+
+
+def test_a_nan_in_the_loaders_data_is_bad_input_read_where_the_batch_is_fetched(torch_run):
+    # Before: "loss_spike ... no single op could be named; the cause may be
+    # nondeterministic", with a lower rate and clipping as its fixes.
+    name = "missing_value_loader.py"
+    run, _ = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("bad_input", 6)
+    assert "the data read at missing_value_loader.py:" in problem["explanation"]
+    assert "(640x6) has 1 NaN" in problem["explanation"]
+    clean = problem["fixes"][0]
+    assert clean["family"] == "clean_input" and "torch.isfinite(x)" in clean["code"]
+    assert "tf." not in json.dumps(problem["fixes"])

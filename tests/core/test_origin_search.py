@@ -150,3 +150,17 @@ def test_a_regression_loss_ops_targets_are_the_evidences_target_scale():
     assert (target.tensor, target.largest, target.mean) == ("of MseLoss", 6.7e5, None)
     without = trace_evidence(events[:1] + [event(1, "Exp", [(3, FINITE)], [(5, INF)])], [5], 2)
     assert without.evidence.target_scale is None
+
+
+def test_a_nonfinite_value_the_step_was_fed_is_bad_input_read_at_its_first_readers_line():
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    data = TensorStats("float32", (640, 6), -3.0, 3.0, nan=1, inf=0, zeros=0)
+    events = [
+        event(0, "Slice", [(1, data)], [(2, NAN)]),
+        event(1, "MatMul", [(2, NAN), (3, FINITE)], [(4, NAN)]),
+    ]
+    (bad,) = trace_evidence(events, [4], step=6, data_ids=frozenset({1})).evidence.bad_inputs
+    assert (bad.shape, bad.nan, bad.label) == ((640, 6), 1, "the data read at train.py:1")
+    # A non-finite tensor that is not the step's data is no bad input (a constant).
+    assert not trace_evidence(events, [4], step=6).evidence.bad_inputs

@@ -14,7 +14,13 @@ if TYPE_CHECKING:  # a field's type only: stuck_units reads the knowledge base, 
 
 @dataclass(frozen=True)
 class BadInput:
-    """Non-finite values found in one tensor of the input batch or its labels."""
+    """Non-finite values found in one tensor of the input batch or its labels.
+
+    `tensor` is its name in the batch (`x`, `y['price']`); a tensor the step was fed
+    that the adapter cannot name (a PyTorch script's data, read by a slice of a tensor
+    made before the step) has `read_at` instead: the user's line that read it first.
+    `rows` and `columns` are empty when the adapter kept only the counts.
+    """
 
     tensor: str
     shape: tuple[int | None, ...]
@@ -22,6 +28,14 @@ class BadInput:
     inf: int
     rows: tuple[int, ...]
     columns: tuple[int, ...]
+    read_at: SourceLine | None = None
+
+    @property
+    def label(self) -> str:
+        """How a sentence names it: "`x`", or "the data read at train.py:10"."""
+        if self.read_at is not None:
+            return f"the data read at {self.read_at.file}:{self.read_at.line}"
+        return f"`{self.tensor}`"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradient_doctor.core.evidence import Evidence, OpCall, TargetScale
+from gradient_doctor.core.evidence import BadInput, Evidence, OpCall, TargetScale
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
     SELECT_OPS,
@@ -214,6 +214,7 @@ def trace_evidence(
         else None,
         same_op_calls=same_op_calls(events, event) if event is not None else (),
         target_scale=_target_scale(events),
+        bad_inputs=_fed_nonfinite(events, search, data_ids) if event is None else (),
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}),
     )
     return TracedOrigin(event, foreign, evidence)
@@ -238,6 +239,25 @@ def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stat
         ),
         "sigmoid_input": _call_or_none(sigmoid_input(events, origin)),
     }
+
+
+def _fed_nonfinite(
+    events: Sequence[OpEvent], search: OriginSearch, data_ids: frozenset[int]
+) -> tuple[BadInput, ...]:
+    """The step's own inputs (`data_ids`) that held non-finite values no op of the step
+    made, each with the user's line that read it first: the data itself was bad."""
+    found = []
+    for key in search.unproduced_ids:
+        if key not in data_ids:
+            continue
+        reader = next((e for e in events if key in e.input_ids), None)
+        if reader is None:
+            continue
+        stats = reader.inputs[reader.input_ids.index(key)]
+        if stats.finite:
+            continue
+        found.append(BadInput("", stats.shape, stats.nan, stats.inf, (), (), read_at=reader.source))
+    return tuple(found)
 
 
 def _target_scale(events: Sequence[OpEvent]) -> TargetScale | None:

@@ -28,6 +28,20 @@ grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
 optimizer.apply_gradients(zip(grads, model.trainable_variables))"""
 
 
+_TORCH_CLEAN_CODE = """\
+# drop the examples that hold NaN or Inf, once, before training (x: [examples, ...]):
+keep = torch.isfinite(x).flatten(1).all(dim=1) & torch.isfinite(y).reshape(len(y), -1).all(dim=1)
+x, y = x[keep], y[keep]
+# or impute them, e.g. with each column's mean over its finite values:
+finite = torch.isfinite(x)
+x = torch.where(finite, x, torch.nanmean(x.masked_fill(~finite, float("nan")), dim=0))"""
+
+_TORCH_SKIP_CODE = """\
+# in the training loop: leave the weights alone on a batch that is not finite
+if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
+    continue"""
+
+
 def diagnose(evidence: Evidence) -> Diagnosis | None:
     """Diagnose NaN or Inf in a weight or statistic the step began with, or in the
     input batch; decline when both were finite."""
@@ -36,15 +50,24 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if not evidence.bad_inputs:
         return None
     described = "; ".join(describe(bad) for bad in evidence.bad_inputs)
-    tensors = listing([f"`{bad.tensor}`" for bad in evidence.bad_inputs])
+    tensors = listing([bad.label for bad in evidence.bad_inputs])
+    torch = evidence.setup.framework == "torch"
     return Diagnosis(
         category="bad_input",
         explanation=f"The batch{at_step(evidence.step)} already holds non-finite values: "
         f"{described}.",
         not_fixes=nan_gradient_not_fixes(f"the data: {tensors} held it before any op ran"),
         fixes=(
-            Fix("clean_input", f"Remove or impute the non-finite values in {tensors}", _CLEAN_CODE),
-            Fix("skip_nonfinite_batch", "Skip the update on a non-finite batch", _SKIP_CODE),
+            Fix(
+                "clean_input",
+                f"Remove or impute the non-finite values in {tensors}",
+                _TORCH_CLEAN_CODE if torch else _CLEAN_CODE,
+            ),
+            Fix(
+                "skip_nonfinite_batch",
+                "Skip the update on a non-finite batch",
+                _TORCH_SKIP_CODE if torch else _SKIP_CODE,
+            ),
         ),
     )
 
@@ -57,7 +80,8 @@ def describe(bad: BadInput) -> str:
         for part in (f"{bad.nan} NaN" if bad.nan else "", f"{bad.inf} Inf" if bad.inf else "")
         if part
     )
-    text = f"`{bad.tensor}` ({shape}) has {counts or 'non-finite values'}"
+    read = f" `{bad.read_at.code.strip()}`" if bad.read_at is not None else ""
+    text = f"{bad.label}{read} ({shape}) has {counts or 'non-finite values'}"
     if bad.rows:
         text += f" in {'row' if len(bad.rows) == 1 else 'rows'} {listing(bad.rows)}"
     if bad.columns:
