@@ -6,7 +6,9 @@ from gradient_doctor.cli.patched_rerun import _judged
 
 
 def _report(steps, *problems):
-    return {"steps_watched": steps, "problems": list(problems)}
+    """A copy's report: its problems, and a loss that fell over its steps."""
+    falling = [{"name": "loss", "steps": [0, 1, 2], "values": [1.0, 0.9, 0.8]}]
+    return {"steps_watched": steps, "problems": list(problems), "series": falling}
 
 
 def test_a_patched_copy_that_failed_elsewhere_names_the_op_and_line():
@@ -241,7 +243,7 @@ def test_a_copy_that_held_but_warned_of_dead_units_says_so():
         "step": 25,
         "explanation": "In 1 layer more than 90% of the ReLU units output 0. A dead unit...",
     }
-    report = {**_report(211), "optimizers": 1, "series": [], "warnings": [dead]}
+    report = {**_report(211), "optimizers": 1, "warnings": [dead]}
     rerun = _judged(report, 10, "the patched copy", limit=211)
     assert rerun.held  # said, not ruled: a skip connection may carry the signal past it
     assert rerun.why.endswith(
@@ -261,3 +263,15 @@ def test_a_fix_whose_trial_could_not_tell_is_left_to_a_rerun_however_its_evidenc
     assert untried_patch(None, None)
     assert not untried_patch(True, told + "trial cannot tell)")
     assert not untried_patch(False, "tried ...: the loss or gradients were not finite again")
+
+
+def test_a_finite_copy_whose_loss_was_never_seen_judges_nothing():
+    # Per-sample gradients through torch.func (no backward() on a loss): a clamp's copy
+    # ran finite while its likelihood got worse than an untrained model's, and was
+    # "verified" on finiteness alone.
+    unseen = {**_report(136), "optimizers": 1, "series": [{"name": "grad_norm", "values": [1.0]}]}
+    rerun = _judged(unseen, 7, "the patched copy")
+    assert not rerun.judged and not rerun.held
+    assert "but no loss of it was seen" in rerun.why
+    nulls = {**unseen, "series": [{"name": "loss", "values": [None, None]}]}
+    assert not _judged(nulls, 7, "the patched copy").judged

@@ -143,10 +143,31 @@ def _judged(report: dict | None, failed_at: int, what: str, limit: int | None = 
             f" (the copy is stopped {steps - failed_at - 1} steps past it: your script "
             "had more to run)"
         )
+    if not _losses_seen(report):
+        return Rerun(
+            False,
+            steps,
+            f"{trained}, but no loss of it was seen (no backward() on a loss: one computed "
+            "inside torch.func's transforms, say), so whether it went on learning cannot be "
+            "told",
+            inconclusive=True,
+        )
     rise = _diverged_loss(report)
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
     return Rerun(True, steps, trained + _stalled_note(report))
+
+
+def _losses_seen(report: dict) -> bool:
+    """Whether the copy's report holds a finite loss at some step (the loss, or with
+    several optimizers one objective's): without one, finite steps say nothing of
+    learning."""
+    return any(
+        value is not None
+        for series in report.get("series", ())
+        if series.get("name") == "loss" or str(series.get("name", "")).startswith(OBJECTIVE_LOSS)
+        for value in series.get("values", ())
+    )
 
 
 # The copy's own warnings that say a part of the network stopped learning, though every
