@@ -67,3 +67,38 @@ def test_zeros_at_a_logs_edge_are_not_negatives_by_design(make_evidence, make_st
     diagnosis = diagnose(evidence)
     assert all(fix.clamped_share is None for fix in diagnosis.fixes)
     assert "magnitude" not in [fix.family for fix in diagnosis.fixes]
+
+
+def test_a_root_of_a_layers_raw_output_gets_softplus_not_the_magnitude(make_evidence, make_stats):
+    # A variance head with no positive parameterisation: a third of its outputs below 0.
+    # The magnitude made that model worse than untrained (its likelihood 0.27 -> 5.07);
+    # predicted through softplus it trains (0.12 -> 0.03).
+    import dataclasses
+
+    from gradient_doctor.core.evidence import OpCall
+    from gradient_doctor.core.findings import SourceLine
+
+    evidence = make_evidence(
+        op="Pow",
+        code="return self.mean(h), torch.pow(var, 0.5)",
+        inputs=(make_stats(min=-0.1, max=1.9, size=64), make_stats(min=0.5, max=0.5, size=1)),
+        outputs=(make_stats(min=0.0, max=1.4, nan=22, size=64),),
+        step=7,
+    )
+    made = SourceLine("dp_sgd.py", 24, "var = self.var(h) + 1.0  # about unit variance")
+    head = OpCall("AddV2", made, (make_stats(min=-1.1, max=0.9, size=64),))
+    setup = dataclasses.replace(evidence.setup, framework="torch")
+    diagnosis = diagnose(dataclasses.replace(evidence, input_producers=(head, None), setup=setup))
+    softplus, clamp = diagnosis.fixes[:2]
+    assert softplus.family == "activation_change"
+    assert softplus.edits[0].new_lines == (
+        "var = torch.nn.functional.softplus(self.var(h) + 1.0) + 1e-6",
+    )
+    assert (softplus.edits[0].file, softplus.edits[0].line) == ("dp_sgd.py", 24)
+    assert clamp.family == "clip_input_domain" and clamp.clamped_share is not None
+    assert "magnitude" not in [fix.family for fix in diagnosis.fixes]
+    assert "the value is a layer's output, which nothing keeps positive" in diagnosis.explanation
+    # A difference stays signed by design: its root is the magnitude's.
+    difference = OpCall("Sub", made, ())
+    signed = diagnose(dataclasses.replace(evidence, input_producers=(difference, None)))
+    assert signed.fixes[0].family == "magnitude"

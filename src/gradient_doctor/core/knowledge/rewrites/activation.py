@@ -11,6 +11,8 @@ the input (its span on its line), spelled in the user's own namespace.
 
 from __future__ import annotations
 
+import ast
+
 from gradient_doctor.core.evidence import Evidence, OpCall
 from gradient_doctor.core.findings import Edit, Fix
 from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
@@ -58,3 +60,41 @@ def _softplus_name(prefix: str) -> str:
     if prefix == "torch.":
         return "torch.nn.functional.softplus"
     return f"{prefix}softplus"
+
+
+# Op types that make a learned value with no sign of its own: a layer's raw output (a
+# matmul, its bias added, a constant shift or scale of it). A value a subtraction made
+# is signed by design (a difference); one of these, fed to a root, is a positive
+# quantity (a variance, a scale) predicted with nothing to keep it positive.
+LEARNED_OUTPUTS = frozenset(
+    {"MatMul", "BatchMatMulV2", "Einsum", "BiasAdd", "AddV2", "Add", "Mul", "Conv2D"}
+)
+POSITIVE_TITLE = (
+    "Predict the value through softplus, which is always positive (a variance or scale "
+    "head's usual parameterisation)"
+)
+
+
+def positive_output(evidence: Evidence, argument: int, framework: str) -> Fix | None:
+    """An `activation_change` fix wrapping the assignment that made the origin's input
+    `argument` (a layer's raw output) in softplus, or None when that input was not made
+    so on a line of the form `name = expression`."""
+    producers = evidence.input_producers
+    producer = producers[argument] if argument < len(producers) else None
+    if producer is None or producer.op not in LEARNED_OUTPUTS or producer.source_kind != "op":
+        return None
+    source = producer.source
+    code = source.code.strip() if source.code else ""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    statement = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return None
+    target = ast.get_source_segment(code, statement.targets[0])
+    value = ast.get_source_segment(code, statement.value)
+    softplus = "torch.nn.functional.softplus" if framework == "torch" else "tf.nn.softplus"
+    new = f"{target} = {softplus}({value}) + {FLOOR}"
+    edit = Edit(source.file, source.line, source.line, (new,), (code,))
+    return Fix("activation_change", POSITIVE_TITLE, new, edits=(edit,))

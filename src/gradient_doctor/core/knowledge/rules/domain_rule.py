@@ -17,6 +17,7 @@ from gradient_doctor.core.knowledge.facts import (
     source_focus,
 )
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.rewrites.activation import positive_output
 from gradient_doctor.core.knowledge.rewrites.guards import already_guarded, guard_fix
 from gradient_doctor.core.knowledge.wording import (
     at_step,
@@ -201,7 +202,15 @@ def diagnose_domain(
         explanation += siblings_note(evidence, siblings, domain.digits)
     fixes: tuple[Fix, ...] = (guard, *extra_fixes)
     share = below_domain_share(origin, domain, value)
-    if share is not None and share > BY_DESIGN_SHARE:
+    positive = (
+        positive_output(evidence, domain.argument, framework_of(evidence))
+        if share is not None and share > BY_DESIGN_SHARE and domain.signed
+        else None
+    )
+    if positive is not None:
+        explanation += unconstrained_note(origin, evidence.step, share)
+        fixes = (positive, replace(guard, clamped_share=share), *extra_fixes)
+    elif share is not None and share > BY_DESIGN_SHARE:
         explanation += by_design_note(origin, evidence.step, share)
         fixes = (replace(guard, clamped_share=share), *extra_fixes)
         if domain.signed:
@@ -236,6 +245,19 @@ def below_domain_share(origin: Origin, domain: Domain, value: float | None) -> f
         math.prod(output.shape) if all(d is not None for d in output.shape) else 0
     )
     return output.nan / size if size else None
+
+
+def unconstrained_note(origin: Origin, step: int | None, share: float) -> str:
+    """Say that so many values below the domain, made by a layer's raw output, are a
+    positive quantity predicted with nothing to keep it positive."""
+    output = origin.outputs[0]
+    size = output.size or math.prod(d or 1 for d in output.shape)
+    return (
+        f" {output.nan} of {size} values ({share:.0%}) were below 0{at_step(step)}: the value "
+        "is a layer's output, which nothing keeps positive; a clamp would set each of them "
+        "to the edge of the domain, with gradient 0 there, so those examples stop training "
+        "the layer, and the magnitude would reward negative outputs as much as positive ones."
+    )
 
 
 def by_design_note(origin: Origin, step: int | None, share: float) -> str:
