@@ -275,3 +275,19 @@ def test_a_finite_copy_whose_loss_was_never_seen_judges_nothing():
     assert "but no loss of it was seen" in rerun.why
     nulls = {**unseen, "series": [{"name": "loss", "values": [None, None]}]}
     assert not _judged(nulls, 7, "the patched copy").judged
+
+
+def test_a_copy_whose_gradients_were_all_zero_did_not_hold():
+    # clip_grad_norm_ over gradients whose squares overflow scales them by max_norm / inf:
+    # the copy ran 60 finite steps with its loss flat at 4.497e+20 and nothing moving.
+    frozen = {
+        **_report(60),
+        "optimizers": 1,
+        "series": [
+            {"name": "loss", "values": [4.497e20] * 60},
+            {"name": "grad_norm/global", "values": [0.0] * 60},
+        ],
+    }
+    rerun = _judged(frozen, 0, "the patched copy")
+    assert rerun.judged and not rerun.held
+    assert "the gradients were exactly zero at 60 of its 60 steps" in rerun.why

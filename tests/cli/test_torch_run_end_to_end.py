@@ -405,3 +405,36 @@ def test_a_nan_in_the_loaders_data_is_bad_input_read_where_the_batch_is_fetched(
     clean = problem["fixes"][0]
     assert clean["family"] == "clean_input" and "torch.isfinite(x)" in clean["code"]
     assert "tf." not in json.dumps(problem["fixes"])
+
+
+def test_a_gradient_whose_square_overflows_is_stopped_before_adam_freezes_its_parameter(
+    torch_run, tmp_path
+):
+    # Plainly, Adam's second moment turns inf at step 0 and the layer never moves again:
+    # 60 finite steps, the loss flat at 4.497e+20, and the doctor said healthy.
+    name = "clamped_exp_rate.py"
+    run, folder = torch_run(name)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"], problem["origin"]["variable"]) == (
+        "exploding_gradients",
+        0,
+        "weight",
+    )
+    assert "its square overflows float32" in problem["explanation"]
+    clipping = next(item for item in problem["not_fixes"] if item["remedy"] == "gradient_clipping")
+    assert clipping["structural"] and "max_norm / inf = 0" in clipping["why"]
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "clip_by_value" and "clip_grad_value_" in fix["patch"]
+
+
+def test_gradients_clipped_to_zero_by_an_infinite_norm_are_not_a_healthy_run(torch_run):
+    # clip_grad_norm_ takes the norm of gradients whose squares overflow as inf and scales
+    # them by 0: every step finite, nothing moves. This run was reported healthy.
+    run, _ = torch_run("clipped_inf_norm.py", confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert problem["category"] == "disconnected_gradients"
+    assert sorted(problem["disconnected"]["variables"]) == ["linear.bias", "linear.weight"]
+    assert "clip_grad_norm_ over gradients whose squares overflow" in problem["explanation"]
+    assert "Keras" not in problem["explanation"] and "tf." not in json.dumps(problem["fixes"])

@@ -1,5 +1,5 @@
-"""The per-update check: finite or not from one read, and finite gradients whose norm's square
-overflows float32 are not called non-finite."""
+"""The per-update check: finite or not from one read; finite gradients a value of which
+squares past its dtype (Adam's second moment would be inf) fail too."""
 
 from __future__ import annotations
 
@@ -24,12 +24,39 @@ def test_a_nonfinite_gradient_or_loss_fails(bad):
     assert not check([torch.tensor(bad)], [torch.tensor([1.0])]).finite
 
 
-def test_huge_finite_gradients_are_finite_with_their_norm_in_float64():
+def test_finite_gradients_whose_squares_overflow_fail_naming_the_largest():
+    # Adam would keep inf in their second moment and never move them again.
     grads = [torch.full((4,), 3e38), torch.tensor([1e38])]
     assert not math.isfinite(torch.linalg.vector_norm(grads[0]))  # float32's own norm
-    result = check([], grads)
-    assert result.finite and result.loss is None
+    result = check([], grads, squares=True)
+    assert not result.finite and result.loss is None
     assert result.grad_norm == pytest.approx(math.sqrt(4 * 9 + 1) * 1e38)
+    overflow = result.squares_overflow
+    assert overflow.gradient is grads[0] and overflow.largest == pytest.approx(3e38)
+    assert (overflow.dtype, overflow.stats.shape) == ("float32", (4,))
+    # A finite global norm whose one value squares past float32 (2e19 ** 2 > 3.4e38).
+    assert check([], [torch.tensor([2e19, 0.0])], squares=True).squares_overflow is not None
+
+
+def test_large_gradients_whose_squares_fit_their_dtype_pass():
+    assert check([], [torch.full((100,), 1e10)], squares=True).finite  # squares fit
+    assert check([], [torch.full((3,), 200.0, dtype=torch.float16)], squares=True).finite
+    half = check([], [torch.full((3,), 300.0, dtype=torch.float16)], squares=True)
+    assert not half.finite and half.squares_overflow.dtype == "float16"  # 300 ** 2 > 65504
+
+
+def test_for_an_optimizer_that_keeps_no_squares_huge_finite_gradients_are_finite():
+    # SGD's update of them is huge, but finite: the next forward says where it lands.
+    from gradient_doctor.torch_adapter.step.step_check import keeps_squares
+
+    grads = [torch.full((4,), 3e38), torch.tensor([1e38])]
+    result = check([], grads)
+    assert result.finite and result.grad_norm == pytest.approx(math.sqrt(37) * 1e38)
+    weight = torch.nn.Parameter(torch.zeros(1))
+    assert keeps_squares(torch.optim.AdamW([weight])) and keeps_squares(
+        torch.optim.RMSprop([weight])
+    )
+    assert not keeps_squares(torch.optim.SGD([weight], lr=0.1))
 
 
 def test_no_gradients_and_no_loss():

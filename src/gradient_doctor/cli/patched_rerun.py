@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from gradient_doctor.cli.scratch_copy import copy_folder
 from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
-from gradient_doctor.core.fix_trials import diverged
+from gradient_doctor.core.fix_trials import diverged, not_moving
 from gradient_doctor.core.patches import PatchError, apply_unified_diff
 from gradient_doctor.core.run_series import OBJECTIVE_LOSS
 from gradient_doctor.render.text import first_sentence
@@ -152,10 +152,18 @@ def _judged(report: dict | None, failed_at: int, what: str, limit: int | None = 
             "told",
             inconclusive=True,
         )
-    rise = _diverged_loss(report)
+    rise = _diverged_loss(report) or not_moving(_series(report).get("grad_norm/global", ()))
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
     return Rerun(True, steps, trained + _stalled_note(report))
+
+
+def _series(report: dict) -> dict[str, list]:
+    """The copy's series by name, each its finite values."""
+    return {
+        series.get("name"): [v for v in series.get("values", ()) if v is not None]
+        for series in report.get("series", ())
+    }
 
 
 def _losses_seen(report: dict) -> bool:

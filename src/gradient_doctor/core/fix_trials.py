@@ -172,12 +172,9 @@ class TrialOutcome:
         Args:
             reference: the loss before the trouble began, or None.
         """
-        zeros = sum(1 for norm in self.grad_norms if norm == 0.0)
-        if self.grad_norms and zeros >= ZERO_GRADIENT_SHARE * len(self.grad_norms):
-            return (
-                f"the gradients were exactly zero at {zeros} of its {len(self.grad_norms)} "
-                "steps, so its updates did not move the weights"
-            )
+        motionless = not_moving(self.grad_norms)
+        if motionless is not None:
+            return motionless
         if self.objectives > 1:
             for number, losses in enumerate(self.objective_losses, 1):
                 trend = self.loss_trend(losses)
@@ -284,6 +281,18 @@ def _ran_below_zero(trend: tuple[float, float] | None, losses: Sequence[float]) 
         return False
     first, last = trend
     return min(_first_tenth(losses)) >= 0 and last < -SIGNED_LOSS_RISE_ALLOWED * max(first, 1e-12)
+
+
+def not_moving(grad_norms: Sequence[float]) -> str | None:
+    """Why training with these global gradient norms did not move the weights, in words
+    (exactly zero at `ZERO_GRADIENT_SHARE` of the steps or more), or None."""
+    zeros = sum(1 for norm in grad_norms if norm == 0.0)
+    if not grad_norms or zeros < ZERO_GRADIENT_SHARE * len(grad_norms):
+        return None
+    return (
+        f"the gradients were exactly zero at {zeros} of its {len(grad_norms)} steps, so its "
+        "updates did not move the weights"
+    )
 
 
 def _diverged(

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Finding
+from gradient_doctor.core.findings import Finding, Origin
 from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.core.pipeline import Adapter, Localized, Session, StepReading
@@ -34,6 +34,7 @@ from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
 from gradient_doctor.torch_adapter.step import rng_state
 from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
+from gradient_doctor.torch_adapter.step.step_check import SquareOverflow
 from gradient_doctor.torch_adapter.trials.fix_trials import TorchTrials
 
 # The name reports give this framework (`Report.framework`).
@@ -48,12 +49,15 @@ class FailedCall:
         function: the user's step function.
         args, kwargs: what it was called with (by reference).
         rng: the random generators' state before the call.
+        squares_overflow: when its gradients were finite but one's square overflows
+            (`SquareOverflow`), that one: no op of the step went non-finite to replay.
     """
 
     function: Callable
     args: tuple
     kwargs: dict
     rng: rng_state.RngState
+    squares_overflow: SquareOverflow | None = None
 
 
 class PyTorchAdapter(Adapter):
@@ -66,6 +70,30 @@ class PyTorchAdapter(Adapter):
     session: Session
     stats: ModuleStats
     sites: OptimizerSites | None = None
+    # Steps in a row, up to the last, whose every gradient was exactly zero.
+    _zero_steps: int = 0
+
+    def zero_streak(self, grad_norm: float | None, failed: bool) -> int:
+        """Count a step whose global gradient norm was exactly zero (every gradient of
+        every update zero: nothing moved), and return the steps in a row so far."""
+        zero = not failed and grad_norm == 0.0
+        self._zero_steps = self._zero_steps + 1 if zero else 0
+        return self._zero_steps
+
+    def zero_gradients(self, window: int) -> tuple[str, ...]:
+        """Every parameter the optimizers hold a gradient for, by name, when the last
+        `window` steps' gradients were all exactly zero (the streak counts afresh)."""
+        if self._zero_steps < window:
+            return ()
+        self._zero_steps = 0
+        names = parameter_names(self.stats.models, self.optimizers)
+        return tuple(
+            names[id(p)]
+            for optimizer in self.optimizers
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None and id(p) in names
+        )
 
     def step_records(self, step: int, reading: StepReading) -> tuple[StepRecord, ...]:
         """The step's loss and gradient norm (each objective's loss, with several
@@ -73,6 +101,38 @@ class PyTorchAdapter(Adapter):
         since the last read, and its other statistics."""
         *earlier, record = self.stats.records(step, reading.loss, reading.grad_norm)
         return (*earlier, replace(record, objective_losses=reading.objective_losses))
+
+    def overflow_evidence(
+        self, overflow: SquareOverflow, step: int, history: StepHistory, setup: TrainingSetup
+    ) -> Evidence:
+        """The evidence of an update whose gradients were finite but one of whose squares
+        overflows: the parameter of that gradient, its module and values; no op to
+        replay (every value of the step was finite)."""
+        names = parameter_names(self.stats.models, self.optimizers)
+        parameter = next(
+            (
+                p
+                for optimizer in self.optimizers
+                for group in optimizer.param_groups
+                for p in group["params"]
+                if p.grad is overflow.gradient
+            ),
+            None,
+        )
+        name = names.get(id(parameter)) if parameter is not None else None
+        origin = Origin(
+            op="Square",
+            op_name=f"{name or 'gradient'} ** 2",
+            layer=(name.rpartition(".")[0] or None) if name else None,
+            source=None,
+            gradient_of=None,
+            inputs=(overflow.stats,),
+            outputs=(),
+            variable=name,
+        )
+        return Evidence(
+            step, None, origin, history=history, setup=setup, overflowed_norm=overflow.largest
+        )
 
     def layer_records(self) -> tuple[LayerRecord, ...] | None:
         """The last sampled step's module statistics."""
@@ -150,7 +210,12 @@ class TorchAdapter(PyTorchAdapter):
         self, replay: FailedCall, step: int, history: StepHistory, setup: TrainingSetup
     ) -> Localized:
         """Run the failing call again from the last good weights, with its random draws,
-        under the op recorder, its update suppressed; walk the ops to the origin."""
+        under the op recorder, its update suppressed; walk the ops to the origin. A call
+        whose values were all finite, but a gradient's square overflows, has nothing to
+        replay: its evidence is that gradient's."""
+        if replay.squares_overflow is not None:
+            evidence = self.overflow_evidence(replay.squares_overflow, step, history, setup)
+            return Localized(evidence, rerun=replay)
         scope = ModuleScope(module_names(self.models))
         recorder = OpRecorder(scope, parameter_names(self.models, self.optimizers))
         data_ids = recorder.keys((replay.args, replay.kwargs))

@@ -53,7 +53,7 @@ from gradient_doctor.torch_adapter.localize.module_scope import parameter_names
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.sample_schedule import SampleSchedule
-from gradient_doctor.torch_adapter.step.step_check import Check, combined
+from gradient_doctor.torch_adapter.step.step_check import Check, SquareOverflow, combined
 from gradient_doctor.torch_adapter.trials.trial_plans import trial_plans
 
 # Why a fix of an unchanged script is not trialed inside the run.
@@ -75,10 +75,13 @@ class FailedUpdate:
     Attributes:
         window_after: the update after which the failing step began (-1: the first).
         failing: the failing update's index.
+        squares_overflow: when its gradients were finite but one's square overflows
+            (`SquareOverflow`), that one: no rerun is needed to name it.
     """
 
     window_after: int
     failing: int
+    squares_overflow: SquareOverflow | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self._failing = weakref.ref(update.optimizer)
         self.stats.forget_step()
         reading = self._reading(failed=True)
-        replay = FailedUpdate(self._step_after, update.index)
+        replay = FailedUpdate(self._step_after, update.index, update.check.squares_overflow)
         if update.closure is not None:  # its ops ran inside the step, unrecorded
             reading, replay = replace(reading, unreplayable=_CLOSURE_UNREPLAYABLE), None
         self._stepped.clear()
@@ -295,12 +298,18 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             skipped=1 if failed else 0,
             updates=len(self._checks),
             objective_losses=tuple(c.loss for c in self._checks) if several else (),
+            zero_streak=self.zero_streak(norm, failed),
         )
 
     def localize(
         self, replay: FailedUpdate, step: int, history: StepHistory, setup: TrainingSetup
     ) -> Localized:
-        """Rerun the script, seeded as it started, recording step `step`; walk its ops."""
+        """Rerun the script, seeded as it started, recording step `step`; walk its ops. An
+        update whose values were all finite, but a gradient's square overflows, needs no
+        rerun: its evidence is that gradient's."""
+        if replay.squares_overflow is not None:
+            evidence = self.overflow_evidence(replay.squares_overflow, step, history, setup)
+            return Localized(evidence, rerun=None)
         _say(
             f"step {step} is not finite; running your script again, seeded as it started, to "
             f"record that step op by op"

@@ -339,14 +339,16 @@ class Session:
             return
         since = step - self.zero_gradient_window + 1
         stuck = self._stuck_units(names, since)
+        setup = self.adapter.training_setup()
+        zero = PathBreak(ZERO_GRADIENT, None, names, framework=setup.framework)
         self.record(
             Evidence(
                 step=since,
                 phase=None,
                 origin=None,
-                path_break=None if stuck else PathBreak(ZERO_GRADIENT, None, names),
+                path_break=None if stuck else zero,
                 history=self.step_history(),
-                setup=self.adapter.training_setup(),
+                setup=setup,
                 stuck_units=stuck,
             )
         )

@@ -49,6 +49,7 @@ from gradient_doctor.torch_adapter.step.step_check import (
     Check,
     check,
     dense_parameters,
+    keeps_squares,
     parameters_with_grads,
 )
 
@@ -343,7 +344,7 @@ class UpdateHooks:
         params = dense_parameters(optimizer)
         grads = [p.grad for p in params]
         roots, self.roots = self.roots, []
-        result = check(roots, grads)
+        result = check(roots, grads, keeps_squares(optimizer))
         update = self._current = Update(index, optimizer, result, len(grads), parameters=params)
         if not result.finite:
             update.hidden = [(p, p.grad) for p in parameters_with_grads(optimizer)]

@@ -65,10 +65,12 @@ class WatchedStep:
             grad_norm=guard.call_grad_norm,
             skipped=guard.skipped,
             updates=guard.updates,
+            zero_streak=adapter.zero_streak(guard.call_grad_norm, guard.closed),
         )
         if reading.failed:
             adapter.stats.forget_step()
-        replay = FailedCall(self.function, args, kwargs, rng) if reading.failed else None
+        overflow = next((c.squares_overflow for c in guard.checks if c.squares_overflow), None)
+        replay = FailedCall(self.function, args, kwargs, rng, overflow) if reading.failed else None
         finding = adapter.session.after_step(reading, replay)
         if finding is not None and adapter.session.stop_on_problem:
             raise TrainingStopped(finding)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
@@ -41,18 +42,44 @@ def parameter_names(
 ) -> dict[int, str]:
     """Parameter id -> qualified name ("head.linear.weight"), over the models (each path
     under its root's `module_names` name when there are several), then the optimizers'
-    parameters no model holds ("optimizer0.param3")."""
+    parameters no model holds: by the script's own name for a module that holds them
+    ("actor.log_std": a parameter of a module the script never calls, only its parts),
+    else by place ("optimizer0.param3")."""
     names = module_names(models)
     found: dict[int, str] = {}
     for model in models:
         root = names[id(model)] if len(models) > 1 else ""
         for name, parameter in model.named_parameters():
             found.setdefault(id(parameter), f"{root}.{name}" if root else name)
+    unowned = {
+        id(parameter)
+        for optimizer in optimizers
+        for group in optimizer.param_groups
+        for parameter in group["params"]
+        if id(parameter) not in found
+    }
+    if unowned:
+        for name, module in _script_modules():
+            for path, parameter in module.named_parameters():
+                if id(parameter) in unowned:
+                    found.setdefault(id(parameter), f"{name}.{path}")
     for index, optimizer in enumerate(optimizers):
         for group in optimizer.param_groups:
             for number, parameter in enumerate(group["params"]):
                 found.setdefault(id(parameter), f"optimizer{index}.param{number}")
     return found
+
+
+def _script_modules() -> list[tuple[str, torch.nn.Module]]:
+    """The modules the running script binds to its own global names (`actor = Actor()`),
+    in the order it bound them."""
+    main = sys.modules.get("__main__")
+    namespace = getattr(main, "__dict__", {})
+    return [
+        (name, value)
+        for name, value in list(namespace.items())
+        if isinstance(value, torch.nn.Module) and not name.startswith("_")
+    ]
 
 
 class ModuleScope:

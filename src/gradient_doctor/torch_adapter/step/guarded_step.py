@@ -18,6 +18,7 @@ from gradient_doctor.torch_adapter.step.step_check import (
     check,
     combined,
     dense_parameters,
+    keeps_squares,
 )
 
 # The instance attribute a guarded optimizer's own `step` is kept under.
@@ -114,7 +115,7 @@ class StepGuard:
         self.updates += 1
         if self.stats is not None:
             self.stats.forwards_done()
-        result = check(losses, grads)
+        result = check(losses, grads, keeps_squares(optimizer))
         self.checks.append(result)
         self.closed = self.closed or not result.finite
         if self.closed:

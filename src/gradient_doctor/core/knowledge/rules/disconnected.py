@@ -40,6 +40,7 @@ _SOME_MISSING = (
 
 
 _ZERO_SILENT = "Keras gives no warning: the gradients exist, they are only zero."
+_TORCH_ZERO_SILENT = "PyTorch gives no warning: the gradients exist, they are only zero."
 # What PyTorch does with them: `optimizer.step()` skips each parameter whose `.grad` is None.
 _TORCH_ALL_MISSING = (
     "PyTorch raises nothing: `optimizer.step()` skips every parameter whose `.grad` is None, "
@@ -81,7 +82,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     groups = group_by_layer(path_break.variables, "." if torch else "/")
     account = _ACCOUNTS[path_break.kind](path_break, groups)
     if path_break.kind == ZERO_GRADIENT:
-        framework_says = _ZERO_SILENT
+        framework_says = _TORCH_ZERO_SILENT if torch else _ZERO_SILENT
     elif torch:
         framework_says = _TORCH_ALL_MISSING if evidence.all_disconnected else _TORCH_SOME_MISSING
     else:
@@ -234,6 +235,33 @@ def _never_read(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
 
 
 def _zero_gradient(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    if _in_torch(path_break):
+        return Account(
+            story="Their gradient exists but was exactly zero on every step of a long window: "
+            "their values reach the loss only through ops whose derivative is zero there "
+            "(torch.sign or torch.round, a ReLU that is off for every input, a clamp whose "
+            "bound is always hit), or the gradients were scaled to zero before the update "
+            "(clip_grad_norm_ over gradients whose squares overflow: their norm is inf, and "
+            "max_norm / inf is 0), so the optimizer never moves them.",
+            reason="the gradient through these ops is exactly zero",
+            fixes=(
+                Fix(
+                    "straight_through",
+                    "Give a piecewise-constant op the identity's gradient (straight-through)",
+                    "y = x + (torch.sign(x) - x).detach()  # sign forward, identity backward",
+                ),
+                Fix(
+                    "activation_change",
+                    "Use an activation whose gradient is never exactly zero",
+                    "torch.nn.LeakyReLU(0.01)  # in place of torch.nn.ReLU()",
+                ),
+                Fix(
+                    "clip_by_value",
+                    "Clip each gradient value, which needs no norm (clip_grad_value_)",
+                    "torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=1.0)",
+                ),
+            ),
+        )
     return Account(
         story="Their gradient exists but was exactly zero on every step of a long window: "
         "their values reach the loss only through ops whose derivative is zero there "

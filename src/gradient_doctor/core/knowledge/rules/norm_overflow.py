@@ -29,11 +29,29 @@ GLOBAL_NORM_CLIPPING = NotFix(
 )
 
 
+TORCH_CLIP_VALUE = Fix(
+    "clip_by_value",
+    "Clip each gradient value (clip_grad_value_), which needs no norm",
+    "torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=1.0)  # before step()",
+)
+TORCH_GLOBAL_NORM_CLIPPING = NotFix(
+    "gradient_clipping",
+    "clip_grad_norm_ squares the gradients to take their norm: past 1.8e19 in float32 the "
+    "norm is inf, and every gradient is scaled by max_norm / inf = 0, so the update moves "
+    "nothing, now and at every such step. Clip each value instead (clip_grad_value_), or "
+    "stop the growth.",
+    structural=True,
+)
+
+
 def diagnose(evidence: Evidence) -> Diagnosis | None:
-    """Explain a step whose finite gradients had a global norm beyond float32; else decline."""
+    """Explain a step whose finite gradients had a global norm beyond float32 (or, in
+    PyTorch, a value whose square is); else decline."""
     norm = evidence.overflowed_norm
     if norm is None:
         return None
+    if evidence.setup.framework == "torch":
+        return _torch(evidence, norm)
     explanation = (
         f"Every gradient{at_step(evidence.step)} was finite, but their global norm was "
         f"{format_number(norm)}: its square overflows float32 (above 3.4e38). Adam and "
@@ -54,6 +72,37 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         remedies.batch_normalization("each hidden layer", evidence.setup.framework),
     )
     return Diagnosis("exploding_gradients", explanation, (GLOBAL_NORM_CLIPPING,), fixes)
+
+
+def _torch(evidence: Evidence, largest: float) -> Diagnosis:
+    """PyTorch's side: the optimizers that keep the squares of the gradients (Adam,
+    AdamW, RMSprop, Adagrad) square each value, and a square past the dtype is inf for
+    good; `clip_grad_norm_` squares them too, and scales by 0 where its norm is inf."""
+    origin = evidence.origin
+    stats = origin.inputs[0] if origin is not None and origin.inputs else None
+    dtype = stats.dtype if stats is not None else "float32"
+    whose = f" of `{origin.variable}`" if origin is not None and origin.variable else ""
+    module = f" (module `{origin.layer}`)" if origin is not None and origin.layer else ""
+    explanation = (
+        f"Every gradient{at_step(evidence.step)} was finite, but a value of the gradient"
+        f"{whose}{module} reached {format_number(largest)}: its square overflows {dtype}. "
+        "Adam, AdamW and RMSprop keep the squares of the gradients: that parameter's would "
+        "be inf, and every later update of it 0 (the average gradient over the root of "
+        "inf), so it would stop training for good with every value finite."
+    )
+    growth = norm_growth(evidence.history)
+    if growth is not None:
+        explanation += (
+            f" The gradient norm grew from {format_number(growth.low)} at step "
+            f"{growth.low_step} to {format_number(growth.peak)} at step {growth.peak_step}: "
+            "the gradients are exploding."
+        )
+    fixes = (
+        TORCH_CLIP_VALUE,
+        remedies.lower_learning_rate(evidence.setup),
+        remedies.better_init("torch"),
+    )
+    return Diagnosis("exploding_gradients", explanation, (TORCH_GLOBAL_NORM_CLIPPING,), fixes)
 
 
 def _largest(origin: Origin | None) -> str:
