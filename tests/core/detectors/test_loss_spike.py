@@ -118,3 +118,22 @@ def test_a_converged_loss_still_flags_a_rise_on_the_runs_scale(run, rng):
     losses[500] = 0.5  # a fifth of where the run began
     (warning,) = run(LossSpikeDetector(), _records(losses))[-1]
     assert warning.step == 500 and "The loss jumped to 0.5 at step 500" in warning.explanation
+
+
+def _hinge(step, rng):
+    """A triplet or hinge loss once the margin is met: 0 on most batches, 0.002-0.011
+    on about a third of them (a few hard triplets)."""
+    return rng.uniform(0.002, 0.011) if rng.random() < 0.35 else 0.0
+
+
+def test_a_loss_that_is_zero_on_most_batches_does_not_flag_its_ordinary_batches(run, rng):
+    # Its median is 0 and so is its MAD: a batch at 0.0068 was "a spike" ten times over.
+    losses = [_hinge(step, rng) for step in range(300)]
+    assert run(LossSpikeDetector(), _records(losses))[-1] == []
+
+
+def test_a_loss_that_is_zero_on_most_batches_still_flags_a_real_jump(run, rng):
+    losses = [_hinge(step, rng) for step in range(300)]
+    losses[200] = 0.4  # forty times its largest ordinary batch
+    (warning,) = run(LossSpikeDetector(), _records(losses))[-1]
+    assert warning.step == 200

@@ -49,3 +49,12 @@ def test_the_median_of_the_others_is_the_median_of_the_list_less_one(count):
         for index, value in enumerate(values):
             others = values[:index] + values[index + 1 :]
             assert _median_without(ordered, value) == median(others)
+
+
+def test_the_windows_quantile_is_the_nearest_rank_at_or_above():
+    from gradient_doctor.core.detectors.sorted_window import SortedWindow
+
+    window = SortedWindow(10)
+    for value in (5.0, 1.0, 4.0, 2.0, 3.0):
+        window.append(value)
+    assert [window.quantile(q) for q in (0.0, 0.2, 0.5, 0.9, 1.0)] == [1.0, 1.0, 3.0, 5.0, 5.0]

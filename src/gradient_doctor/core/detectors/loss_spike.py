@@ -18,8 +18,10 @@ from gradient_doctor.core.records import StepRecord
 
 # Like large-scale trainers, compare each loss with the running window of the last
 # WINDOW losses, once WARMUP are in: a spike is a loss above
-#   median + max(SIGMAS * 1.4826 * MAD, MIN_RISE * |median|, MIN_SCALE_RISE * scale),
-# where `scale` is the median |loss| of the run's first WARMUP losses.
+#   median + max(SIGMAS * 1.4826 * MAD, TAIL_RISE * (q90 - median),
+#                MIN_RISE * |median|, MIN_SCALE_RISE * scale),
+# where `scale` is the median |loss| of the run's first WARMUP losses and q90 the
+# window's 90th percentile.
 # Six robust standard deviations keep the per-batch noise of small batches quiet; the
 # relative floor keeps a loss that has settled to near-constant values (MAD ~ 0) from
 # flagging rounding-sized bumps; the floor on the run's own scale keeps a loss that has
@@ -29,6 +31,12 @@ WINDOW = 100
 WARMUP = 20
 SIGMAS = 6.0
 MIN_RISE = 0.25
+# The tail of a skewed loss is its own spread: a hinge or triplet loss is 0 on most
+# batches (MAD 0) and 0.005-0.011 on a third of them, and such a batch is no spike.
+# For noise that is symmetric about the median (q90 - median ~ 1.28 sigma) the term is
+# below SIGMAS' and changes nothing.
+TAIL_QUANTILE = 0.9
+TAIL_RISE = 3.0
 MIN_SCALE_RISE = 0.05
 # Episodes beyond this many are counted in the last finding, not reported one by one.
 MAX_EPISODES = 10
@@ -120,7 +128,8 @@ class LossSpikeDetector(CountedFindings):
             # spike, whatever the spread (most steps; the spread is then not needed).
             if loss > baseline + floor:
                 spread = MAD_TO_SIGMA * self._losses.median_abs_deviation(baseline)
-                threshold = baseline + max(self._sigmas * spread, floor)
+                tail = self._losses.quantile(TAIL_QUANTILE) - baseline
+                threshold = baseline + max(self._sigmas * spread, TAIL_RISE * tail, floor)
                 spike = loss > threshold
                 if spike:
                     self._extend(record.step, loss, baseline, threshold)

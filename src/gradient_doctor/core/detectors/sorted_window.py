@@ -9,6 +9,7 @@ a step, and a binary search for each order statistic of the deviations.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterator
@@ -75,6 +76,19 @@ class SortedWindow:
         if len(ordered) % 2:
             return ordered[middle]
         return 0.5 * (ordered[middle - 1] + ordered[middle])
+
+    def quantile(self, share: float) -> float:
+        """The value below which `share` of the window lies (the nearest rank at or above:
+        the 90th percentile of 100 values is the 90th smallest).
+
+        Raises:
+            ValueError: for an empty window.
+        """
+        ordered = self._sorted
+        if not ordered:
+            raise ValueError("The window is empty: append a value before asking a quantile.")
+        rank = min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))
+        return ordered[rank]
 
     def median_abs_deviation(self, center: float) -> float:
         """The median of |value - center| over the window, as `forecast.median` of those
