@@ -67,3 +67,22 @@ def test_each_update_takes_the_loss_of_the_tape_that_made_its_gradients():
     # Gradients the user transformed first (clipped) fall back to the latest target.
     step_context.note_loss(d_loss, (5, 6), d_grads)
     assert step_context.take_loss([tf.constant(1.0)])[0] is d_loss
+
+
+def test_a_variable_made_with_no_name_is_named_as_the_script_binds_it(monkeypatch):
+    # Raw tf.Variables are all "Variable" to TensorFlow: a report said "no gradient
+    # reaches 2 trained variables: Variable and Variable".
+    import sys
+    import types
+
+    from gradient_doctor.tf_adapter.localize.missing_gradients import variable_name
+
+    script = types.ModuleType("__main__")
+    script.W1, script.b1 = tf.Variable(tf.zeros([3, 2])), tf.Variable(tf.zeros([2]))
+    unbound = tf.Variable(0.0)
+    named = tf.Variable(0.0, name="scale")
+    script.scale = named
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert (variable_name(script.W1), variable_name(script.b1)) == ("W1", "b1")
+    assert variable_name(unbound).startswith("Variable")
+    assert variable_name(named) == "scale"

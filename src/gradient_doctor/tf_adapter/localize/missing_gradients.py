@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import linecache
+import re
 import sys
 
 import tensorflow as tf
@@ -34,8 +35,23 @@ SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastArgs", "Zero
 
 
 def variable_name(variable) -> str:
-    """A variable's readable name: Keras's path, else TensorFlow's name without ':0'."""
-    return getattr(variable, "path", None) or variable.name.split(":")[0]
+    """A variable's readable name: Keras's path, else TensorFlow's name without ':0'; for
+    a `tf.Variable` made with no name (TensorFlow calls each "Variable"), the script's
+    own global name for it (`W1 = tf.Variable(...)` is "W1") when it has one."""
+    name = getattr(variable, "path", None) or variable.name.split(":")[0]
+    if _UNNAMED.fullmatch(name):
+        return _script_name(variable) or name
+    return name
+
+
+# TensorFlow's name for a variable made with none ("Variable", "Variable_3").
+_UNNAMED = re.compile(r"Variable(_\d+)?")
+
+
+def _script_name(variable) -> str | None:
+    """The running script's global name bound to `variable`, or None."""
+    namespace = getattr(sys.modules.get("__main__"), "__dict__", {})
+    return next((key for key, value in list(namespace.items()) if value is variable), None)
 
 
 def _handle(variable):

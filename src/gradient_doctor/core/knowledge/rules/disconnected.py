@@ -239,8 +239,10 @@ def _zero_gradient(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Accou
         return Account(
             story="Their gradient exists but was exactly zero on every step of a long window: "
             "their values reach the loss only through ops whose derivative is zero there "
-            "(torch.sign or torch.round, a ReLU that is off for every input, a clamp whose "
-            "bound is always hit), or the gradients were scaled to zero before the update "
+            "(torch.sign or torch.round, a ReLU that is off for every input, a tanh or "
+            "sigmoid saturated at its bound: past about 9 in float32 its output is exactly 1, "
+            "as inputs far from unit scale drive it, a clamp whose bound is always hit), or "
+            "the gradients were scaled to zero before the update "
             "(clip_grad_norm_ over gradients whose squares overflow: their norm is inf, and "
             "max_norm / inf is 0), so the optimizer never moves them.",
             reason="the gradient through these ops is exactly zero",
@@ -265,8 +267,10 @@ def _zero_gradient(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Accou
     return Account(
         story="Their gradient exists but was exactly zero on every step of a long window: "
         "their values reach the loss only through ops whose derivative is zero there "
-        "(tf.sign or a rounding trick, a ReLU that is off for every input, a clip whose "
-        "bound is always hit), so the optimizer never moves them.",
+        "(tf.sign or a rounding trick, a ReLU that is off for every input, a tanh or "
+        "sigmoid saturated at its bound: past about 9 in float32 its output is exactly 1, "
+        "as inputs far from unit scale drive it, a clip whose bound is always hit), so the "
+        "optimizer never moves them.",
         reason="the gradient through these ops is exactly zero",
         fixes=(
             Fix(
