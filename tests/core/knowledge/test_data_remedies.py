@@ -70,3 +70,21 @@ def test_targets_in_the_hundreds_are_not_called_far_from_unit_scale():
         step=6, phase=None, origin=None, target_scale=TargetScale("of MseLoss", 242.5)
     )
     assert fit_to_data(_diagnosis(), pixels) == _diagnosis()
+
+
+def test_a_division_by_a_batch_statistic_keeps_no_claim_that_a_larger_batch_will_not_help():
+    # x / x.std(dim=0) on micro-batches of 8: a binary column constant in the batch gives
+    # std 0; with batches of 32 the script ran finite. "A larger batch ... computes the
+    # forward pass the same way" was not so.
+    from gradient_doctor.core.evidence import OpCall
+    from gradient_doctor.core.findings import NotFix, SourceLine
+    from gradient_doctor.core.knowledge.remedies.data import fit_to_batch_statistics
+
+    larger = NotFix("larger_batch", "computes the forward pass the same way", structural=False)
+    diagnosis = Diagnosis("forward_domain", "x", (larger,), (LOWER,))
+    std = OpCall("Std", SourceLine("t.py", 18, "return (x - x.mean(dim=0)) / x.std(dim=0)"), ())
+    read = Evidence(step=9, phase="forward", origin=None, input_producers=(None, std))
+    assert fit_to_batch_statistics(diagnosis, read).not_fixes == ()
+    weights = OpCall("MatMul", std.source, ())
+    other = Evidence(step=9, phase="forward", origin=None, input_producers=(weights,))
+    assert fit_to_batch_statistics(diagnosis, other) == diagnosis

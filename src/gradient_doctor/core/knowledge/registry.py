@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code
-from gradient_doctor.core.knowledge.remedies.data import fit_to_data
+from gradient_doctor.core.knowledge.remedies.data import fit_to_batch_statistics, fit_to_data
 from gradient_doctor.core.knowledge.remedies.history import fit_to_first_step, fit_to_history
 from gradient_doctor.core.knowledge.remedies.setup import fit_to_setup
 from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm
@@ -152,4 +152,5 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     diagnosis = next(filter(None, (rule(evidence) for rule in rules)), None)
     diagnosis = diagnosis or default.diagnose(evidence)
     fitted = fit_to_history(fit_to_setup(diagnosis, evidence), evidence)
-    return fit_to_first_step(fit_to_data(fitted, evidence), evidence)
+    fitted = fit_to_batch_statistics(fit_to_data(fitted, evidence), evidence)
+    return fit_to_first_step(fitted, evidence)

@@ -82,3 +82,25 @@ def _first(diagnosis: Diagnosis, fix, note: str) -> Diagnosis:
     existing = [f for f in diagnosis.fixes if f.family == fix.family]
     fixes.insert(0, existing[0] if existing else fix)
     return replace(diagnosis, fixes=tuple(fixes), explanation=diagnosis.explanation + note)
+
+
+# Reductions whose value depends on which examples the batch holds when taken over it:
+# a per-batch mean, spread or norm (a column that is constant in a small batch has std 0).
+_BATCH_STATISTICS = frozenset(
+    {"Std", "Var", "StdMean", "VarMean", "Mean", "Sum", "Moments", "EuclideanNorm", "Max", "Min"}
+)
+
+
+def fit_to_batch_statistics(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
+    """`diagnosis` without the expectation that a larger batch will not help when the
+    failing op read a reduction (a per-batch statistic): a batch of another size holds
+    other examples, and the statistic changes with them (a binary column constant in 32
+    rows is not in 512)."""
+    if not any(p is not None and p.op in _BATCH_STATISTICS for p in evidence.input_producers):
+        return diagnosis
+    not_fixes = tuple(
+        item
+        for item in diagnosis.not_fixes
+        if not (item.remedy == "larger_batch" and not item.structural)
+    )
+    return replace(diagnosis, not_fixes=not_fixes)
