@@ -501,7 +501,12 @@ def test_a_one_cycle_schedule_has_its_max_lr_scaled_not_the_optimizer_lr(tmp_pat
         " div_factor=10,"
     ]
     assert "lr=0.1, momentum" not in "".join(_added(lower.patch))
-    assert lower.title == "Lower the learning rate 10x, from 1.1 to 0.11"
+    # Titled by what the patch scales (the schedule's own rate), with the rate in use:
+    # "from 1.1 to 0.11" read as a change of the optimizer's lr, which the patch leaves.
+    assert lower.title == (
+        "Lower the learning rate 10x where OneCycleLR sets it (`max_lr`); it was 1.1 at the "
+        "failing step"
+    )
     assert lower.trial_setting == ("learning_rate_scale", 0.1)
     assert 'max_lr=cfg["max_lr"] * 0.01' in _added(lower.stronger.patch)[0]
     assert lower.stronger.title == "Lower the learning rate 100x, from 1.1 to 0.011"

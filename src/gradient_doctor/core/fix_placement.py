@@ -403,7 +403,18 @@ def _lowered_by(fix: Fix, site: OptimizerSite, factor: float) -> Fix:
             f"{' and '.join(format_number(rate * factor) for rate in written)}"
         )
         return dataclasses.replace(fix, title=title)
-    was = written[0] if written and not sets_rates else site.learning_rate
+    setting = next(
+        (s for s in site.schedulers if s.kind in torch_optimizer.RATE_SETTING_SCHEDULERS), None
+    )
+    if setting is not None:  # the patch scales the scheduler's own rates, not `lr`
+        rates = " and ".join(
+            f"`{keyword}`" for _, keyword in torch_optimizer.RATE_ARGUMENTS[setting.kind]
+        )
+        title = f"Lower the learning rate {times}x where {setting.class_name} sets it ({rates})"
+        if site.learning_rate is not None:
+            title += f"; it was {format_number(site.learning_rate)} at the failing step"
+        return dataclasses.replace(fix, title=title)
+    was = written[0] if written else site.learning_rate
     title = f"Lower the learning rate {times}x"
     if was is not None:
         title += f", from {format_number(was)} to {format_number(was * factor)}"

@@ -69,6 +69,8 @@ _RATE_FLOORS = {
 }
 # The scheduler kinds under which the optimizer's `lr` is not the rate in use.
 RATE_SETTING_SCHEDULERS = frozenset(_RATE_SETTING)
+# Each of those schedulers' rate arguments, as (position, keyword).
+RATE_ARGUMENTS = _RATE_SETTING
 _BUILTINS = frozenset(dir(builtins))
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
