@@ -509,7 +509,10 @@ def test_a_one_cycle_schedule_has_its_max_lr_scaled_not_the_optimizer_lr(tmp_pat
     )
     assert lower.trial_setting == ("learning_rate_scale", 0.1)
     assert 'max_lr=cfg["max_lr"] * 0.01' in _added(lower.stronger.patch)[0]
-    assert lower.stronger.title == "Lower the learning rate 100x, from 1.1 to 0.011"
+    assert lower.stronger.title == (
+        "Lower the learning rate 100x where OneCycleLR sets it (`max_lr`); it was 1.1 at "
+        "the failing step"
+    )
     patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
     assert patched.param_groups[0]["max_lr"] == pytest.approx(0.2)
     assert patched.param_groups[0]["lr"] == pytest.approx(0.11)  # every rate a tenth
