@@ -291,7 +291,7 @@ def _torch_float32_island(code: str, call: Call | None, title: str) -> Fix:
     """The op's inputs cast to float32 on the user's line, or autocast turned off."""
     if call is None or not call.args:
         snippet = (
-            'with torch.autocast(device_type="cuda", enabled=False):  # this op in float32\n'
+            "with torch.autocast(device_type=x.device.type, enabled=False):  # this op in float32\n"
             "    y = op(x.float())"
         )
         return Fix("float32_island", title, snippet)
