@@ -37,3 +37,14 @@ def test_no_origin_and_no_trend(make_evidence, families):
     assert "Step 57 went non-finite" in diagnosis.explanation
     assert "replaying the step stayed finite" in diagnosis.explanation
     assert families(diagnosis) == ["lower_learning_rate", "gradient_clipping"]
+
+
+def test_bounding_the_layer_that_computes_the_op_itself_does_not_say_it_feeds_it():
+    from gradient_doctor.core.findings import Origin
+    from gradient_doctor.core.knowledge.remedies.fixes import constrain_weights
+
+    matmul = Origin("MatMul", "head/MatMul", "head", None, None, (), ())
+    own = constrain_weights(matmul, "head", "torch")
+    assert own.title == "Bound the weights of `head`, which computes MatMul itself"
+    fed = constrain_weights(matmul, "body.2", "torch")
+    assert fed.title == "Bound the weights of `body.2`, whose output feeds MatMul"

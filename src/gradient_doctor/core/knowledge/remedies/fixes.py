@@ -31,7 +31,10 @@ def constrain_weights(
             names the op's own layer, as the layer "in" which the feeding layer is.
         framework: "tf" or "torch".
     """
-    if weights_layer:
+    if weights_layer and weights_layer == origin.layer:  # the op is the layer's own
+        title = f"Bound the weights of `{weights_layer}`, which computes {origin.op} itself"
+        comment = f"# on `{weights_layer}`, which computes {origin.op}:"
+    elif weights_layer:
         title = f"Bound the weights of `{weights_layer}`, whose output feeds {origin.op}"
         comment = f"# on `{weights_layer}`, which feeds {origin.op}:"
     else:  # the replay named no layer: say which one only as far as it is known
