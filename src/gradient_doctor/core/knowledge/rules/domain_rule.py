@@ -250,23 +250,25 @@ def below_domain_share(origin: Origin, domain: Domain, value: float | None) -> f
 def unconstrained_note(origin: Origin, step: int | None, share: float) -> str:
     """Say that so many values below the domain, made by a layer's raw output, are a
     positive quantity predicted with nothing to keep it positive."""
-    output = origin.outputs[0]
-    size = output.size or math.prod(d or 1 for d in output.shape)
     return (
-        f" {output.nan} of {size} values ({share:.0%}) were below 0{at_step(step)}: the value "
-        "is a layer's output, which nothing keeps positive; a clamp would set each of them "
-        "to the edge of the domain, with gradient 0 there, so those examples stop training "
-        "the layer, and the magnitude would reward negative outputs as much as positive ones."
+        f"{_below_zero(origin, step, share)}: the value is a layer's output, which nothing "
+        "keeps positive; a clamp would set each of them to the edge of the domain, with "
+        "gradient 0 there, so those examples stop training the layer, and the magnitude "
+        "would reward negative outputs as much as positive ones."
     )
 
 
 def by_design_note(origin: Origin, step: int | None, share: float) -> str:
     """Say that so many values below the domain look meant, and what a clamp would do."""
+    return (
+        f"{_below_zero(origin, step, share)}: so many suggests a value negative by design (a "
+        "signed difference, say), not by accident; a clamp would set each of them to the "
+        "edge of the domain, with gradient 0 there, which rewrites what the code computes."
+    )
+
+
+def _below_zero(origin: Origin, step: int | None, share: float) -> str:
+    """ " 22 of 64 values (34%) were below 0 at step 7"."""
     output = origin.outputs[0]
     size = output.size or math.prod(d or 1 for d in output.shape)
-    return (
-        f" {output.nan} of {size} values ({share:.0%}) were below 0{at_step(step)}: so many "
-        "suggests a value negative by design (a signed difference, say), not by accident; "
-        "a clamp would set each of them to the edge of the domain, with gradient 0 there, "
-        "which rewrites what the code computes."
-    )
+    return f" {output.nan} of {size} values ({share:.0%}) were below 0{at_step(step)}"
