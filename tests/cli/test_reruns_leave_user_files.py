@@ -51,7 +51,7 @@ def test_the_scripts_log_holds_what_one_run_wrote(torch_folder):
     problem = run.problem
     assert (problem["category"], problem["step"]) == ("forward_domain", 3)
     line = line_of(SCRIPT, "loss = -torch.log(torch.relu(model(x))).mean()")
-    assert (problem["origin"]["op"], problem["origin"]["line"]) == ("Log", line)
+    assert (problem["origin"]["op"], problem["origin"]["line"]) == ("log", line)
     assert "the rerun reproduced step 3" in run.stderr
     # The run stopped at step 3's update, before its log line: steps 0 to 2, once each.
     logged = (folder / "train.log").read_text().splitlines()

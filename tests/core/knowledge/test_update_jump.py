@@ -95,7 +95,10 @@ def test_a_failure_in_the_first_steps_puts_clipping_first_naming_the_largest_upd
     import dataclasses
 
     two = StepHistory(steps=(0, 1), grad_norms=(2.1e11, 3.3e21))
-    evidence = dataclasses.replace(make_evidence(step=2, weights_upstream=True), history=two)
+    thrown = ("4", "ReadVariableOp", 3.2e18)  # the values grew past 1e6 on their way
+    evidence = dataclasses.replace(
+        make_evidence(step=2, weights_upstream=True), history=two, growth=thrown
+    )
     diagnosis = diagnose(evidence)
     assert diagnosis.fixes[0].family == "gradient_clipping"
     assert (
@@ -104,3 +107,7 @@ def test_a_failure_in_the_first_steps_puts_clipping_first_naming_the_largest_upd
     ) in diagnosis.explanation
     unrecorded = dataclasses.replace(evidence, history=StepHistory(steps=(1,), grad_norms=(5.0,)))
     assert diagnose(unrecorded).fixes[0].family != "gradient_clipping"
+    # Ordinary updates before a value a few units past its limit (a float16 exp at step
+    # 2): nothing grew huge on the way, so no update is blamed.
+    ordinary = dataclasses.replace(evidence, growth=None)
+    assert diagnose(ordinary).fixes[0].family != "gradient_clipping"

@@ -122,10 +122,16 @@ def _early_update(evidence: Evidence) -> UpdateJump | None:
     are the one change the weights went through since step 0 computed finitely (a
     recurrent net's first update, norm 478224, throws its kernel out; two SGD updates on
     targets in the 1e5s throw a regressor's output to -1e23). Their largest, or None
-    when any of their norms was not recorded finite."""
+    when any of their norms was not recorded finite, or, after more than one update,
+    when the values did not grow huge on the way to the op (`Evidence.growth`)."""
     history = evidence.history
     step = evidence.step
     if step is None or not 1 <= step <= MIN_BEFORE or history is None:
+        return None
+    if step > 1 and evidence.growth is None:
+        # Several updates, each of which may be ordinary: only values the replay saw
+        # blow past 1e6 on their way to the op say the updates threw the weights (a
+        # float16 exp a few units past its limit at step 2 is no update's doing).
         return None
     if len(history.steps) != len(history.grad_norms):
         return None
