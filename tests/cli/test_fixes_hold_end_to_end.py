@@ -33,6 +33,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/rnn_relu_growth.py",  # the recurrent kernel redrawn
     "tests/scripts/infonce_two_lines.py",  # logsumexp over two lines
     "tests/scripts/unscaled_targets_fit.py",  # prices in dollars: y standardised
+    "tests/scripts/float16_adam_tape_loop.py",  # a new dtype policy: proved by the rerun alone
 ]
 
 
