@@ -49,7 +49,7 @@ def test_the_update_that_squared_past_float16_is_the_origin(doctor_run):
         "written by the optimizer's own update at step 1",
         f'Under the dtype policy "float16" ({SCRIPT}:{policy_line})',
         "float16 holds at most 65504",
-        "on 2 batches the run saw, the updates went the same way",
+        "on 2 batches the run saw, the updates went as in the run",
         "at step 0 the gradients of",
         "`adam/dense_kernel_velocity` (float16, ",
         "Adam's `velocity` holds a running mean of each gradient's square",

@@ -93,7 +93,7 @@ def replay_updates(
         What the first update that left the state non-finite did, or None when no
         saved state from before is finite, or the replayed updates stayed finite.
     """
-    snapshot = _latest_finite(snapshots, failing)
+    snapshot = _latest_finite(snapshots, failing, weights + slots)
     if snapshot is None or call.traceable is None:
         return None
     run_weights = [array_of(w) for w in weights]  # as the failing step read them
@@ -153,12 +153,15 @@ class _Seen:
             self.weights_at = index
 
 
-def _latest_finite(snapshots: SnapshotRing, failing: int):
-    """The latest saved state from before `failing` whose values are all finite, or None."""
+def _latest_finite(snapshots: SnapshotRing, failing: int, variables: list):
+    """The latest saved state from before `failing` in which `variables` (the weights and
+    slots the updates write) were all finite, or None. Other variables a snapshot holds
+    (another model's, left NaN in the same process) are not its concern."""
+    wanted = {id(getattr(v, "value", v)) for v in variables} | {id(v) for v in variables}
     for snapshot in reversed(snapshots.saved()):
         if snapshot.step >= failing:
             continue
-        if all(_finite(value) for _, value in snapshot.values):
+        if all(_finite(value) for v, value in snapshot.values if id(v) in wanted):
             return snapshot
     return None
 
