@@ -142,6 +142,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/xla_sum_order.py",
         "tests/scripts/masked_mean_missing_labels.py",
         "tests/scripts/inline_eager_pair_distance.py",
+        "tests/scripts/float16_adam_tape_loop.py",
     }
 )
 

@@ -35,6 +35,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/infonce_two_lines.py",  # logsumexp over two lines
     "tests/scripts/unscaled_targets_fit.py",  # prices in dollars: y standardised
     "tests/scripts/gan_two_tapes_noise.py",  # trials meet the failing step's noise
+    "tests/scripts/float16_adam_tape_loop.py",  # a new dtype policy: proved by the rerun alone
 ]
 
 

@@ -3,7 +3,7 @@
 import dataclasses
 
 from gradient_doctor.core.findings import Finding, Fix, NotFix
-from gradient_doctor.core.fix_trials import TrialOutcome, describe, judge
+from gradient_doctor.core.fix_trials import TrialOutcome, describe, judge, ranked
 
 _PATCH = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-w = tf.exp(s)\n+w = tf.exp(s - m)\n"
 
@@ -283,3 +283,14 @@ def test_a_discriminators_loss_that_doubles_toward_its_equilibrium_has_not_diver
     assert _judged_fix(rising, reference=0.7).verified is True
     tripled = dataclasses.replace(rising, objective_losses=((0.45, 0.9, 1.2, 1.4), (5, 3, 2, 1)))
     assert _judged_fix(tripled, reference=0.7).verified is False
+
+
+def test_a_fix_that_works_around_the_cause_ranks_after_the_one_that_removes_it():
+    clip = Fix("clip_by_value", "clip each value", "", verified=True)
+    mixed = Fix("mixed_precision", "the mixed policy", "", verified=True)
+    finding = Finding("optimizer_overflow", 0, None, None, "", fixes=(clip, mixed))
+    assert [f.family for f in ranked(finding).fixes] == ["mixed_precision", "clip_by_value"]
+    # A verdict still comes first: an untried cure after a verified workaround.
+    untried = dataclasses.replace(mixed, verified=None)
+    finding = dataclasses.replace(finding, fixes=(untried, clip))
+    assert [f.family for f in ranked(finding).fixes] == ["clip_by_value", "mixed_precision"]

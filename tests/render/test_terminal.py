@@ -240,6 +240,14 @@ def test_a_skipped_update_is_said(exp_problem):
         "yourself, so it set the step's gradients to zero before your update read them "
         "(it moved nothing)."
     ) in format_finding_lines(own)
+    # Weights already NaN when the step began: the skip kept nothing good.
+    broken = dataclasses.replace(exp_problem, skipped_updates=1, broken_before=True)
+    lines = format_finding_lines(broken)
+    assert not any("before it reached the weights" in line for line in lines)
+    assert (
+        "The doctor stopped the failing step (its update was skipped), but the weights were "
+        "already NaN or Inf when it began: the last good weights are not kept."
+    ) in lines
 
 
 def test_the_summary_after_shown_problems_gives_each_fixs_final_verdict(exp_problem):

@@ -63,6 +63,86 @@ class BrokenState:
 
 
 @dataclass(frozen=True)
+class StateValues:
+    """What one variable of the training state held: a weight, or a slot of the optimizer.
+
+    Attributes:
+        name: its name, e.g. "adam/dense_kernel_velocity" or "dense/kernel".
+        dtype: its dtype, e.g. "float16".
+        size: how many values it holds.
+        nan: how many of them are NaN.
+        inf: how many are infinite.
+        largest: the largest finite magnitude among them, or None when none is finite.
+        weight: for a slot of the optimizer, the weight it keeps state for
+            ("dense/kernel"); None for a weight, or when unknown.
+        slot: for a slot, its own name beside the weight's ("velocity", "momentum").
+    """
+
+    name: str
+    dtype: str
+    size: int
+    nan: int
+    inf: int
+    largest: float | None = None
+    weight: str | None = None
+    slot: str | None = None
+
+    @property
+    def finite(self) -> bool:
+        """True when it holds no NaN and no infinity."""
+        return self.nan == 0 and self.inf == 0
+
+
+@dataclass(frozen=True)
+class UpdateOverflow:
+    """The optimizer's own update wrote the non-finite weights a failing step read.
+
+    No call of the user's wrote them, and the step before read them finite (its loss
+    and gradients were): the last update that ran did. What the optimizer's state
+    held then says how, and a replay of the updates from a saved state says when its
+    arithmetic first left the dtype's range.
+
+    Attributes:
+        optimizer: the optimizer's class, e.g. "Adam".
+        read_at: the failing step, which read them.
+        written_at: the step whose update wrote the non-finite weights the failing
+            step read.
+        weights: the weights that were non-finite when the failing step began.
+        state: the optimizer's variables that were non-finite then.
+        policy: the dtype policy the layers were built under ("float16"), or None.
+        policy_site: the user's line that set that policy, when found.
+        replayed_from: the step whose saved state the replay started from, or None
+            without a replay.
+        first_step: the step whose update first left the optimizer's state or the
+            weights non-finite, as the replay saw it; None without a replay.
+        first_state: what that update left non-finite (slots, then weights).
+        weights_step: the step whose update first left the weights non-finite, as the
+            replay saw it; None without a replay, or when they stayed finite in it.
+        gradients: the gradients that update applied, for the weights whose state it
+            left non-finite (`largest` their largest magnitude; `inf` how many of them
+            square past their dtype's largest value).
+        replayed_on: the batches the replay ran on, in words ("the run's own batches").
+        reproduced: the weights the replay left for the failing step are the run's, bit
+            for bit (NaN at the same entries): its steps are the run's.
+    """
+
+    optimizer: str
+    read_at: int
+    written_at: int
+    weights: tuple[StateValues, ...]
+    state: tuple[StateValues, ...] = ()
+    policy: str | None = None
+    policy_site: SourceLine | None = None
+    replayed_from: int | None = None
+    first_step: int | None = None
+    first_state: tuple[StateValues, ...] = ()
+    weights_step: int | None = None
+    gradients: tuple[StateValues, ...] = ()
+    replayed_on: str | None = None
+    reproduced: bool = False
+
+
+@dataclass(frozen=True)
 class TargetScale:
     """The regression targets of the failing batch: how far they lie from unit scale.
 
@@ -230,6 +310,8 @@ class Evidence:
             float64); None otherwise.
         broken_state: the origin only read a variable (a weight or a statistic)
             that held non-finite values before the step; which, and what wrote them.
+        update_overflow: when those variables are weights the optimizer trains and no
+            call of the user's wrote them, the optimizer's own update that did, and how.
         skipped_updates: how many updates the guard skipped, the failing one and
             every one after it, before the step was read (more than 1 when nothing
             read the step's check until the end of the run); 0 when not counted.
@@ -275,6 +357,7 @@ class Evidence:
     input_scale: tuple[str, float] | None = None
     target_scale: TargetScale | None = None
     broken_state: BrokenState | None = None
+    update_overflow: UpdateOverflow | None = None
     skipped_updates: int = 0
     stuck_units: StuckUnits | None = None
     same_op_calls: tuple[OpCall, ...] = ()

@@ -21,6 +21,10 @@ CATEGORIES = (
     # Added: a step non-finite as XLA compiled it whose replay without XLA stayed finite
     # (no op can be named; it is none of the categories above).
     "xla_only",
+    # Added: the optimizer's own update left its dtype's range while the loss and the
+    # gradients were finite (Adam's square of a gradient past float16's 65504): the guard
+    # checks what goes into an update, so the update ran and wrote inf or NaN.
+    "optimizer_overflow",
 )
 
 FIX_FAMILIES = (
@@ -90,13 +94,20 @@ FIX_FAMILIES = (
     # Added: a weight or statistic that was NaN or Inf before training (a broken
     # checkpoint, `set_weights` or `assign` of non-finite values) set from finite ones.
     "finite_weights",
+    # Added: a float16 policy's variables (and the optimizer's state with them) kept in
+    # float32 by the mixed policy ("mixed_float16"), which still computes in float16.
+    "mixed_precision",
+    # Added: what users try on a float16 Adam that goes NaN (a larger epsilon); it
+    # cannot reach a square that already overflowed.
+    "optimizer_epsilon",
 )
 
 
 # What an origin's `source` line is: the user's line that ran the op; the line that
 # created the library layer whose own code ran it; the call that wrote the non-finite
-# value into the variable the op read (`adapt`, `set_weights`, `load_weights`, `assign`).
-SOURCE_KINDS = ("op", "layer_creation", "state_write")
+# value into the variable the op read (`adapt`, `set_weights`, `load_weights`, `assign`);
+# the line that built the optimizer whose own update ran it.
+SOURCE_KINDS = ("op", "layer_creation", "state_write", "optimizer_creation")
 
 
 @dataclass(frozen=True)
@@ -335,3 +346,6 @@ class Finding:
     # The script updates its tensors itself (no optimizer): the doctor "skipped" its
     # update by setting the step's gradients to zero before the script read them.
     own_update: bool = False
+    # The weights were already non-finite when the failing step began (written before
+    # it): skipping its update kept nothing good.
+    broken_before: bool = False

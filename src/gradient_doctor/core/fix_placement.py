@@ -19,6 +19,7 @@ from gradient_doctor.core.findings import Edit, Finding, Fix, SourceLine
 from gradient_doctor.core.gradient_paths import PathBreak
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
+from gradient_doctor.core.knowledge.rewrites import dtype_policy as policy_rewrite
 from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
 from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
 from gradient_doctor.core.knowledge.rewrites import own_update, score_function, torch_optimizer
@@ -51,6 +52,8 @@ class FixSites:
             jit_compile=True)`, `@tf.function(jit_compile=True)`), to turn it off.
         own_update: for a script that updates its tensors itself (no optimizer), the
             `backward()` line: its file holds the updates whose rate a fix lowers.
+        dtype_policy: the line that set a half-precision dtype policy (`keras.config.
+            set_dtype_policy("float16")`), which the mixed policy replaces.
     """
 
     optimizer: OptimizerSite | None = None
@@ -61,6 +64,7 @@ class FixSites:
     path_break: PathBreak | None = None
     compiled: SourceLine | None = None
     own_update: SourceLine | None = None
+    dtype_policy: SourceLine | None = None
 
 
 def place_fixes(
@@ -120,6 +124,8 @@ def place_fixes(
             placed = _xla_fix(fix, sites.compiled, root)
         elif fix.family == "lower_learning_rate" and sites.own_update is not None:
             placed = _own_update_fix(fix, sites.own_update, root)
+        elif fix.family == "mixed_precision" and sites.dtype_policy is not None:
+            placed = _policy_fix(fix, sites.dtype_policy, root)
         fixes.append(users(placed) or fix)
     optimizer = sites.optimizer
     not_fixes = tuple(
@@ -200,6 +206,18 @@ def _xla_fix(fix: Fix, compiled: SourceLine, root: str) -> Fix | None:
     if edit is None:
         return None
     return _patched(fix, (edit,), root, ("jit_compile", False))
+
+
+def _policy_fix(fix: Fix, site: SourceLine, root: str) -> Fix | None:
+    """`fix` written as the line that set the half-precision policy setting the mixed one;
+    its trial setting names that policy (only a run from the start builds a model under
+    it)."""
+    lines = read_lines(os.path.join(root, site.file))
+    made = policy_rewrite.mixed_policy(site, lines) if lines is not None else None
+    if made is None:
+        return None
+    edit, mixed = made
+    return _patched(fix, (edit,), root, ("dtype_policy", mixed))
 
 
 def _own_update_fix(fix: Fix, backward: SourceLine, root: str) -> Fix | None:

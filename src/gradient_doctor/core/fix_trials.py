@@ -56,6 +56,10 @@ SLOWS_ONLY = {
     "better_init": "it changes where training starts, not the op that failed",
     "batch_normalization": "it rescales the activations, not the op that failed",
 }
+# Per category, remedies that work around its cause rather than remove it: within a
+# verdict they come after the others (clipping each value keeps a float16 optimizer's
+# squares in range; the mixed policy keeps its state in float32).
+WORKS_AROUND = {"optimizer_overflow": frozenset({"clip_by_value"})}
 # Remedies that change what the loss measures (a squared error of standardised targets
 # is in units of their variance): their trial's loss is not compared with the loss before
 # the trouble, and must fall over the trial instead.
@@ -421,13 +425,15 @@ def ranked(finding: Finding) -> Finding:
     value that built up over training (`DRIFTS`), a fix that leaves the op that failed
     as it was (`SLOWS_ONLY`) comes after those that change it: what held in its trial
     may only have built up more slowly (a lower rate, standardised features under a
-    softmax whose logits keep growing), where a changed op cannot fail that way.
+    softmax whose logits keep growing), where a changed op cannot fail that way; and a
+    fix that works around the category's cause (`WORKS_AROUND`) after one that removes it.
     """
     order = {True: 0, None: 1, False: 2}
     drift = finding.category in DRIFTS
+    around = WORKS_AROUND.get(finding.category, frozenset())
 
-    def rank(fix: Fix) -> tuple[int, bool]:
-        return order[fix.verified], drift and fix.family in SLOWS_ONLY
+    def rank(fix: Fix) -> tuple[int, bool, bool]:
+        return order[fix.verified], drift and fix.family in SLOWS_ONLY, fix.family in around
 
     return dataclasses.replace(finding, fixes=tuple(sorted(finding.fixes, key=rank)))
 

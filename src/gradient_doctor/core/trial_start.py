@@ -31,7 +31,7 @@ UPDATE_REMEDIES = frozenset(
 )
 # Remedies that change the model or the data from the first step on.
 FROM_START_REMEDIES = frozenset(
-    {"better_init", "batch_normalization", "normalize_input", "normalize_target"}
+    {"better_init", "batch_normalization", "normalize_input", "normalize_target", "mixed_precision"}
 )
 # A trial from the start is run when the failure came within this many steps of it.
 FROM_START_MAX_STEPS = 5000

@@ -217,6 +217,11 @@ def skipped_lines(finding: Finding) -> list[str]:
         if finding.skipped_updates == 1
         else f"{finding.skipped_updates} updates were skipped"
     )
+    if finding.broken_before:
+        return [
+            f"The doctor stopped the failing step ({what}), but the weights were already "
+            "NaN or Inf when it began: the last good weights are not kept."
+        ]
     return [f"The doctor stopped this step before it reached the weights: {what}."]
 
 
@@ -256,7 +261,8 @@ def source_kind_lines(origin: Origin) -> list[str]:
         For an op Keras ran inside a layer: "     (created layer `dense`, where Keras
         ran MatMul)" (or "which holds `dense/kernel`" when a variable is named); for
         a variable written before the step: "     (wrote `normalization/mean` before
-        the step)"; else nothing.
+        the step)"; for an op of an optimizer's update: "     (built the optimizer whose
+        update of `dense/kernel` overflowed)"; else nothing.
     """
     if origin.source_kind == "layer_creation":
         layer = f"layer `{origin.layer}`" if origin.layer else "the layer"
@@ -266,6 +272,9 @@ def source_kind_lines(origin: Origin) -> list[str]:
     if origin.source_kind == "state_write":
         written = f"`{origin.variable}`" if origin.variable else "the variable"
         return [f"     (wrote {written} before the step)"]
+    if origin.source_kind == "optimizer_creation":
+        written = f"`{origin.variable}`" if origin.variable else "the weights"
+        return [f"     (built the optimizer whose update of {written} overflowed)"]
     return []
 
 

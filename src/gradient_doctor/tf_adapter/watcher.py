@@ -40,6 +40,7 @@ from gradient_doctor.tf_adapter.localize.missing_gradients import (
 )
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.localize.step_origin import localize
+from gradient_doctor.tf_adapter.localize.update_writes import with_update_overflow
 from gradient_doctor.tf_adapter.step import loss_scale, replicas
 from gradient_doctor.tf_adapter.step.guard import Guard, StepStats
 from gradient_doctor.tf_adapter.step.headroom_probe import samples
@@ -324,10 +325,20 @@ class Watcher(Adapter):
     def localize(
         self, replay: _Replay, step: int, history: StepHistory, setup: TrainingSetup
     ) -> Localized:
-        """Replay the failing step op by op (see `localize.py`)."""
+        """Replay the failing step op by op (see `localize.py`); when it read weights
+        that no call of the user's wrote non-finite, name the optimizer's update that did
+        (`update_writes.py`)."""
         call = replay.call()
         named = replay.named_inputs()
         evidence = localize(call, step, named, history, setup)
+        evidence = with_update_overflow(
+            evidence,
+            [ref() for ref in self._optimizers if ref() is not None],
+            call,
+            self.guard,
+            self.snapshots,
+            self.trial_batches,
+        )
         scales = {"input_scale": input_scale(named), "target_scale": target_scale(named)}
         return Localized(replace(evidence, **scales), FailedStep(call, named))
 

@@ -27,6 +27,7 @@ from gradient_doctor.core.knowledge.rules import (
     masked_softmax,
     nonfinite_constant,
     norm_overflow,
+    optimizer_overflow,
     overflow_generic,
     sqrt_domain,
     stuck_units,
@@ -116,9 +117,10 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     """Turn the evidence of a failing step into a diagnosis.
 
     Rules are asked in order of precedence: zero gradients behind stuck units (a
-    layer's ReLUs all dead), a broken gradient path (variables with no gradient), bad
-    input, a non-finite constant, a value only XLA made non-finite, finite gradients
-    whose norm overflows, the tf.where trap, a collapsed loss scale, exploding gradients
+    layer's ReLUs all dead), a broken gradient path (variables with no gradient),
+    weights the optimizer's own update wrote non-finite, bad input, a non-finite
+    constant, a value only XLA made non-finite, finite gradients whose norm overflows,
+    the tf.where trap, a collapsed loss scale, exploding gradients
     and half-precision range (unless the origin op has its own singular point), then the
     origin's op family, then the default rule. The remedies are then fitted to the
     user's setup (clipping or loss scaling already on), to the steps before (a forward
@@ -135,6 +137,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     rules: list[Rule] = [
         stuck_units.diagnose,
         disconnected.diagnose,
+        optimizer_overflow.diagnose,
         bad_input.diagnose,
         nonfinite_constant.diagnose,
         xla_only.diagnose,

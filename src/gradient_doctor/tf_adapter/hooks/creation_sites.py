@@ -201,6 +201,12 @@ class _Call:
     target: str | None  # the name or attribute it is assigned to, when it is
 
 
+def user_calls(name: str) -> list[tuple[str, ast.Call]]:
+    """Every call of a callable named `name` (`name(...)`, `a.b.name(...)`) in the user's
+    files (those on the stack, then the user's loaded modules), as (file, call)."""
+    return [(call.file, call.node) for file in _source_files() for call in _calls_named(file, name)]
+
+
 def _source_files() -> list[str]:
     """The user's files in which an object may have been built: those on the stack
     (innermost first), then every loaded module of the user's."""

@@ -310,7 +310,7 @@ def _instrumented(recorder: _Recorder) -> Iterator[None]:
         tf.config.run_functions_eagerly(was_eager)
 
 
-def replay_step(call: StepCall) -> ReplayResult:
+def replay_step(call: StepCall, ran: bool = True) -> ReplayResult:
     """Run `call` once more, eagerly, recording every op; no variable keeps a change.
 
     Optimizer updates are not applied: the guard hands their gradients to the
@@ -321,10 +321,16 @@ def replay_step(call: StepCall) -> ReplayResult:
     `SeedGenerator` counters), so a first pass measures by how much, and the
     replay runs again from that state rewound: the same dropout masks and
     random draws as the step that failed.
+
+    Args:
+        call: the step and its batch.
+        ran: bool, the step already ran from the state the variables hold (the
+            failing step), so its integer state is stepped back; False for a step
+            still to run from it. Defaults to True.
     """
     with _replay_lock:
         result, advanced = _replay_once(call, {})
-        if advanced:
+        if advanced and ran:
             result, _ = _replay_once(call, advanced)
     return result
 

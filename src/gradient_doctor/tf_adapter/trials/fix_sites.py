@@ -23,8 +23,8 @@ def fix_sites(
 ) -> FixSites:
     """The optimizer's site, the site of the layer whose weights feed the origin, the
     sites of every layer the optimizer trains, the `fit` line (a `FitCall`), for
-    missing gradients where the path broke, and `compiled`, the line that compiled
-    the step with XLA."""
+    missing gradients where the path broke, `compiled`, the line that compiled
+    the step with XLA, and the line that set a half-precision dtype policy."""
     grew = evidence.growth[0] if evidence.growth else None
     weights_layer = layer_at(grew or evidence.weights_layer)
     return FixSites(
@@ -39,6 +39,7 @@ def fix_sites(
         ),
         path_break=evidence.path_break,
         compiled=compiled,
+        dtype_policy=overflow.policy_site if (overflow := evidence.update_overflow) else None,
     )
 
 

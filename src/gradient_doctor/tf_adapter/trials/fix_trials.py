@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import io
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -278,9 +278,22 @@ class LastGoodState:
             function = tf.function(self._call.traceable, jit_compile=True if xla else None)
             return function.get_concrete_function(*self._call.args, **self._call.kwargs)
 
-    def run(self, plan: TrialPlan | None, source: TrialSource) -> TrialOutcome:
+    def run(
+        self,
+        plan: TrialPlan | None,
+        source: TrialSource,
+        after_step: Callable[[int, tuple, dict, str], None] | None = None,
+    ) -> TrialOutcome:
         """Run the step from `source`'s start through the failing step and beyond,
-        with `plan` in place (None: the unchanged step, the baseline)."""
+        with `plan` in place (None: the unchanged step, the baseline).
+
+        Args:
+            plan: the remedy in place, or None.
+            source: where the run starts and what it runs on.
+            after_step: called after each step as `after_step(index, args, kwargs,
+                origin)` (the 0-based step of the run, its batch, where the batch came
+                from), while the state is the one that step left; None for a trial.
+        """
         remedy = None if plan is None else plan.remedy
         setting = "" if plan is None else plan.setting
         steps = source.steps
@@ -300,7 +313,8 @@ class LastGoodState:
                     if plan is not None and plan.batches is not None
                     else self._batches(source)
                 )
-                outcome = self._steps((concrete, failing), remedy, setting, source, batches)
+                traced = (concrete, failing)
+                outcome = self._steps(traced, remedy, setting, source, batches, after_step)
         except NotTried as reason:
             outcome = TrialOutcome(remedy, setting, steps, 0, None, skipped=str(reason))
         start = None if source.snapshot is None else source.start.step
@@ -364,7 +378,9 @@ class LastGoodState:
             if count == before:
                 return
 
-    def _steps(self, traced, remedy, setting: str, source: TrialSource, batches) -> TrialOutcome:
+    def _steps(
+        self, traced, remedy, setting: str, source: TrialSource, batches, after_step=None
+    ) -> TrialOutcome:
         """Run the trial's steps (`traced`: the step for any batch, and for the failing
         one); the outcome holds each finite step's loss, every objective's loss and the
         largest gradient norm of its updates."""
@@ -380,6 +396,8 @@ class LastGoodState:
                 concrete = self._function.get_concrete_function(*args, **kwargs)
             with _quiet():
                 (failing if origin == "failing" else concrete)(*args, **kwargs)
+            if after_step is not None:
+                after_step(index, args, kwargs, origin)
             origins[origin] = origins.get(origin, 0) + 1
             if origin != "failing":
                 repeated_from = None

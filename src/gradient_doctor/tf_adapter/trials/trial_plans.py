@@ -67,12 +67,23 @@ def plan_for(
         return _standardised(remedy, fit_call, setting[1], _STANDARDISED[setting[0]])
     if setting is not None and setting[0] == "jit_compile":
         return TrialPlan(remedy, "the step compiled without XLA", without_xla)
+    if setting is not None and setting[0] == "dtype_policy":
+        return TrialPlan(remedy, "", not_possible(_POLICY_UNTRIED))
     if setting is not None:
         edits = fix.edits if fix is not None else ()
         return setting_plan(remedy, optimizer, *setting, edits=edits)
     if fix is not None and fix.patch:
         return patch_plan(remedy, fix, patched_functions)
     return None
+
+
+# Why a new dtype policy is left to the patched copy run from the start.
+_POLICY_UNTRIED = (
+    "a dtype policy sets each variable's dtype when its layer is built (and `compile` "
+    "wraps the optimizer for loss scaling under it), so no trial inside the run can put "
+    "it in place: only the patched script, run again from the start, builds the model "
+    "under it"
+)
 
 
 # The settings a remedy without a patch is tried with (what its patch would write).
