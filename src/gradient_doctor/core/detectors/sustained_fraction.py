@@ -84,8 +84,9 @@ class SustainedFractionDetector(CountedFindings):
         """Take in the layers' fractions of one step; layers without the field are skipped."""
         if not record.layers:
             return
-        self._trained.update(record.layer_values("weight_norm"))
-        fractions = record.layer_values(self.FIELD)
+        measured = record.measured_fields()
+        self._trained.update(measured.get("weight_norm", ()))
+        fractions = measured.get(self.FIELD, {})
         if fractions:
             self._latest_step = record.step
         for layer, fraction in fractions.items():
