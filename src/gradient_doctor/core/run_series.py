@@ -186,12 +186,12 @@ class RunSeries:
         """
         step, tracks = record.step, self._tracks
         if record.loss is not None:
-            self._point(LOSS, step, record.loss)
+            self.add(LOSS, step, record.loss)
         for number, loss in enumerate(record.objective_losses, 1):
             if loss is not None:
                 self.add(objective_loss_series(number), step, loss)
         if record.grad_norm is not None:
-            self._point(GLOBAL_GRAD_NORM, step, record.grad_norm)
+            self.add(GLOBAL_GRAD_NORM, step, record.grad_norm)
         if record.layers:
             for field, values in record.measured_fields().items():
                 group, unit, scale = LAYER_SERIES[field]  # every field has a row
@@ -210,18 +210,6 @@ class RunSeries:
             value = float(sample.value)
             if math.isfinite(value):
                 self._extend(track, step, value, sample.limit)
-
-    def _point(self, description: Series, step: int, value: float) -> None:
-        """`add` of a series without a limit (the loss, the global gradient norm), its
-        common case (the series known, the point finite and later) in line."""
-        track = self._tracks.get(description.name)
-        value = float(value)
-        if track is None or not math.isfinite(value) or step <= track.last[0]:
-            self.add(description, step, value)
-            return
-        point = (step, value)
-        track.history.append(point)
-        track.last = point
 
     def snapshot(self) -> tuple[Series, ...]:
         """Every series so far, each ending at its latest point.
