@@ -85,10 +85,12 @@ class SustainedFractionDetector(CountedFindings):
         if not record.layers:
             return
         measured = record.measured_fields()
-        self._trained.update(measured.get("weight_norm", ()))
-        fractions = measured.get(self.FIELD, {})
-        if fractions:
-            self._latest_step = record.step
+        weights, fractions = measured.get("weight_norm"), measured.get(self.FIELD)
+        if weights:
+            self._trained.update(weights)
+        if not fractions:  # most records: the layers' gradient norms alone
+            return
+        self._latest_step = record.step
         for layer, fraction in fractions.items():
             self._layers.setdefault(layer)
             if fraction <= self._threshold:

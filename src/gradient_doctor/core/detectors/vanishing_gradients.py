@@ -96,14 +96,12 @@ class VanishingGradientsDetector(CountedFindings):
                 series = self._series[layer] = SortedWindow(self._window)
             series.append(norm)
         self._judged = False
-        full = {
-            layer: series
-            for layer, series in self._series.items()
-            if series.full and series.any_nonzero()
-        }
+        full, medians = {}, {}
+        for layer, series in self._series.items():
+            if series.full and series.any_nonzero():
+                full[layer], medians[layer] = series, series.median()
         if len(full) < 2:
             return
-        medians = {layer: series.median() for layer, series in full.items()}
         ordered = sorted(medians.values())
         standing = {}
         if not self._none_can_vanish(ordered, full.values()):

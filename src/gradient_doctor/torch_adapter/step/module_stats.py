@@ -312,10 +312,8 @@ class ModuleStats:
         for step, step_updates in ring:
             grads = squares(step_updates)
             if grads:
-                layers = tuple(
-                    LayerRecord(name, grad_norm=math.sqrt(v)) for name, v in grads.items()
-                )
-                history.append(StepRecord(step, layers=layers))
+                layers = [LayerRecord(name, math.sqrt(v)) for name, v in grads.items()]
+                history.append(StepRecord(step, layers=tuple(layers)))
         weight_sq = squares((p, values[where]) for p, where in weights)
         update_sq = squares((p, values[where]) for p, where in updates)
         measured: dict[str, dict[str, float]] = {}
