@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from gradient_doctor.core.detectors.loss_spike import LossSpikeDetector
 from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.pipeline import Adapter, Session, StepReading
@@ -105,3 +107,28 @@ def test_a_step_with_per_layer_statistics_is_fed_at_once():
     for reading in _readings(SPIKE_AT + 1):
         session.after_step(reading, None)
     assert events == [SPIKE_AT]
+
+
+def test_a_warning_callback_that_raises_leaves_the_later_steps_to_the_next_feed():
+    readings = _readings(SPIKE_AT + FEED_EVERY)
+    quiet = Session(_LossAdapter(), trial_steps=0)
+    for reading in readings:
+        quiet.after_step(reading, None)
+    session = Session(_LossAdapter(), trial_steps=0)
+    session.on_warning = _raise_once([])
+    for reading in readings[: SPIKE_AT + 4]:  # three steps after the spike, not fed yet
+        session.after_step(reading, None)
+    with pytest.raises(RuntimeError, match="the callback failed"):
+        session.warnings  # noqa: B018 (feeds the steps, publishing the spike)
+    for reading in readings[SPIKE_AT + 4 :]:
+        session.after_step(reading, None)
+    assert session.report() == quiet.report()  # no step's record lost
+
+
+def _raise_once(raised: list):
+    def publish(warning):
+        if not raised:
+            raised.append(warning)
+            raise RuntimeError("the callback failed")
+
+    return publish

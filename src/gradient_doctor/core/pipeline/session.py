@@ -353,11 +353,15 @@ class Session:
             return
         unfed, self._unfed = self._unfed, []
         detectors, series = self._detectors, self._series
-        for records in unfed:
-            for record in records:
-                detectors.observe(record)
-                series.observe(record)
-            self._publish_warnings()
+        for index, records in enumerate(unfed):
+            try:
+                for record in records:
+                    detectors.observe(record)
+                    series.observe(record)
+                self._publish_warnings()
+            except BaseException:  # an `on_warning` that raised: the later steps stay unfed
+                self._unfed[:0] = unfed[index + 1 :]
+                raise
 
     def _publish_warnings(self) -> None:
         """Hand `on_warning` each warning not published yet (one per category and op)."""
