@@ -65,7 +65,8 @@ from gradient_doctor.torch_adapter.step.step_check import (  # noqa: E402
 HEADING = f"{PIECES_SECTION} (`benchmarks/torch_step_pieces.py`)"
 # Steps each setup runs before anything is timed: past the doctor's warm-up.
 SETTLE_STEPS = WARMUP_STEPS + 300
-BLOCK = 80  # steps of a setup in a row, in the whole-step rounds (a whole period at most)
+BLOCK = 10  # steps of a setup in a row, in the whole-step rounds
+BLOCKS = 8  # blocks of each setup a round: 80 steps, the longest sampling period
 CALLS = 50  # calls of a piece in a row, in the pieces' rounds
 
 
@@ -161,28 +162,36 @@ def _run(steps: dict[str, Callable], setup: str, batch) -> None:
 
 
 def whole_steps(steps: dict[str, Callable], batches, rounds: int, rows: Rows) -> None:
-    """Blocks of each setup's steps in turn; the watched ones also split into sampled or not."""
+    """Each round, `BLOCKS` blocks of `BLOCK` steps of every setup, the setups' order
+    rotating from block to block; a setup's round value is its mean step over the round
+    (as many steps as the longest sampling period: its sampled steps included). The
+    watched steps are also split into sampled ones and the others."""
     watched = steps["watched"]
     stats, session = watched.adapter.stats, watched.adapter.session
     names = list(steps)
-    for index in range(rounds):
-        for setup in names if index % 2 == 0 else names[::-1]:
-            cpu, wall, sampled, other = [], [], [], []
-            for n in range(BLOCK):
-                batch = batches[n % len(batches)]
-                is_sampled = setup == "watched" and stats.samples(session.steps_watched)
-                c0, w0 = _clocks()
-                _run(steps, setup, batch)
-                c1, w1 = _clocks()
-                cpu.append(c1 - c0)
-                wall.append(w1 - w0)
-                if setup == "watched":
-                    (sampled if is_sampled else other).append(c1 - c0)
-            rows.add(f"{setup} step", 1e6 * statistics.fmean(cpu), 1e6 * statistics.fmean(wall))
-            if setup == "watched":
-                rows.add("_other", 1e6 * statistics.median(other), 0.0)
-                if sampled:
-                    rows.add("_sampled", 1e6 * statistics.fmean(sampled), 0.0)
+    for _ in range(rounds):
+        cpu = {name: 0.0 for name in names}
+        wall = dict(cpu)
+        sampled, other = [], []
+        for block in range(BLOCKS):
+            order = names[block % len(names) :] + names[: block % len(names)]
+            for setup in order if block % 2 == 0 else order[::-1]:
+                for n in range(BLOCK):
+                    batch = batches[(block * BLOCK + n) % len(batches)]
+                    is_sampled = setup == "watched" and stats.samples(session.steps_watched)
+                    c0, w0 = _clocks()
+                    _run(steps, setup, batch)
+                    c1, w1 = _clocks()
+                    cpu[setup] += c1 - c0
+                    wall[setup] += w1 - w0
+                    if setup == "watched":
+                        (sampled if is_sampled else other).append(c1 - c0)
+        for setup in names:
+            steps_run = BLOCKS * BLOCK
+            rows.add(f"{setup} step", 1e6 * cpu[setup] / steps_run, 1e6 * wall[setup] / steps_run)
+        rows.add("_other", 1e6 * statistics.median(other), 0.0)
+        if sampled:
+            rows.add("_sampled", 1e6 * statistics.fmean(sampled), 0.0)
 
 
 def session_in_place(watched, batches, rounds: int, rows: Rows) -> None:
@@ -399,8 +408,10 @@ def section(rows: Rows, period: int, rounds: int, seconds: float) -> str:
             f"{WORKLOADS[0].name}, Adam, every setup its own model with the same initial "
             f"weights, after {SETTLE_STEPS} steps of each (the doctor's warm-up over, its "
             f"sampling period settled at one step in {period}). In the step: {rounds} "
-            f"rounds of {BLOCK} steps of each setup in turn, the order alternating; a "
-            "round's value is its mean step, sampled steps included. A piece's row is what "
+            f"rounds, each {BLOCKS} blocks of {BLOCK} steps of every setup, the setups' "
+            "order rotating from block to block (the machine's speed swings within "
+            "seconds); a round's value is a setup's mean step over its "
+            f"{BLOCKS * BLOCK} steps, sampled steps included. A piece's row is what "
             "the watched step loses without it, per round, on the benchmark's own watcher: "
             "the check answering a constant of the same shape (all after it runs as "
             "before), the detectors and the run's series never fed, no step sampled, the "
