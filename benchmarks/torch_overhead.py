@@ -295,29 +295,50 @@ def section(results: dict[str, dict], rounds: int, block: int) -> str:
         "",
         f"Target for watching: at most {TARGET_RATIO:.2f}x plain (CPU time, mean); worst row "
         f"after the first steps: {worst:.3f}x, {verdict} the target (over the first steps: "
-        f"{worst_early:.3f}x). A sampled step costs about 1.1-1.7 ms more than another on "
-        "these CPUs, whatever the model (the module hooks and a `TorchFunctionMode` on its "
-        "forward, the parameter copy around its update, the host read and the records; "
-        "`torch_step_pieces.py` below): one in ten, that is ~6-7% of the MLP's plain step "
-        "and ~1% of the transformer block's. So after its first "
-        f"{WARMUP_STEPS} steps the doctor times the run's own steps and samples one in 10, "
-        f"20, 40 or 80, the shortest period whose sampled steps add at most "
-        f"{BUDGET:.0%} to the step time (`torch_adapter/step/sample_schedule.py`; the "
-        "period each watched run ended with is in the table). "
-        "Besides that, what watching adds to a step does not grow with its arithmetic: "
-        "about 80 us of CPU time on the MLP (~4% of its step), of which the check is ~60 us "
-        "(the fused `torch._foreach_norm`, one more read of every gradient right before the "
-        "optimizer's own, ~40-47 us; its stack, norm and one host read ~10 us), the session's "
-        "bookkeeping ~7 us, the `backward()` roots ~8 us, the random state kept for a replay "
-        "~2 us, the parameter list and the guard's wrapper ~4 us. The rest of the gap "
-        "between the whole steps is this shared machine's noise (note the IQRs): the "
-        "pieces' table measures them alone. So the ratio is highest for a short, "
-        "memory-bound step (the MLP) and falls as the step's compute grows. A device-side "
-        "skip through a fused optimizer's `found_inf` (as `GradScaler` "
-        "uses) would fold the check into the update's own pass; it is not measured here.",
+        f"{worst_early:.3f}x); {_rows_by_target(results)}. What watching adds to a step does "
+        "not grow with its arithmetic, so the ratio is highest for a short, memory-bound "
+        "step (the MLP) and falls as the step's compute grows. `torch_step_pieces.py` "
+        "(below) takes the MLP's watched step apart inside training, each piece switched "
+        "off in turn: the check is the largest piece, ~110 us a step (its "
+        "`torch._foreach_norm`, one more read of every gradient right before the "
+        "optimizer's own, ~37 us of it alone; four small torch calls and the one host "
+        "read the rest); then the sampled steps, ~40 us a step (module hooks and a "
+        "`TorchFunctionMode` on the forward, the parameter copy around the update, the "
+        "host read, and every step's per-module gradient norms since the last sample, made "
+        "into records and fed to the detectors: ~2.9 ms more than another step, one step "
+        "in 80); then the detectors and the run's series, "
+        "~20 us a step (the steps' records are fed every few steps, a step at a "
+        "time: fed one step at a time they cost several times more, the training between "
+        "them taking the detectors' state out of the caches); the random state kept for a "
+        "replay, the `backward()` roots, the guard and the session's bookkeeping, the rest. "
+        "A piece costs more inside the step than alone, for the same reason (the check "
+        "~54 us alone). The check by itself takes about 6% of the MLP's "
+        "step, so the 5% target is out of reach for the MLP on these CPUs unless fewer "
+        "than all updates were checked, which the doctor does not do. After its first "
+        f"{WARMUP_STEPS} steps (sampled one in {LAYER_STATS_EVERY}) the doctor times the "
+        "run's own steps and samples one in 10, 20, 40 or 80, the shortest period whose "
+        f"sampled steps add at most {BUDGET:.0%} to the step time "
+        "(`torch_adapter/step/sample_schedule.py`; the period each watched run ended with "
+        "is in the table; the detectors' work on a sampled step's records comes after the "
+        "step's end the schedule times, so it is not in that budget). A device-side skip "
+        "through a fused optimizer's `found_inf` (as `GradScaler` uses) would fold the "
+        "check into the update's own pass; it is not measured here.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _rows_by_target(results: dict[str, dict]) -> str:
+    """Which rows are within the target and which above it (CPU time, mean), in words."""
+    by_verdict: dict[str, list[str]] = {"within": [], "above": []}
+    for name, phases in results.items():
+        ratio = _ratio(phases["steady"], "watched", "cpu", statistics.fmean)[0]
+        by_verdict["within" if ratio <= TARGET_RATIO else "above"].append(
+            f"{name.split()[0]} {ratio:.3f}x"
+        )
+    return "; ".join(
+        f"{verdict} it: {', '.join(rows)}" for verdict, rows in by_verdict.items() if rows
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,3 +50,35 @@ def test_layer_values_skip_missing_and_non_finite_fields():
     )
     assert record.layer_values("grad_norm") == {"a": 0.5}
     assert record.layer_values("dead_fraction") == {"d": 0.2}
+
+
+def test_measured_values_are_shared_and_fields_measured_nowhere_left_out():
+    record = StepRecord(
+        3, layers=(LayerRecord("a", grad_norm=0.5), LayerRecord("b", grad_norm=math.inf))
+    )
+    assert record.measured("grad_norm") == {"a": 0.5}
+    assert record.measured("grad_norm") is record.measured("grad_norm")  # gathered once
+    assert record.measured("dead_fraction") == {}
+    assert list(record.measured_fields()) == ["grad_norm"]
+    copy = record.layer_values("grad_norm")
+    copy["c"] = 1.0  # the caller's own dict
+    assert record.measured("grad_norm") == {"a": 0.5}
+
+
+def test_measured_fields_keep_the_fields_order_and_the_record_stays_equal():
+    layers = (LayerRecord("a", dead_fraction=0.5), LayerRecord("b", grad_norm=1.0))
+    record = StepRecord(3, layers=layers)
+    assert list(record.measured_fields()) == ["grad_norm", "dead_fraction"]
+    assert record == StepRecord(3, layers=layers) and hash(record) == hash(
+        StepRecord(3, layers=layers)
+    )
+
+
+def test_a_record_without_layers_measured_nothing_and_names_are_checked():
+    record = StepRecord(3, loss=1.0)
+    assert record.measured("grad_norm") == {} and record.measured_fields() == {}
+    for reader in (StepRecord(3).measured, record.layer_values):
+        with pytest.raises(AttributeError, match="no field 'grad'"):
+            reader("grad")
+    with pytest.raises(AttributeError, match="no field 'grad'"):
+        StepRecord(3, layers=(LayerRecord("a", grad_norm=1.0),)).measured("grad")

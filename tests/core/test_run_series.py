@@ -1,11 +1,12 @@
 """The run's series: bounded over long runs, named for plots, fed by records (no TensorFlow)."""
 
+import dataclasses
 import math
 
 import pytest
 
 from gradient_doctor.core.records import HeadroomSample, LayerRecord, StepRecord
-from gradient_doctor.core.run_series import RunSeries, Series, headroom_series
+from gradient_doctor.core.run_series import LAYER_SERIES, RunSeries, Series, headroom_series
 
 
 def exp_sample(value, limit=88.72, key="mp/Exp"):
@@ -112,6 +113,11 @@ def test_per_layer_statistics_join_the_plots_of_their_kind():
     assert series["grad_norm/dense"].title == "dense"
     assert series["grad_norm/dense"].about == "dense"
     assert series["dead_fraction/dense"].values == (0.25,)
+
+
+def test_every_layer_statistic_has_its_plot_in_the_records_order():
+    fields = [f.name for f in dataclasses.fields(LayerRecord) if f.name != "layer"]
+    assert list(LAYER_SERIES) == fields
 
 
 def test_headroom_series_describes_an_op_without_a_layer_or_line():

@@ -61,3 +61,27 @@ def test_for_an_optimizer_that_keeps_no_squares_huge_finite_gradients_are_finite
 
 def test_no_gradients_and_no_loss():
     assert check([], []).finite
+
+
+def test_each_gradients_norm_is_read_with_the_rest_in_float32():
+    grads = [torch.tensor([3.0, 4.0]), torch.tensor([1.0 / 3.0], dtype=torch.float64)]
+    result = check([torch.tensor(0.5)], grads)
+    third = torch.tensor(1.0 / 3.0, dtype=torch.float32).item()  # as the statistics read it
+    assert result.norms == [5.0, third] and third != 1.0 / 3.0
+    assert result.grad_norm == pytest.approx(math.sqrt(25.0 + (1.0 / 3.0) ** 2), rel=1e-15)
+
+
+def test_the_loss_reads_as_its_sum_whatever_its_dtype_or_shape():
+    grads = [torch.tensor([1.0])]
+    assert check([torch.tensor(-0.0)], grads).loss == 0.0  # as `sum()` made it
+    assert math.copysign(1.0, check([torch.tensor(-0.0)], grads).loss) == 1.0
+    assert check([torch.tensor([1.5, 2.0])], grads).loss == 3.5
+    assert check([torch.tensor(0.1, dtype=torch.float16)], grads).loss == float(
+        torch.tensor(0.1, dtype=torch.float16)
+    )
+    big = 2**40 + 1  # a loss that is no float is read exactly (in float64)
+    assert check([torch.tensor(big)], grads).loss == big
+
+
+def test_a_failed_check_keeps_no_norms():
+    assert check([torch.tensor(1.0)], [torch.tensor([math.nan])]).norms is None

@@ -7,9 +7,12 @@ in the cheap mode or between the every-k-steps samples).
 
 from __future__ import annotations
 
-import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
+
+from gradient_doctor.core.quick_init import quick_init
 
 # Per-layer statistics (weight norms, update ratios, activations, stuck units) and
 # risky ops' headroom are measured one step in this many by every adapter (a trend
@@ -96,6 +99,7 @@ class HeadroomSample:
         return self.limit - self.value
 
 
+@quick_init
 @dataclass(frozen=True)
 class LayerRecord:
     """Gradient-flow statistics of one layer at one step; None where not measured.
@@ -125,6 +129,7 @@ class LayerRecord:
     saturated_fraction: float | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class StepRecord:
     """Everything an adapter measured at one optimizer step.
@@ -159,27 +164,45 @@ class StepRecord:
         Raises:
             AttributeError: for a name that is not a `LayerRecord` field.
         """
-        if not self.layers:
-            if field not in _MEASURED:
-                raise AttributeError(f"`LayerRecord` has no field {field!r}.")
-            return {}
-        by_field = self._finite_layer_values
-        if field not in by_field:
-            raise AttributeError(f"`LayerRecord` has no field {field!r}.")
-        return dict(by_field[field])
+        return dict(self.measured(field))
 
-    @functools.cached_property
-    def _finite_layer_values(self) -> dict[str, dict[str, float]]:
-        """Every measured field's finite values by layer, gathered in one pass (each is
-        read by several detectors and the run's series)."""
-        by_field: dict[str, dict[str, float]] = {field: {} for field in _MEASURED}
+    def measured(self, field: str) -> Mapping[str, float]:
+        """`layer_values(field)` without the copy, for readers that only read it (the
+        detectors and the run's series read each record's values several times).
+
+        Raises:
+            AttributeError: for a name that is not a `LayerRecord` field.
+        """
+        values = self.measured_fields().get(field)
+        if values is not None:
+            return values
+        if field not in _MEASURED:
+            raise AttributeError(f"`LayerRecord` has no field {field!r}.")
+        return _NONE
+
+    def measured_fields(self) -> Mapping[str, Mapping[str, float]]:
+        """Each `LayerRecord` field measured and finite in some layer, in the fields'
+        order, with its values by layer (`measured`); fields measured nowhere are left
+        out, so a reader of every field skips those the adapter did not measure (most
+        records carry the layers' gradient norms alone)."""
+        by_field = self.__dict__.get("_measured_fields")
+        if by_field is not None:
+            return by_field
+        if not self.layers:
+            return _NONE
+        gathered: dict[str, dict[str, float]] = {field: {} for field in _MEASURED}
         for layer in self.layers:
             for field in _MEASURED:
                 value = getattr(layer, field)
                 if value is not None and math.isfinite(value):
-                    by_field[field][layer.layer] = float(value)
+                    gathered[field][layer.layer] = float(value)
+        by_field = {field: values for field, values in gathered.items() if values}
+        # Kept on the record, beside its fields: gathered once for all its readers.
+        object.__setattr__(self, "_measured_fields", by_field)
         return by_field
 
 
 # The measured fields of a `LayerRecord` (all but its name).
 _MEASURED = tuple(field.name for field in fields(LayerRecord) if field.name != "layer")
+# What a record measured of a field measured nowhere (and of every field, without layers).
+_NONE: Mapping = MappingProxyType({})

@@ -23,8 +23,9 @@ from gradient_doctor.core.thinned_history import ThinnedHistory
 DEFAULT_POINTS = 400
 SCALES = ("linear", "log")
 
-# A `LayerRecord` field -> (group, unit, scale) of its per-layer series. Gradient and
-# weight norms span orders of magnitude (an explosion is exponential): log scale.
+# A `LayerRecord` field -> (group, unit, scale) of its per-layer series, for every field
+# (their series are made in the fields' order). Gradient and weight norms span orders
+# of magnitude (an explosion is exponential): log scale.
 LAYER_SERIES: dict[str, tuple[str, str, str]] = {
     "grad_norm": ("Gradient norm", "L2 norm", "log"),
     "weight_norm": ("Weight norm", "L2 norm", "log"),
@@ -183,7 +184,7 @@ class RunSeries:
         A series already collected takes the point without its description being made
         again (a record a step, a per-layer series per layer and field).
         """
-        step = record.step
+        step, tracks = record.step, self._tracks
         if record.loss is not None:
             self.add(LOSS, step, record.loss)
         for number, loss in enumerate(record.objective_losses, 1):
@@ -192,16 +193,17 @@ class RunSeries:
         if record.grad_norm is not None:
             self.add(GLOBAL_GRAD_NORM, step, record.grad_norm)
         if record.layers:
-            for field, (group, unit, scale) in LAYER_SERIES.items():
-                for layer, value in record.layer_values(field).items():
+            for field, values in record.measured_fields().items():
+                group, unit, scale = LAYER_SERIES[field]  # every field has a row
+                for layer, value in values.items():
                     name = f"{field}/{layer}"
-                    track = self._tracks.get(name)
+                    track = tracks.get(name)
                     if track is None:
                         self.add(Series(name, layer, group, unit, scale, about=layer), step, value)
                     else:
                         self._extend(track, step, value, None)
         for sample in record.headroom:
-            track = self._tracks.get(f"headroom/{sample.key}")
+            track = tracks.get(f"headroom/{sample.key}")
             if track is None:
                 self.add(headroom_series(sample), step, sample.value)
                 continue

@@ -99,7 +99,10 @@ class PyTorchAdapter(Adapter):
         """The step's loss and gradient norm (each objective's loss, with several
         optimizers); on a sampled step also each module's gradient norm of every step
         since the last read, and its other statistics."""
-        *earlier, record = self.stats.records(step, reading.loss, reading.grad_norm)
+        records = self.stats.records(step, reading.loss, reading.grad_norm)
+        if not reading.objective_losses:  # one objective: the records as they are
+            return records
+        *earlier, record = records
         return (*earlier, replace(record, objective_losses=reading.objective_losses))
 
     def overflow_evidence(

@@ -121,24 +121,37 @@ class ExplodingGradientsDetector(CountedFindings):
 
     def observe(self, record: StepRecord) -> None:
         """Take in the gradient norms of one step; missing, zero and non-finite ones are skipped."""
-        norms = record.layer_values("grad_norm")
-        if record.grad_norm is not None and math.isfinite(record.grad_norm):
-            norms[_GLOBAL] = record.grad_norm
-        for layer, norm in norms.items():
-            if norm <= 0:
-                continue
-            series = self._series.get(layer)
-            if series is None:
-                series = self._series[layer] = _LogNorms(self._window)
-            series.append(record.step, math.log(norm))
-            explosion = self._explosion(layer, series)
-            if explosion is not None and not self._global_grows(layer, explosion):
-                explosion = None
-            if explosion is not None:
-                self._explosions[layer] = explosion
-                self._changed()
-                if self._first_step is None:
-                    self._first_step = record.step
+        step, norm = record.step, record.grad_norm
+        overall = norm is not None and math.isfinite(norm)
+        if record.layers:
+            norms = record.measured("grad_norm")
+            if overall and norms:  # the layers', then the global one (over a layer "")
+                norms, overall = {**norms, _GLOBAL: norm}, False
+            for layer, value in norms.items():
+                self._take(step, layer, value)
+        if overall:
+            self._take(step, _GLOBAL, norm)
+
+    def _take(self, step: int, layer: str, norm: float) -> None:
+        """Add one finite norm to its series and judge the series."""
+        if norm <= 0:
+            return
+        series = self._series.get(layer)
+        if series is None:
+            series = self._series[layer] = _LogNorms(self._window)
+        series.append(step, math.log(norm))
+        # A line through evenly spaced points fits at most twice their range, so a series
+        # whose norms span less than sqrt(growth_factor) cannot be an explosion: no fit.
+        if len(series.values) < self._min_points or series.high - series.low < self._least_range:
+            return
+        explosion = self._explosion(layer, series)
+        if explosion is not None and not self._global_grows(layer, explosion):
+            explosion = None
+        if explosion is not None:
+            self._explosions[layer] = explosion
+            self._changed()
+            if self._first_step is None:
+                self._first_step = step
 
     def _global_grows(self, layer: str, explosion: Explosion) -> bool:
         """Whether the global norm rose too across a layer's growth, by at least the
@@ -177,13 +190,8 @@ class ExplodingGradientsDetector(CountedFindings):
         return tuple(self._explosions[name] for name in self._series if name in self._explosions)
 
     def _explosion(self, layer: str, series: _LogNorms) -> Explosion | None:
-        """The series' growth across the window when it is an explosion, else None."""
-        if len(series.values) < self._min_points:
-            return None
-        # A line through evenly spaced points fits at most twice their range, so a series
-        # whose norms span less than sqrt(growth_factor) cannot be an explosion: skip the fit.
-        if series.high - series.low < self._least_range:
-            return None
+        """The series' growth across the window when it is an explosion, else None (a
+        series of at least `min_points` norms spanning at least `_least_range`)."""
         trend = robust_trend(list(series.steps), list(series.values))
         if trend is None or not trend.is_clear() or trend.slope <= 0:
             return None

@@ -119,9 +119,9 @@ class LossSpikeDetector(CountedFindings):
         if loss is None or not math.isfinite(loss):
             return
         spike = False
-        if len(self._losses) >= self._warmup:
-            if self._scale is None:
-                self._scale = self._starting_scale()
+        if self._scale is None and len(self._losses) >= self._warmup:
+            self._scale = self._starting_scale()
+        if self._scale is not None:  # `warmup` losses are in
             baseline = self._losses.median()
             floor = max(self._min_rise * abs(baseline), self._min_scale_rise * self._scale)
             # The threshold is never below baseline + floor: a loss at or under it is no

@@ -58,6 +58,14 @@ class SortedWindow:
         if not self.full:
             self.full = len(self._arrived) == self._size
 
+    def smallest(self) -> float:
+        """The smallest value in the window.
+
+        Raises:
+            IndexError: for an empty window.
+        """
+        return self._sorted[0]
+
     def any_nonzero(self) -> bool:
         """Whether some value is not 0, as `any(window)` (its smallest or largest is not)."""
         return bool(self._sorted) and (self._sorted[0] != 0 or self._sorted[-1] != 0)

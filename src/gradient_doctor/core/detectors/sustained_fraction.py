@@ -84,10 +84,13 @@ class SustainedFractionDetector(CountedFindings):
         """Take in the layers' fractions of one step; layers without the field are skipped."""
         if not record.layers:
             return
-        self._trained.update(record.layer_values("weight_norm"))
-        fractions = record.layer_values(self.FIELD)
-        if fractions:
-            self._latest_step = record.step
+        measured = record.measured_fields()
+        weights, fractions = measured.get("weight_norm"), measured.get(self.FIELD)
+        if weights:
+            self._trained.update(weights)
+        if not fractions:  # most records: the layers' gradient norms alone
+            return
+        self._latest_step = record.step
         for layer, fraction in fractions.items():
             self._layers.setdefault(layer)
             if fraction <= self._threshold:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gradient_doctor.core.arguments import check_float, check_int
@@ -85,7 +86,7 @@ class VanishingGradientsDetector(CountedFindings):
 
     def observe(self, record: StepRecord) -> None:
         """Take in the layers' gradient norms of one step; skips missing and non-finite ones."""
-        norms = record.layer_values("grad_norm")
+        norms = record.measured("grad_norm") if record.layers else None
         if not norms:
             self._judge_again(record.step)
             return
@@ -95,28 +96,42 @@ class VanishingGradientsDetector(CountedFindings):
                 series = self._series[layer] = SortedWindow(self._window)
             series.append(norm)
         self._judged = False
-        full = {
-            layer: series
-            for layer, series in self._series.items()
-            if series.full and series.any_nonzero()
-        }
+        full, medians = {}, {}
+        for layer, series in self._series.items():
+            if series.full and series.any_nonzero():
+                full[layer], medians[layer] = series, series.median()
         if len(full) < 2:
             return
-        medians = {layer: series.median() for layer, series in full.items()}
         ordered = sorted(medians.values())
         standing = {}
-        for layer, series in full.items():
-            others = _median_without(ordered, medians[layer])
-            low = medians[layer] < self._ratio * others
-            floored = not low and others >= self._floor and sum(series) / len(series) < self._floor
-            if low or floored:
-                self._vanished[layer] = Vanishing(layer, record.step, medians[layer], others)
-                self._changed()
-                standing[layer] = self._standing_since.get(layer, record.step)
-                if self._first_step is None:
-                    self._first_step = record.step
+        if not self._none_can_vanish(ordered, full.values()):
+            for layer, series in full.items():
+                others = _median_without(ordered, medians[layer])
+                low = medians[layer] < self._ratio * others
+                floored = (
+                    not low and others >= self._floor and sum(series) / len(series) < self._floor
+                )
+                if low or floored:
+                    self._vanished[layer] = Vanishing(layer, record.step, medians[layer], others)
+                    self._changed()
+                    standing[layer] = self._standing_since.get(layer, record.step)
+                    if self._first_step is None:
+                        self._first_step = record.step
         self._standing_since, self._judged_at = standing, record.step
         self._judged = True
+
+    def _none_can_vanish(self, ordered: list[float], full: Iterable[SortedWindow]) -> bool:
+        """True when no layer can be judged vanishing, from bounds alone (most records).
+
+        No median is below `ratio` times the others' median when the smallest is not
+        below `ratio` times the largest; no mean is below `floor` when every window's
+        smallest value is at least twice it (a sum of values rounds to at least their
+        count times the smallest, less a few units in the last place).
+        """
+        if ordered[0] < self._ratio * ordered[-1]:
+            return False
+        least = 2.0 * self._floor
+        return all(series.smallest() >= least for series in full)
 
     def _judge_again(self, step: int) -> None:
         """Judge the unchanged windows at a record without gradient norms: the verdict

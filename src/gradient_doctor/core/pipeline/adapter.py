@@ -25,10 +25,12 @@ from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.fix_trials import TrialOutcome
+from gradient_doctor.core.quick_init import quick_init
 from gradient_doctor.core.records import LayerRecord, StepRecord
 from gradient_doctor.core.trial_start import TrialStart
 
 
+@quick_init
 @dataclass(frozen=True)
 class StepReading:
     """What an adapter measured after one call of the training step.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gradient_doctor.core.detectors.suite import DetectorSuite, default_detectors
@@ -33,6 +33,10 @@ from gradient_doctor.errors import StepLimitReached
 
 # Steps of loss and gradient norm kept for the diagnosis (where the trouble began).
 HISTORY_SIZE = 256
+# The steps' records reach the detectors and the run's series in batches of at most this
+# many steps (a step whose records carry per-layer statistics ends its batch), and before
+# anything reads them: a failure, a finding, the warnings, the series, the report, the end.
+FEED_EVERY = 10
 
 
 class Session:
@@ -95,7 +99,9 @@ class Session:
         self.on_trials = on_trials
         self.steps_watched = 0
         self.problems: list[Finding] = []
-        self.series = RunSeries()
+        self._series = RunSeries()
+        # The records of the finite steps since the last feed, one tuple a step.
+        self._unfed: list[Sequence[StepRecord]] = []
         self._history: deque[tuple[int, float | None, float | None]] = deque(maxlen=HISTORY_SIZE)
         # Built at the first record, with the training setup then known (their fixes
         # name the learning rate and clipping).
@@ -149,6 +155,7 @@ class Session:
                 if self.steps_watched >= self.max_steps:
                     raise StepLimitReached(self.steps_watched)
             return pending
+        self._feed()  # the warnings of the steps before it come first, as they were raised
         if self.stop_on_problem and self._failure_diagnosed and self.problems:
             return self._stopped_again(step)
         finding = self._failed(step, reading, replay)
@@ -217,6 +224,7 @@ class Session:
             replica: the first replica of a data-parallel step whose values were not
                 finite (None without replicas).
         """
+        self._feed()
         finding = diagnosed(evidence)
         if replica is not None:
             finding = at_replica(finding, replica, self.adapter.replica_place(replica))
@@ -287,6 +295,7 @@ class Session:
         Args:
             reading: what the adapter measures now, or None when it measures nothing.
         """
+        self._feed()
         if reading is not None and reading.failed and not self._failure_diagnosed:
             self.steps_watched = max(reading.updates - reading.skipped, 0)
             self.after_step(replace(reading, steps=1, failed_at=None), None)
@@ -297,6 +306,7 @@ class Session:
     def silent_failures(self) -> tuple[Finding, ...]:
         """Warnings still standing whose loss never improved, as problems (none of a
         category already among the problems); see `core/silent_failures.py`."""
+        self._feed()
         standing = self._detectors.standing() if self._detectors is not None else []
         loss = next((s for s in self.series.snapshot() if s.name == "loss"), None)
         if not standing or loss is None:
@@ -309,23 +319,57 @@ class Session:
     @property
     def warnings(self) -> tuple[Finding, ...]:
         """Early warnings raised while the run was finite, each updated to its latest."""
+        self._feed()
         return tuple(self._detectors.findings()) if self._detectors is not None else ()
 
+    @property
+    def series(self) -> RunSeries:
+        """The run's series, every finite step's records in."""
+        self._feed()
+        return self._series
+
     def _look_ahead(self, step: int, reading: StepReading) -> None:
-        """Feed the detectors and the run's series the step's records; publish new warnings."""
+        """Take the step's records, for the detectors and the run's series (`_feed`)."""
         records = self.adapter.step_records(step, reading)
         if self._detectors is None:
             self._detectors = DetectorSuite(default_detectors(self.adapter.training_setup()))
-        for record in records:
-            self._detectors.observe(record)
-            self.series.observe(record)
         if self.on_record is not None and records:
             self.on_record(records[-1])
+        self._unfed.append(records)
+        if len(self._unfed) >= FEED_EVERY or len(records) > 1 or (records and records[0].layers):
+            self._feed()
+
+    def _feed(self) -> None:
+        """Hand the detectors and the run's series the records not fed yet, a step at a
+        time, and publish each step's new warnings after it, as if it had just run.
+
+        Fed one step at a time, the records of a short step cost several times what
+        they cost a few steps later in a row: the training step in between has taken
+        the detectors' state out of the processor's caches. The detectors see the
+        same records in the same order and publish the same warnings, in the same
+        order, each as it stood after its step, at most `FEED_EVERY` steps later.
+        """
+        if not self._unfed:
+            return
+        unfed, self._unfed = self._unfed, []
+        detectors, series = self._detectors, self._series
+        for index, records in enumerate(unfed):
+            try:
+                for record in records:
+                    detectors.observe(record)
+                    series.observe(record)
+                self._publish_warnings()
+            except BaseException:  # an `on_warning` that raised: the later steps stay unfed
+                self._unfed[:0] = unfed[index + 1 :]
+                raise
+
+    def _publish_warnings(self) -> None:
+        """Hand `on_warning` each warning not published yet (one per category and op)."""
         revision = self._detectors.revision
         if revision is not None and revision == self._warnings_seen_at:
             return  # no detector's findings changed since the last look
         self._warnings_seen_at = revision
-        for warning in self.warnings:
+        for warning in self._detectors.findings():
             key = (warning.category, warning.origin.op_name if warning.origin else None)
             if key not in self._warned:
                 self._warned.add(key)

@@ -48,6 +48,8 @@ from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.step.step_check import (
     Check,
     check,
+    dense_gradients,
+    dense_grads,
     dense_parameters,
     keeps_squares,
     parameters_with_grads,
@@ -125,7 +127,7 @@ class _ClosureStep:
         update's, and the parameters; not finite when any of them is not."""
         last = self.losses[-1] if self.losses else None
         losses = [last] if isinstance(last, torch.Tensor) else []
-        result = check(losses, [p.grad for p in dense_parameters(optimizer)])
+        result = check(losses, dense_grads(optimizer))
         params = [p for p, _ in self.parameters if p.layout == torch.strided]
         if result.finite and params:
             with torch.no_grad():
@@ -315,9 +317,9 @@ class UpdateHooks:
         self.updates += 1
         self.manual.reached(leaves)
         self.listener.before_update(index, self.manual)
-        params = dense_parameters(self.manual)
+        params, grads = dense_gradients(self.manual)
         roots, self.roots = self.roots, []
-        result = check(roots, [p.grad for p in params])
+        result = check(roots, grads)
         update = Update(index, self.manual, result, len(params), parameters=params)
         if not result.finite:
             with torch.no_grad():
@@ -341,8 +343,7 @@ class UpdateHooks:
             if len(args) > 1:
                 return (args[0], noted, *args[2:]), kwargs
             return args, {**kwargs, "closure": noted}
-        params = dense_parameters(optimizer)
-        grads = [p.grad for p in params]
+        params, grads = dense_gradients(optimizer)
         roots, self.roots = self.roots, []
         result = check(roots, grads, keeps_squares(optimizer))
         update = self._current = Update(index, optimizer, result, len(grads), parameters=params)

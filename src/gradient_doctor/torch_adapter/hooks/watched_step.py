@@ -59,13 +59,14 @@ class WatchedStep:
         cuts = guard.cuts.take()
         if cuts:  # parameters left without a gradient: where their paths break
             adapter.disconnected(FailedCall(self.function, args, kwargs, rng), cuts)
+        loss, grad_norm = guard.call_loss_and_norm()
         reading = StepReading(
             failed=guard.closed,
-            loss=guard.call_loss,
-            grad_norm=guard.call_grad_norm,
+            loss=loss,
+            grad_norm=grad_norm,
             skipped=guard.skipped,
             updates=guard.updates,
-            zero_streak=adapter.zero_streak(guard.call_grad_norm, guard.closed),
+            zero_streak=adapter.zero_streak(grad_norm, guard.closed),
         )
         if reading.failed:
             adapter.stats.forget_step()

@@ -17,7 +17,7 @@ from gradient_doctor.torch_adapter.step.step_check import (
     Check,
     check,
     combined,
-    dense_parameters,
+    dense_gradients,
     keeps_squares,
 )
 
@@ -104,8 +104,7 @@ class StepGuard:
         """The guarded `optimizer.step(...)`."""
         if args or kwargs:  # a closure recomputes the loss inside the step: not checked
             return unguarded(*args, **kwargs)
-        params = dense_parameters(optimizer)
-        grads = [p.grad for p in params]
+        params, grads = dense_gradients(optimizer)
         losses = backward_roots.take()
         if self.recorder is not None:
             self.recorder.mark_bad([*losses, *grads])
@@ -113,28 +112,29 @@ class StepGuard:
             return None
         self.cuts.observe(optimizer, len(grads))
         self.updates += 1
-        if self.stats is not None:
-            self.stats.forwards_done()
+        stats = self.stats
+        if stats is not None:
+            stats.forwards_done()
         result = check(losses, grads, keeps_squares(optimizer))
         self.checks.append(result)
         self.closed = self.closed or not result.finite
         if self.closed:
             self.skipped += 1
             return None
-        if self.stats is None:
+        if stats is None:
             return unguarded()
-        self.stats.note_grads(params, result.norms)
-        self.stats.update_start(optimizer)
+        stats.note_grads(params, result.norms)
+        stats.update_start(optimizer)
         applied = unguarded()
-        self.stats.update_end(optimizer)
+        stats.update_end(optimizer)
         return applied
+
+    def call_loss_and_norm(self) -> tuple[float | None, float | None]:
+        """The current call's last checked loss, and the global gradient norm over its
+        updates (`combined`)."""
+        return combined(self.checks)
 
     @property
     def call_loss(self) -> float | None:
         """The current call's last checked loss."""
         return combined(self.checks)[0]
-
-    @property
-    def call_grad_norm(self) -> float | None:
-        """The global gradient norm over the current call's updates."""
-        return combined(self.checks)[1]

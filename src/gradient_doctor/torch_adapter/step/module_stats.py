@@ -3,8 +3,8 @@
 The layers of a PyTorch model are its modules that own parameters directly (a `Linear`,
 a `Conv2d`, a `BatchNorm2d`), named by their path in the model (`encoder.layers.3.attn`,
 as `module_scope` names them). Every update, the per-gradient norms the guard's fused
-check made anyway (`Check.norms`) are kept on the device with their parameters; they are
-grouped by module and read with the other statistics. One step in ten
+check read anyway (`Check.norms`) are kept with their parameters; they are grouped by
+module when the other statistics are read. One step in ten
 (`LAYER_STATS_EVERY`, as TensorFlow's; later as the time budget of `sample_schedule`
 allows) is sampled: its forward runs under global module
 hooks and a `TorchFunctionMode` that see each parameter-owning module's output (its
@@ -173,8 +173,8 @@ class ModuleStats:
 
     # Every update.
 
-    def note_grads(self, parameters: list[torch.Tensor], norms: torch.Tensor | None) -> None:
-        """Keep one update's per-gradient norms (a device vector, in `parameters`' order)."""
+    def note_grads(self, parameters: list[torch.Tensor], norms: list[float] | None) -> None:
+        """Keep one update's per-gradient norms (in `parameters`' order)."""
         if norms is not None and parameters:
             self._current.append((parameters, norms))
 
@@ -274,8 +274,7 @@ class ModuleStats:
                 size += tensors[-1].numel()
             return slice(start, size)
 
-        ring = [(s, [(p, take([n])) for p, n in updates]) for s, updates in self._ring]
-        self._ring.clear()
+        ring, self._ring = list(self._ring), deque(maxlen=self._ring.maxlen)
         samples, self._pending = self._pending, []
         weights = [(p, take(n)) for sample in samples for p, n in sample.weights]
         updates = [(p, take(n)) for sample in samples for p, n in sample.updates]
@@ -286,20 +285,25 @@ class ModuleStats:
             for name, value in fields.items()
         ]
         risky = [(op, take([op.value])) for sample in samples for op in sample.risky.values()]
-        if not tensors:
-            self._latest, self._headroom = (), ()
-            return []
-        first = tensors[0]
-        if any(t.dtype != torch.float32 or t.device != first.device for t in tensors):
-            tensors = [t.to(first.device, torch.float32) for t in tensors]
-        values = torch.cat(tensors).tolist()
+        values = []
+        if tensors:
+            first = tensors[0]
+            if any(t.dtype != torch.float32 or t.device != first.device for t in tensors):
+                tensors = [t.to(first.device, torch.float32) for t in tensors]
+            values = torch.cat(tensors).tolist()
+
+        owners: dict[tuple[int, ...], list[str | None]] = {}  # by the parameters' ids
 
         def squares(entries) -> dict[str, float]:
             """Each module's sum of its parameters' squared norms."""
             sums: dict[str, float] = {}
-            for params, where in entries:
-                for param, norm in zip(params, values[where]):
-                    name = names.get(self._owner.get(id(param), -1))
+            for params, norms in entries:
+                # The same parameters update after update: their modules are looked up once.
+                key = tuple(map(id, params))
+                modules = owners.get(key)
+                if modules is None:
+                    modules = owners[key] = [names.get(self._owner.get(i, -1)) for i in key]
+                for name, norm in zip(modules, norms):
                     if name is not None:
                         sums[name] = sums.get(name, 0.0) + norm * norm
             return sums
@@ -308,11 +312,10 @@ class ModuleStats:
         for step, step_updates in ring:
             grads = squares(step_updates)
             if grads:
-                layers = tuple(
-                    LayerRecord(name, grad_norm=math.sqrt(v)) for name, v in grads.items()
-                )
-                history.append(StepRecord(step, layers=layers))
-        weight_sq, update_sq = squares(weights), squares(updates)
+                layers = [LayerRecord(name, math.sqrt(v)) for name, v in grads.items()]
+                history.append(StepRecord(step, layers=tuple(layers)))
+        weight_sq = squares((p, values[where]) for p, where in weights)
+        update_sq = squares((p, values[where]) for p, where in updates)
         measured: dict[str, dict[str, float]] = {}
         for module, field_name, where in activations:
             name, value = names.get(module), values[where][0]

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+from gradient_doctor.core.quick_init import quick_init
 
+
+@quick_init
 @dataclass(frozen=True)
 class RngState:
     """The default generators' states: the CPU one and each initialized CUDA device's.

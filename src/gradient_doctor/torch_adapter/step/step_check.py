@@ -9,9 +9,11 @@ from dataclasses import dataclass
 import torch
 
 from gradient_doctor.core.findings import TensorStats
+from gradient_doctor.core.quick_init import quick_init
 from gradient_doctor.torch_adapter.localize.tensor_stats import summarize
 
 
+@quick_init
 @dataclass(frozen=True)
 class Check:
     """What one update's check read.
@@ -21,14 +23,15 @@ class Check:
         loss: the last loss `backward()` was called on before the update (summed
             when it was not a scalar), or None when none was seen.
         grad_norm: the global L2 norm of the gradients (0.0 with none).
-        norms: each gradient's L2 norm, a device vector in the gradients' order (kept
-            for the per-module statistics, read with them); None after a failure.
+        norms: each gradient's L2 norm, in the gradients' order, read with the rest
+            and rounded to float32 (kept for the per-module statistics, which read
+            every statistic in float32); None after a failure.
     """
 
     finite: bool
     loss: float | None
     grad_norm: float
-    norms: torch.Tensor | None = None
+    norms: list[float] | None = None
     squares_overflow: SquareOverflow | None = None
 
 
@@ -77,9 +80,10 @@ def check(
 ) -> Check:
     """Check the update's losses and gradients with one device-to-host read.
 
-    The gradients' norms come from one `torch._foreach_norm`; their global norm, and
-    each loss summed, are stacked and read with one `tolist()`. The values are read,
-    never written: training computes exactly what it computes unwatched.
+    The gradients' norms come from one `torch._foreach_norm`, their global norm from
+    the vector of them; those norms, the global one and each loss are stacked and read
+    with one `tolist()`. The values are read, never written: training computes exactly
+    what it computes unwatched.
 
     A global norm that is not finite is confirmed value by value before the update
     is called non-finite: finite gradients whose norm's square overflows the dtype
@@ -95,22 +99,32 @@ def check(
         squares: the optimizer keeps the squares of the gradients (`keeps_squares`).
     """
     with torch.no_grad():
-        parts, norms = [], None
+        parts = []
         if grads:
-            norms = _stacked(torch._foreach_norm(list(grads)))
-            parts.append(torch.linalg.vector_norm(norms))
-        parts += [loss.detach().sum() for loss in losses]
+            parts += torch._foreach_norm(grads)
+            parts.append(torch.linalg.vector_norm(_stacked(parts)))
+        # A scalar loss is read as it is (a sum of it, less one op); a loss that is not
+        # a scalar is summed.
+        parts += [loss if loss.dim() == 0 else loss.sum() for loss in losses]
         if not parts:
             return Check(True, None, 0.0)
-        read = _stacked(parts).tolist()
-    grad_norm = read[0] if grads else 0.0
-    loss = read[-1] if losses else None
-    if not all(math.isfinite(value) for value in read):
+        stacked = _read(parts, all(loss.is_floating_point() for loss in losses))
+        read = stacked.tolist()
+    count = len(grads)
+    grad_norm = read[count] if grads else 0.0
+    # + 0.0 makes a -0.0 loss 0.0, as summing it on the device did.
+    loss = read[-1] + 0.0 if losses else None
+    # A sum is finite only when every term is (an infinity or a NaN carries through);
+    # one that overflows is confirmed term by term.
+    if not (math.isfinite(sum(read)) or all(math.isfinite(value) for value in read)):
         return _confirmed(losses, grads, loss, grad_norm, squares)
     if squares and grad_norm > _FLOAT16_SQUARE_LIMIT:
         overflow = _square_overflow(grads, grad_norm)
         if overflow is not None:
             return Check(False, loss, grad_norm, squares_overflow=overflow)
+    norms = read[:count] if grads else None
+    if norms and stacked.dtype == torch.float64:
+        norms = torch.tensor(norms, dtype=torch.float32).tolist()
     return Check(True, loss, grad_norm, norms)
 
 
@@ -147,11 +161,36 @@ def combined(checks: Sequence[Check]) -> tuple[float | None, float | None]:
 
 
 def _stacked(values: Sequence[torch.Tensor]) -> torch.Tensor:
-    """0-d tensors stacked on the first one's device, in float64 when dtypes differ."""
+    """0-d tensors stacked on the first one's device, in float64 when dtypes or devices
+    differ."""
+    dtype = values[0].dtype
+    if all(value.dtype is dtype for value in values):
+        try:
+            return torch.stack(values)
+        except RuntimeError:  # tensors on several devices
+            pass
+    return _in_float64(values)
+
+
+def _read(values: Sequence[torch.Tensor], floating: bool) -> torch.Tensor:
+    """0-d tensors stacked for one device-to-host copy, each value exact.
+
+    `torch.stack` promotes floating dtypes to the widest among them, which holds each
+    value exactly; with a loss that is not floating (`floating` False), or tensors on
+    several devices, they are stacked in float64.
+    """
+    if floating:
+        try:
+            return torch.stack(values)
+        except RuntimeError:  # tensors on several devices
+            pass
+    return _in_float64(values)
+
+
+def _in_float64(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """0-d tensors stacked in float64 on the first one's device."""
     first = values[0]
-    if all(v.dtype == first.dtype and v.device == first.device for v in values):
-        return torch.stack(list(values))
-    return torch.stack([v.to(first.device, torch.float64) for v in values])
+    return torch.stack([value.to(first.device, torch.float64) for value in values])
 
 
 def _confirmed(losses, grads, loss: float | None, grad_norm: float, squares: bool) -> Check:
@@ -173,9 +212,25 @@ def parameters_with_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor
 
 def dense_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The optimizer's parameters holding a dense gradient (sparse ones are not checked)."""
-    return [p for p in parameters_with_grads(optimizer) if p.grad.layout == torch.strided]
+    return dense_gradients(optimizer)[0]
 
 
 def dense_grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The gradients the optimizer is about to apply (sparse ones are not checked)."""
-    return [p.grad for p in dense_parameters(optimizer)]
+    return dense_gradients(optimizer)[1]
+
+
+def dense_gradients(
+    optimizer: torch.optim.Optimizer,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The optimizer's parameters holding a dense gradient, and those gradients, in one
+    pass over its parameters (each update's check reads them)."""
+    params, grads = [], []
+    strided = torch.strided
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            grad = param.grad
+            if grad is not None and grad.layout == strided:
+                params.append(param)
+                grads.append(grad)
+    return params, grads
