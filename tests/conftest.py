@@ -143,6 +143,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/masked_mean_missing_labels.py",
         "tests/scripts/inline_eager_pair_distance.py",
         "tests/scripts/float16_adam_tape_loop.py",
+        "tests/scripts/variance_mle_eager.py",
     }
 )
 

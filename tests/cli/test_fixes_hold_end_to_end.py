@@ -36,6 +36,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/unscaled_targets_fit.py",  # prices in dollars: y standardised
     "tests/scripts/gan_two_tapes_noise.py",  # trials meet the failing step's noise
     "tests/scripts/float16_adam_tape_loop.py",  # a new dtype policy: proved by the rerun alone
+    "tests/scripts/variance_mle_eager.py",  # a bare variable trained through softplus
 ]
 
 
@@ -294,6 +295,36 @@ def test_the_relu_that_made_a_variance_zero_is_rewritten_where_it_is_made(doctor
     added = [line[1:].strip() for line in softplus["patch"].splitlines() if line.startswith("+ ")]
     assert added == ["mean, var = out[:, :1], (tf.nn.softplus(out[:, 1:]) + 1e-6)"]
     assert by_family["safe_log"]["verified"] is False
+
+
+def test_a_trained_variance_gone_negative_is_trained_through_softplus_on_its_line(doctor_run):
+    # A bare tf.Variable handed straight to tf.sqrt in an eager loop: no op of the trace
+    # reads it, and no clamp of one scalar says anything of design. The variable is
+    # named, and the softplus on the root's line, tried from the start, held.
+    script = "tests/scripts/variance_mle_eager.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "Sqrt")
+    assert problem["origin"]["line"] == line_of(script, "std = tf.sqrt(variance)")
+    assert "Its input is the trained variable `variance` itself" in problem["explanation"]
+    assert "comes from the batch" not in problem["explanation"]
+    softplus = problem["fixes"][0]
+    assert softplus["family"] == "activation_change"
+    assert softplus["verified"] is True, softplus["evidence"]
+    added = [line[1:].strip() for line in softplus["patch"].splitlines() if line.startswith("+ ")]
+    assert added == ["std = tf.sqrt(tf.math.softplus(variance) + 1e-6)"]
+
+
+def test_a_models_own_variance_weight_is_named_through_its_read(doctor_run):
+    # `add_weight` on a subclassed model, read through a ReadVariableOp whose name says
+    # nothing of the variable: matched by value, the weight is named and its line patched.
+    script = "tests/scripts/learned_variance_layer.py"
+    problem = doctor_run(script).problem
+    assert problem["origin"]["op"] == "Sqrt"
+    assert "trained variable `noisy_regressor/variance` itself" in problem["explanation"]
+    softplus = next(fix for fix in problem["fixes"] if fix["family"] == "activation_change")
+    assert "+    sigma = tf.sqrt(tf.math.softplus(model.variance) + 1e-6)" in softplus["patch"]
+    # Tried from the start of training, whatever its verdict.
+    assert "acts from the start of training" in softplus["evidence"], softplus["evidence"]
 
 
 def test_a_recurrent_kernel_of_gain_6_is_redrawn_orthogonal_on_the_rnns_own_line(doctor_run):

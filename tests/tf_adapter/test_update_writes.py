@@ -1,5 +1,8 @@
 """Weights an optimizer's own update wrote non-finite: its slots read, its updates replayed."""
 
+import importlib.util
+import sys
+
 import numpy as np
 import pytest
 
@@ -24,7 +27,18 @@ def test_a_slot_is_matched_to_its_weight_by_the_longest_prefix():
     assert slot_of("adam/iterations", owners) == (None, None)
 
 
-def test_under_the_callback_the_last_update_is_named_and_the_replay_kept_apart():
+def test_under_the_callback_the_last_update_is_named_and_the_replay_kept_apart(
+    tmp_path, monkeypatch
+):
+    # A loaded module of the user's builds the same optimizer: the line is still this
+    # file's, the one on the stack when `fit` ran.
+    (tmp_path / "twin_setup.py").write_text(
+        "import keras\n\ndef make():\n    return keras.optimizers.Adam(1e-3)\n"
+    )
+    spec = importlib.util.spec_from_file_location("twin_setup", tmp_path / "twin_setup.py")
+    twin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twin)
+    monkeypatch.setitem(sys.modules, "twin_setup", twin)  # loaded for this test only
     # Another model's weight left NaN in the same process (a notebook, a test session) is
     # in the state saved before training: it must not stop the replay of this model's.
     stale = tf.Variable([np.nan, 1.0])

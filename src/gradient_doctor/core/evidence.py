@@ -296,6 +296,9 @@ class Evidence:
         weights_variable: when that closest read is of a variable no layer owns (a
             parameter of the root module itself, a free tensor the optimizer trains),
             its name; None otherwise.
+        read_variables: for each input of the origin, the name of the trained
+            variable whose value it is, read with nothing between (`tf.sqrt(variance)`),
+            or None: a variable is itself the op's input, not a value made from it.
         nonfinite_constant: the origin is the first op that read a non-finite value
             no op of the step made and the batch did not hold: a constant (a literal
             its dtype cannot hold, like -1e9 in float16) or a tensor made before.
@@ -352,6 +355,7 @@ class Evidence:
     feeding_ops: frozenset[str] = frozenset()
     weights_layer: str | None = None
     weights_variable: str | None = None
+    read_variables: tuple[str | None, ...] = ()
     nonfinite_constant: bool = False
     growth: tuple[str | None, str, float] | None = None
     input_scale: tuple[str, float] | None = None

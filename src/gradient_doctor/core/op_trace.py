@@ -109,6 +109,7 @@ def weights_upstream(
     weight_reads: frozenset[str],
     data_ids: frozenset[int],
     stats: Mapping[int, TensorStats | None],
+    variable_values: Mapping[int, str] | None = None,
 ) -> bool | None:
     """Whether trainable weights feed `target`'s inputs, walking the trace upstream.
 
@@ -118,6 +119,9 @@ def weights_upstream(
         weight_reads: the op types that read a variable (e.g. "ReadVariableOp").
         data_ids: ids of the step's own inputs (the batch).
         stats: the summary of each tensor id.
+        variable_values: ids of tensors that hold a trained variable's value though no
+            read op of the trace made them (a framework's fast path read the variable
+            inside the op that used it), with the variable's name.
 
     Returns:
         True when a variable read lies upstream; False when every path leads back
@@ -133,6 +137,8 @@ def weights_upstream(
             continue
         seen.add(tensor)
         producer = producers.get(tensor)
+        if variable_values and tensor in variable_values:
+            return True
         if producer is None:
             summary = stats.get(tensor)
             constant = summary is not None and math.prod(d or 2 for d in summary.shape) <= 1

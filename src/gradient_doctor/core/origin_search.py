@@ -167,6 +167,7 @@ def trace_evidence(
     stats: Mapping[int, TensorStats | None] | None = None,
     input_values: Callable[[OpEvent], tuple[tuple[float, ...], ...]] | None = None,
     reductions: ReductionReader | None = None,
+    variable_values: Mapping[int, str] | None = None,
 ) -> TracedOrigin:
     """Walk a replayed step's trace back to its origin: the evidence for the knowledge base.
 
@@ -185,6 +186,9 @@ def trace_evidence(
             takes the event's own `input_values`.
         reductions: the adapter's reader of its framework's reductions, for the one
             that sums the origin's output next (`summed_groups`); None: not looked for.
+        variable_values: ids of tensors holding a trained variable's value as the step
+            read it (the output of a read op, or a value a framework's fast path read
+            with no op), with the variable's name (`weights_upstream`).
     """
     search = find_origin(list(events), list(bad_ids))
     event = search.origin
@@ -215,22 +219,33 @@ def trace_evidence(
         same_op_calls=same_op_calls(events, event) if event is not None else (),
         target_scale=_target_scale(events),
         bad_inputs=_fed_nonfinite(events, search, data_ids) if event is None else (),
-        **_upstream_facts(events, event, data_ids, weight_reads, stats or {}),
+        **_upstream_facts(events, event, data_ids, weight_reads, stats or {}, variable_values),
     )
     return TracedOrigin(event, foreign, evidence)
 
 
-def _upstream_facts(events, origin: OpEvent | None, data_ids, weight_reads, stats) -> dict:
+def _upstream_facts(
+    events, origin: OpEvent | None, data_ids, weight_reads, stats, variable_values=None
+) -> dict:
     """What the trace says about what fed a forward origin: the `Evidence` fields
-    `feeding_ops`, `weights_layer`, `weights_variable`, `weights_upstream` and `growth`."""
+    `feeding_ops`, `weights_layer`, `weights_variable`, `read_variables`,
+    `weights_upstream` and `growth`."""
     if origin is None or origin.phase != "forward":
         return {}
     read = nearest_weight_read(events, origin, weight_reads)
+    values = variable_values or {}
     return {
         "feeding_ops": feeding_op_types(events, origin),
         "weights_layer": read.layer if read is not None else None,
-        "weights_variable": unowned_variable(events, read, weight_reads),
-        "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats),
+        "weights_variable": (
+            unowned_variable(events, read, weight_reads)
+            if read is not None
+            else next((values[key] for key in origin.input_ids if key in values), None)
+        ),
+        "read_variables": tuple(values.get(key) for key in origin.input_ids),
+        "weights_upstream": weights_upstream(
+            events, origin, weight_reads, data_ids, stats, values
+        ),
         "growth": _growth(events, origin),
         "log_of_sum": _call_or_none(log_of_sum(events, origin)),
         "input_producers": tuple(

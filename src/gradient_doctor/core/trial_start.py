@@ -29,9 +29,18 @@ UPDATE_REMEDIES = frozenset(
         "larger_batch",
     }
 )
-# Remedies that change the model or the data from the first step on.
+# Remedies that change the model or the data from the first step on (a new activation
+# changes what every weight computes: dropped into the middle of training, its first
+# steps are a shock the model never had to take).
 FROM_START_REMEDIES = frozenset(
-    {"better_init", "batch_normalization", "normalize_input", "normalize_target", "mixed_precision"}
+    {
+        "better_init",
+        "batch_normalization",
+        "normalize_input",
+        "normalize_target",
+        "mixed_precision",
+        "activation_change",
+    }
 )
 # A trial from the start is run when the failure came within this many steps of it.
 FROM_START_MAX_STEPS = 5000

@@ -74,7 +74,10 @@ def creation_line(obj) -> SourceLine | None:
     if recorded is not None:
         return recorded
     if obj not in _found:
-        _found[obj] = _search_source(obj, _source_files())
+        stack, loaded = _source_files()
+        # The files on the stack first: one agreeing call there (the script that
+        # called `fit`) is the line, even when another loaded module has a twin.
+        _found[obj] = _search_source(obj, stack) or _search_source(obj, stack + loaded)
     return _found[obj]
 
 
@@ -204,19 +207,21 @@ class _Call:
 def user_calls(name: str) -> list[tuple[str, ast.Call]]:
     """Every call of a callable named `name` (`name(...)`, `a.b.name(...)`) in the user's
     files (those on the stack, then the user's loaded modules), as (file, call)."""
-    return [(call.file, call.node) for file in _source_files() for call in _calls_named(file, name)]
+    stack, loaded = _source_files()
+    return [(call.file, call.node) for file in stack + loaded for call in _calls_named(file, name)]
 
 
-def _source_files() -> list[str]:
+def _source_files() -> tuple[list[str], list[str]]:
     """The user's files in which an object may have been built: those on the stack
-    (innermost first), then every loaded module of the user's."""
+    (innermost first), and the other loaded modules of the user's."""
     files = []
     frame = sys._getframe(1)
     while frame is not None:
         files.append(frame.f_code.co_filename)
         frame = frame.f_back
-    stack = [f for f in files if is_user_file(f) and os.path.isfile(f)]
-    return list(dict.fromkeys(stack + list(_user_modules(len(sys.modules)))))
+    stack = list(dict.fromkeys(f for f in files if is_user_file(f) and os.path.isfile(f)))
+    loaded = [f for f in _user_modules(len(sys.modules)) if f not in stack]
+    return stack, loaded
 
 
 @functools.lru_cache(maxsize=1)

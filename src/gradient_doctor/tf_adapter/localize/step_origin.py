@@ -26,6 +26,7 @@ from gradient_doctor.tf_adapter.hooks.creation_sites import (
 )
 from gradient_doctor.tf_adapter.localize import input_scan
 from gradient_doctor.tf_adapter.localize.broken_state import broken_state
+from gradient_doctor.tf_adapter.localize.missing_gradients import variable_name
 from gradient_doctor.tf_adapter.localize.reductions import TensorflowReductions
 from gradient_doctor.tf_adapter.localize.replay import ReplayResult, replay_step
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
@@ -105,6 +106,7 @@ def evidence_from_replay(
         result.stats,
         input_values=lambda event: tuple(sample_values(result.tensors[i]) for i in event.input_ids),
         reductions=TensorflowReductions(result.tensors),
+        variable_values=_variable_values(result, data_ids),
     )
     event, origin = traced.event, traced.evidence.origin
     overflowed = None if result.reproduced else _overflowed_update(result)
@@ -130,6 +132,37 @@ def evidence_from_replay(
 
 # The ops that read a variable's value into the step.
 WEIGHT_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
+
+
+def _variable_values(result: ReplayResult, data_ids: frozenset[int]) -> dict[int, str]:
+    """Tensors of the trace that hold a trained variable's value as the step read it,
+    with the variable's name: a read op's output (whose own name does not say which
+    variable it read), and a value no op of the trace made (an eager op's fast path
+    reads a variable passed to it, `tf.sqrt(noise_var)`, with no ReadVariableOp the op
+    callbacks see). Matched by dtype, shape and value against the variables the step
+    updates (at the replay they hold the values the step read); the step's batch is
+    never one."""
+    made = {key for event in result.events for key in event.output_ids} | set(data_ids)
+    candidates = {key for event in result.events for key in event.input_ids} - made
+    candidates |= {
+        key for event in result.events if event.op_type in WEIGHT_READS for key in event.output_ids
+    }
+    variables = [v for _, updated, _ in result.updates for v in updated if v is not None]
+    found = {}
+    for key in candidates:
+        tensor = result.tensors.get(key)
+        if tensor is None or not hasattr(tensor, "shape"):
+            continue
+        for variable in variables:
+            value = tf.convert_to_tensor(variable)  # a Keras variable or a tf.Variable
+            if value.dtype != tensor.dtype or value.shape != tensor.shape:
+                continue
+            if bool(tf.reduce_all(tf.equal(value, tensor))):
+                found[key] = variable_name(variable)
+                break
+    return found
+
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 

@@ -439,13 +439,13 @@ def _described(origins: dict[str, int]) -> str:
     """Which batches a trial ran on, in words, in the order they came."""
     words = {
         "failing": "the failing batch",
-        "kept": "{n} batches the run saw",
-        "data": "{n} batches of the training data",
-        "changed data": "{n} batches of the training data as the patch changes it",
+        "kept": "{batches} the run saw",
+        "data": "{batches} of the training data",
+        "changed data": "{batches} of the training data as the patch changes it",
     }
     parts = []
     for origin, n in origins.items():
-        text = words[origin].format(n=n)
+        text = words[origin].format(batches=f"{n} batch" if n == 1 else f"{n} batches")
         if origin == "failing" and n > 1:
             text += f" ({n} times)"
         parts.append(text)

@@ -207,7 +207,15 @@ def diagnose_domain(
         if share is not None and share > BY_DESIGN_SHARE and domain.signed
         else None
     )
-    if positive is not None:
+    negative = value is not None and value < 0 and not rounding_note(abs(value))
+    trained = _trained_input(evidence, domain) if negative and domain.signed else None
+    if trained is not None:  # a trained variable itself went below the domain
+        explanation += (
+            f" Its input is the trained variable `{trained}` itself: the updates moved it "
+            "below 0, and nothing in the model keeps it positive."
+        )
+        fixes = (_positive_variable(evidence, trained, focus), guard, *extra_fixes)
+    elif positive is not None:
         explanation += unconstrained_note(origin, evidence.step, share)
         fixes = (positive, replace(guard, clamped_share=share), *extra_fixes)
     elif share is not None and share > BY_DESIGN_SHARE:
@@ -232,10 +240,38 @@ def diagnose_domain(
     )
 
 
+# The fewest values of which a share below 0 says anything of design: one scalar below
+# 0 (a trained variance gone negative) is 100% of one value.
+MIN_VALUES_FOR_SHARE = 8
+_POSITIVE_TEMPLATE = "{softplus}({arg}) + 1e-6"
+
+
+def _trained_input(evidence: Evidence, domain: Domain) -> str | None:
+    """The trained variable that is itself the op's checked argument, or None."""
+    read = evidence.read_variables
+    return read[domain.argument] if domain.argument < len(read) else None
+
+
+def _positive_variable(evidence: Evidence, variable: str, focus) -> Fix:
+    """The variable trained through softplus on the op's line (`noise_var` into a root)."""
+    return guard_fix(
+        "activation_change",
+        f"Keep `{variable}` positive by construction: train it through softplus (it then "
+        "holds softplus's input, so read the value the op uses, not the variable, when you "
+        "print it)",
+        source_code(evidence),
+        evidence.origin.op,
+        template=_POSITIVE_TEMPLATE,
+        focus=focus,
+        framework=framework_of(evidence),
+    )
+
+
 def below_domain_share(origin: Origin, domain: Domain, value: float | None) -> float | None:
     """The share of the op's values that fell below a domain starting at 0, from the NaN
-    its elementwise output holds there; None when unknown, or when the lowest value is
-    only a rounding past 0."""
+    its elementwise output holds there; None when unknown, when the lowest value is
+    only a rounding past 0, or when the op had too few values for a share to tell
+    (`MIN_VALUES_FOR_SHARE`)."""
     if domain.extreme != "min" or domain.boundary != 0 or not origin.outputs:
         return None
     if value is None or value >= 0 or rounding_note(abs(value)):
@@ -244,7 +280,7 @@ def below_domain_share(origin: Origin, domain: Domain, value: float | None) -> f
     size = output.size or (
         math.prod(output.shape) if all(d is not None for d in output.shape) else 0
     )
-    return output.nan / size if size else None
+    return output.nan / size if size >= MIN_VALUES_FOR_SHARE else None
 
 
 def unconstrained_note(origin: Origin, step: int | None, share: float) -> str:
