@@ -144,6 +144,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/inline_eager_pair_distance.py",
         "tests/scripts/float16_adam_tape_loop.py",
         "tests/scripts/variance_mle_eager.py",
+        "tests/scripts/oscillator_noise_variance.py",
     }
 )
 

@@ -327,6 +327,23 @@ def test_a_models_own_variance_weight_is_named_through_its_read(doctor_run):
     assert "acts from the start of training" in softplus["evidence"], softplus["evidence"]
 
 
+def test_a_lower_rate_that_held_200_steps_past_a_drift_is_run_to_the_scripts_end(doctor_run):
+    # The trial inside the run held 100x lower for 200 steps past step 9; the variance
+    # still drifts below zero, later: the copy, run to the end of the 300-step script
+    # rather than 200 steps past the failure, meets it again and the rate is not verified.
+    script = "tests/scripts/oscillator_noise_variance.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "Sqrt")
+    by_family = {fix["family"]: fix for fix in problem["fixes"]}
+    lower = by_family["lower_learning_rate"]
+    assert lower["verified"] is False, lower["evidence"]
+    found = re.search(r"found forward_domain at step (\d+) in Sqrt", lower["evidence"])
+    assert found and int(found.group(1)) > problem["step"] + 200, lower["evidence"]
+    softplus = by_family["activation_change"]
+    assert softplus["verified"] is True, softplus["evidence"]
+    assert problem["fixes"][0]["family"] == "activation_change"
+
+
 def test_a_recurrent_kernel_of_gain_6_is_redrawn_orthogonal_on_the_rnns_own_line(doctor_run):
     # He's initialisation of the input kernels would leave the growth through 60 time
     # steps as it was: the patch sets the SimpleRNN's recurrent_initializer, and the

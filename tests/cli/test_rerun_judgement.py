@@ -153,8 +153,28 @@ def test_a_copy_that_wrote_no_report_judges_nothing():
     # failed, so a verified fix stays verified ("not confirmed"), never turned False.
     rerun = _judged(None, 8, "the patched copy")
     assert not rerun.held and rerun.inconclusive and not rerun.judged
-    assert rerun.why == "the patched copy wrote no report (it crashed or ran too long)"
+    assert rerun.why == (
+        "the patched copy wrote no report (it crashed, or ran too long to stop cleanly)"
+    )
     assert _judged(_report(20), 8, "the patched copy").judged
+
+
+def test_a_copy_stopped_at_its_time_says_how_far_it_held():
+    # At its time limit the copy gets SIGTERM and writes its report ("interrupted"):
+    # past the failing step it held as far as it ran; before it, it judges nothing.
+    past = {**_report(150), "interrupted": "SIGTERM"}
+    rerun = _judged(past, 40, "the patched copy", timeout=90.0)
+    assert rerun.held and rerun.judged and not rerun.to_end
+    assert rerun.why.endswith(
+        "past step 40 where the original failed (the copy is stopped after 90 s: your "
+        "script had more to run)"
+    )
+    short = {**_report(30), "interrupted": "SIGTERM"}
+    early = _judged(short, 40, "the patched copy", timeout=90.0)
+    assert not early.held and early.inconclusive and not early.judged
+    assert "was stopped after 90 s, at 30 steps, before step 40" in early.why
+    # A script that ends early on its own still judges: it did not reach the step.
+    assert _judged(_report(30), 40, "the patched copy").judged
 
 
 def test_a_lower_rate_confirmed_for_a_drift_says_a_longer_run_may_meet_it_later():
@@ -163,15 +183,20 @@ def test_a_lower_rate_confirmed_for_a_drift_says_a_longer_run_may_meet_it_later(
 
     lower = Fix("lower_learning_rate", "Lower it", "", verified=True, evidence="confirmed: held")
     drift = Finding(category="forward_domain", step=7, phase="forward", origin=None, explanation="")
-    told = _may_only_delay(lower, drift, "A smaller learning rate only slows the drift.")
+    stopped = _judged({**_report(150), "interrupted": "SIGTERM"}, 7, "the copy", timeout=60.0)
+    told = _may_only_delay(lower, drift, stopped, "A smaller learning rate only slows the drift.")
     assert told.verified is True
-    assert "a longer run may meet it later" in told.evidence
+    assert "the copy held as far as it ran, but a longer run may meet it later" in told.evidence
     assert "(listed before as: A smaller learning rate only slows the drift.)" in told.evidence
+    ended = _judged(_report(150), 7, "the copy")
+    assert "the copy held to the end of your script, but" in (
+        _may_only_delay(lower, drift, ended).evidence
+    )
     # Gradients that explode, or clipping: no such caveat.
     exploding = dataclasses.replace(drift, category="exploding_gradients")
-    assert _may_only_delay(lower, exploding) is lower
+    assert _may_only_delay(lower, exploding, ended) is lower
     clipping = dataclasses.replace(lower, family="gradient_clipping")
-    assert _may_only_delay(clipping, drift) is clipping
+    assert _may_only_delay(clipping, drift, ended) is clipping
 
 
 def test_a_copy_stopped_past_the_failure_says_the_script_had_more_to_run():
@@ -210,7 +235,8 @@ def test_for_a_drift_a_fix_that_changes_the_op_ranks_before_one_that_only_slows_
     ]
     exploding = dataclasses.replace(drift, category="exploding_gradients")
     assert [f.family for f in ranked(exploding).fixes][0] == "normalize_input"
-    told = _may_only_delay(standardise, drift)
+    stopped = _judged(_report(202), 1, "the patched copy", limit=202)
+    told = _may_only_delay(standardise, drift, stopped)
     assert "it changes the data, not the op that failed" in told.evidence
     assert "the copy held as far as it ran, but a longer run may meet it later" in told.evidence
 

@@ -1,8 +1,9 @@
-"""Heteroscedastic-free regression with a learned output noise: a subclassed Keras model
+"""A regression with a learned output noise: a subclassed Keras model
 whose Gaussian likelihood divides by sqrt of a trained scalar `variance` (no constraint).
 A high learning rate pushes the variance below zero: sqrt -> NaN."""
-import numpy as np
+
 import keras
+import numpy as np
 import tensorflow as tf
 
 keras.utils.set_random_seed(4)

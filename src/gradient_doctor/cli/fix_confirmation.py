@@ -23,11 +23,17 @@ from gradient_doctor.cli.patched_rerun import (
 from gradient_doctor.core.findings import Finding, Fix, NotFix
 from gradient_doctor.core.fix_trials import DRIFTS, SLOWS_ONLY, clamp_caveat, ranked
 from gradient_doctor.core.report import Report
+from gradient_doctor.core.trial_start import UPDATE_REMEDIES
 
 # Runs that took longer than this (wall seconds) are not run again for every fix.
 CONFIRM_MAX_SECONDS = 120.0
 # At most this many verified fixes of one problem are run again.
 MAX_CONFIRMED = 4
+# For a value that built up over training, the remedies whose copy runs to the script's
+# end (within the time), not 200 steps past the failure: those that leave the op that
+# failed as it was, or act on the updates, may only have slowed the drift (a lower rate
+# that held 200 steps past step 9 met the failure again at step 245 of 300).
+MAY_ONLY_DELAY = frozenset(SLOWS_ONLY) | UPDATE_REMEDIES
 
 
 def confirmation_pending(mode: str, trial_steps: int) -> str | None:
@@ -94,30 +100,34 @@ def _confirmed(
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
     reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped)
+    drifted = problem.category in DRIFTS
     fixes = []
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
         if fix.patch and (fix.verified is True or untried) and reruns.left:
-            rerun, baseline = reruns.run(fix.family, fix.patch, untried)
+            to_end = drifted and fix.family in MAY_ONLY_DELAY
+            rerun, baseline = reruns.run(fix.family, fix.patch, untried, to_end)
             if not rerun.judged:
                 fix = _not_confirmed(fix, rerun.why, untried)
             elif untried and not baseline.judged:
                 fix = _not_confirmed(fix, baseline.why, untried)
             elif untried:
-                fix = _may_only_delay(_rerun_only(fix, rerun.held, rerun.why, baseline), problem)
+                fix = _rerun_only(fix, rerun.held, rerun.why, baseline)
+                fix = _may_only_delay(fix, problem, rerun)
             else:
-                fix = _may_only_delay(_judged(fix, rerun.held, rerun.why), problem)
+                fix = _may_only_delay(_judged(fix, rerun.held, rerun.why), problem, rerun)
         fixes.append(fix)
     not_fixes = []
     for item in problem.not_fixes:
         patch = item.fix.patch if item.fix is not None else None
         if patch and _expected_only(item) and reruns.left:
-            rerun, baseline = reruns.run(item.remedy, patch, untried=True)
+            to_end = drifted and item.remedy in MAY_ONLY_DELAY
+            rerun, baseline = reruns.run(item.remedy, patch, untried=True, to_end=to_end)
             fix = dataclasses.replace(item.fix, evidence=item.evidence)
             told = rerun.judged and baseline.judged
             judged = _rerun_only(fix, rerun.held, rerun.why, baseline) if told else fix
             if judged.verified is True:  # it helps after all: a fix, proved by the rerun
-                fixes.append(_may_only_delay(judged, problem, item.why))
+                fixes.append(_may_only_delay(judged, problem, rerun, item.why))
                 continue
             item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
             item = _borne_out(item, rerun, baseline)
@@ -170,20 +180,23 @@ class _Reruns:
     def left(self) -> bool:
         return self._done < MAX_CONFIRMED and not self._signalled()
 
-    def run(self, family: str, patch: str, untried: bool) -> tuple[Rerun, Rerun | None]:
-        """The patched copy's rerun, and the unchanged copy's when `untried` (else None)."""
+    def run(
+        self, family: str, patch: str, untried: bool, to_end: bool = False
+    ) -> tuple[Rerun, Rerun | None]:
+        """The patched copy's rerun (to the script's end, within the time, when
+        `to_end`), and the unchanged copy's when `untried` (else None)."""
         self._done += 1
         if untried and self._baseline is None and self._stopped is None:
-            self._baseline = self._rerun("the unchanged script", None)
+            self._baseline = self._rerun("the unchanged script", None, self._steps_past)
         if self._stopped is None:
-            return self._rerun(family, patch), self._baseline
+            return self._rerun(family, patch, None if to_end else self._steps_past), self._baseline
         return self._stopped, self._baseline
 
-    def _rerun(self, what: str, patch: str | None) -> Rerun:
+    def _rerun(self, what: str, patch: str | None, steps_past: int | None) -> Rerun:
         copy = "a patched copy" if patch else "a copy"
         _say(f"{what}: running {copy} of your folder from the start")
         rerun = rerun_patched(
-            self._script, self._args, patch, self._step, self._steps_past, self._timeout
+            self._script, self._args, patch, self._step, steps_past, self._timeout
         )
         _say(f"{what}: {rerun.why}")
         if rerun.blocked:
@@ -210,20 +223,26 @@ def _untried_note(fix: Fix) -> str:
     return f" (not tried inside the run: {untried})" if untried else " (not tried inside the run)"
 
 
-def _may_only_delay(fix: Fix, problem: Finding, expected: str | None = None) -> Fix:
+def _may_only_delay(fix: Fix, problem: Finding, rerun: Rerun, expected: str | None = None) -> Fix:
     """A fix that a rerun confirmed for a value that built up over training (a forward
     overflow or domain error), and that leaves the op that failed as it was (a lower
-    learning rate, standardised data): the evidence says that the copy held as far as
-    it ran, and that a longer run may still meet the failure, slowed, not removed (with
-    the expectation it was listed under). Clipping is left alone: it leaves the small
-    updates of a slow drift as they were, so what it held off was the large ones."""
+    learning rate, standardised data): its copy ran to the script's end within the
+    time, and the evidence says how far it held, and that training longer than the
+    script does may still meet the failure, slowed, not removed (with the expectation
+    it was listed under). Clipping is left alone: it leaves the small updates of a slow
+    drift as they were, so what it held off was the large ones."""
     if fix.verified is not True or fix.family not in SLOWS_ONLY:
         return fix
     if problem.category not in DRIFTS:
         return fix
+    held = (
+        "the copy held to the end of your script"
+        if rerun.to_end
+        else ("the copy held as far as it ran")
+    )
     note = (
         f"; {SLOWS_ONLY[fix.family]}, and the failure was a value that built up over "
-        "training: the copy held as far as it ran, but a longer run may meet it later"
+        f"training: {held}, but a longer run may meet it later"
     )
     if expected:
         note += f" (listed before as: {expected})"

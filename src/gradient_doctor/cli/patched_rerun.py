@@ -37,8 +37,10 @@ class Rerun:
         blocked: it was stopped from writing one of the user's own files (or found one
             changed through a link of the copy): it judges nothing, `why` says what.
         failed_step: the step of the first problem the copy found, or None.
-        inconclusive: the copy wrote no report (it crashed before writing one, or ran
-            past its time): it judges nothing either way; `why` says so.
+        inconclusive: the copy wrote no report (it crashed before writing one), or its
+            time ran out before it reached the original failing step: it judges
+            nothing either way; `why` says so.
+        to_end: it held to the end of the script.
     """
 
     held: bool
@@ -47,6 +49,7 @@ class Rerun:
     blocked: bool = False
     failed_step: int | None = None
     inconclusive: bool = False
+    to_end: bool = False
 
     @property
     def judged(self) -> bool:
@@ -69,12 +72,13 @@ def rerun_patched(
     args: list[str],
     patch: str | None,
     failed_at: int,
-    steps_past: int,
+    steps_past: int | None,
     timeout: float | None = None,
 ) -> Rerun:
     """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
-    (no trials) from the start to `steps_past` steps past `failed_at` (or the script's
-    end, when that comes first: the verdict says which).
+    (no trials) from the start to `steps_past` steps past `failed_at` (None: to the
+    script's end), or to the script's end or `timeout` seconds, when either comes
+    first: the verdict says which.
 
     `script` is relative to the working folder, which is what gets copied; `patch`
     None runs the copy unchanged (the baseline a patch is judged against).
@@ -90,11 +94,11 @@ def rerun_patched(
                     handle.write(text)
         except (PatchError, OSError) as error:
             return Rerun(False, 0, f"the patch did not apply ({error})")
-        limit = failed_at + 1 + steps_past
+        limit = failed_at + 1 + steps_past if steps_past is not None else None
         # Statistics every step (PyTorch): units a patch killed are warned of in time.
         options = [
-            *("--trial-steps", "0", "--progress", "0", "--stop-after", str(limit)),
-            *("--sample-every", "1"),
+            *("--trial-steps", "0", "--progress", "0", "--sample-every", "1"),
+            *(("--stop-after", str(limit)) if limit is not None else ()),
         ]
         guard = copy.guard(os.path.join(scratch, "refused.log"))
         guarded = guard.save(os.path.join(scratch, "guard.json"))
@@ -103,16 +107,25 @@ def rerun_patched(
     if trespass is not None:
         steps = report.get("steps_watched", 0) if report else 0
         return Rerun(False, steps, trespass, blocked=True)
-    return _judged(report, failed_at, "the patched copy" if patch else "the unchanged copy", limit)
+    what = "the patched copy" if patch else "the unchanged copy"
+    return _judged(report, failed_at, what, limit, timeout)
 
 
-def _judged(report: dict | None, failed_at: int, what: str, limit: int | None = None) -> Rerun:
+def _judged(
+    report: dict | None,
+    failed_at: int,
+    what: str,
+    limit: int | None = None,
+    timeout: float | None = None,
+) -> Rerun:
     """How a copy's run went, from its report: `limit` is the step it was stopped at
-    (None: it ran as far as the script goes), so a copy that held says how far."""
+    (None: it ran as far as the script goes), and `timeout` the seconds after which it
+    was stopped (its report then says `interrupted`), so a copy that held says how far."""
     if report is None:
-        why = f"{what} wrote no report (it crashed or ran too long)"
+        why = f"{what} wrote no report (it crashed, or ran too long to stop cleanly)"
         return Rerun(False, 0, why, inconclusive=True)
     steps = report.get("steps_watched", 0)
+    timed_out = bool(report.get("interrupted")) and not report["problems"]
     if report["problems"]:
         first = report["problems"][0]
         return Rerun(
@@ -126,19 +139,23 @@ def _judged(report: dict | None, failed_at: int, what: str, limit: int | None = 
     if report.get("script_error"):
         return Rerun(False, steps, f"{what} failed: {report['script_error']}")
     if steps <= failed_at:
+        ended = f"was stopped after {timeout:.0f} s, at" if timed_out else "ended after"
         return Rerun(
             False,
             steps,
-            f"{what} ended after {steps} steps, before step {failed_at} where the "
+            f"{what} {ended} {steps} steps, before step {failed_at} where the "
             "original failed, so it cannot tell",
+            inconclusive=timed_out,
         )
-    stopped = limit is not None and steps >= limit
+    stopped = timed_out or (limit is not None and steps >= limit)
     trained = (
         f"{what} of your files trained {steps} steps from the start"
         f"{'' if stopped else ', to the end of your script,'} with every loss and gradient "
         f"finite, past step {failed_at} where the original failed"
     )
-    if stopped:
+    if timed_out:
+        trained += f" (the copy is stopped after {timeout:.0f} s: your script had more to run)"
+    elif stopped:
         trained += (
             f" (the copy is stopped {steps - failed_at - 1} steps past it: your script "
             "had more to run)"
@@ -155,7 +172,7 @@ def _judged(report: dict | None, failed_at: int, what: str, limit: int | None = 
     rise = _diverged_loss(report) or not_moving(_series(report).get("grad_norm/global", ()))
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
-    return Rerun(True, steps, trained + _stalled_note(report))
+    return Rerun(True, steps, trained + _stalled_note(report), to_end=not stopped)
 
 
 def _series(report: dict) -> dict[str, list]:
@@ -234,6 +251,10 @@ def _place(origin: dict | None) -> str:
     return place + (f" `{origin['code']}`" if origin.get("code") else "")
 
 
+# How long a copy stopped at its time limit has to write its report before it is killed.
+TERMINATE_GRACE_SECONDS = 30.0
+
+
 def doctor_report(
     script: str,
     args: list[str],
@@ -252,17 +273,19 @@ def doctor_report(
     doctor = ["gradient_doctor"] if guard is None else ["gradient_doctor.cli.write_guard", guard]
     command = [sys.executable, "-m", *doctor, "run", "--report", report, *options]
     output = subprocess.DEVNULL if quiet else None
+    process = subprocess.Popen([*command, script, *args], cwd=cwd, stdout=output, stderr=output)
     try:
-        subprocess.run(
-            [*command, script, *args],
-            cwd=cwd,
-            check=False,
-            timeout=timeout,
-            stdout=output,
-            stderr=output,
-        )
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return None
+        # SIGTERM: the doctor stops the script and writes its report ("interrupted"),
+        # which says how far the copy got; killed only when it does not end in time.
+        process.terminate()
+        try:
+            process.wait(timeout=TERMINATE_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return None
     try:
         with open(report, encoding="utf-8") as handle:
             return json.load(handle)

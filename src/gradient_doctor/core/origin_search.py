@@ -243,9 +243,7 @@ def _upstream_facts(
             else next((values[key] for key in origin.input_ids if key in values), None)
         ),
         "read_variables": tuple(values.get(key) for key in origin.input_ids),
-        "weights_upstream": weights_upstream(
-            events, origin, weight_reads, data_ids, stats, values
-        ),
+        "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats, values),
         "growth": _growth(events, origin),
         "log_of_sum": _call_or_none(log_of_sum(events, origin)),
         "input_producers": tuple(
