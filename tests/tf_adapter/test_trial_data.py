@@ -75,6 +75,14 @@ def test_the_targets_are_standardised_as_the_patch_writes_them_and_the_features_
     assert not FitCall(source=None, x=x, y=np.zeros(10, "int64")).standardisable("y")
 
 
+def test_an_autoencoders_batches_have_inputs_and_targets_standardised_alike():
+    pixels = np.random.default_rng(1).uniform(0.0, 255.0, size=(8, 3)).astype("float32")
+    call = FitCall(source=None, x=pixels, y=pixels, batch_size=8)
+    ((features, targets),) = list(call.standardised_batches(1e-7)())
+    np.testing.assert_array_equal(features.numpy(), targets.numpy())
+    assert np.abs(features.numpy()).max() < 3.0
+
+
 def test_the_targets_of_a_batch_are_its_labels_or_a_custom_steps_last_floating_input():
     from gradient_doctor.tf_adapter.localize.input_scan import keras_batch_names, target_scale
 

@@ -18,6 +18,7 @@ hidden = [keras.layers.Dense(64, activation="relu") for _ in range(4)]
 head = keras.layers.Dense(1, kernel_initializer="zeros")
 model.fit(features, prices, validation_data=(val_x, val_y), epochs=3)
 model.fit(features / 255.0, prices)
+autoencoder.fit(pixels, pixels, validation_data=(held_out, held_out), epochs=2)
 rnn = keras.layers.SimpleRNN(8, activation="relu", recurrent_initializer=Orthogonal(gain=4.0))
 """.splitlines(keepends=True)
 
@@ -71,6 +72,17 @@ def test_the_fit_line_standardises_the_targets_and_the_validation_targets_alike(
     assert (
         f"model.fit(features, (prices - {mean}) / {std}, "
         f"validation_data=(val_x, (val_y - {mean}) / {std}), epochs=3)"
+    ) in _patched(edit)
+
+
+def test_an_autoencoders_targets_are_standardised_with_its_inputs():
+    # fit(x, x): standardised inputs asked to reproduce the raw ones still learn raw scale.
+    edit = standardise_fit_input(_at("autoencoder.fit"), SCRIPT)
+    wide = 'axis=0, dtype="float64"'
+    mean, std = f"pixels.mean({wide})", f"(pixels.std({wide}) + 1e-07)"
+    inputs, held = f"(pixels - {mean}) / {std}", f"(held_out - {mean}) / {std}"
+    assert (
+        f"autoencoder.fit({inputs}, {inputs}, validation_data=({held}, {held}), epochs=2)"
     ) in _patched(edit)
 
 

@@ -64,8 +64,8 @@ class FitCall:
         """The same batches with `part` (`x`, or the targets `y`) standardised over the
         whole data, column by column, as `(v - v.mean(axis=0, dtype="float64")) /
         (v.std(axis=0, dtype="float64") + epsilon)` computes it (the `normalize_input` and
-        `normalize_target` patches of the fit line); None unless it is one NumPy array
-        of floats."""
+        `normalize_target` patches of the fit line; `fit(x, x)` has both standardised);
+        None unless it is one NumPy array of floats."""
         if not self.standardisable(part):
             return None
         wide = STATISTICS_DTYPE
@@ -73,7 +73,10 @@ class FitCall:
         scaled = (value - value.mean(axis=0, dtype=wide)) / (
             value.std(axis=0, dtype=wide) + epsilon
         )
-        x, y = (scaled, self.y) if part == "x" else (self.x, scaled)
+        if part == "x":  # an autoencoder's `fit(x, x)`: its targets are its inputs
+            x, y = scaled, scaled if self.y is self.x else self.y
+        else:
+            x, y = self.x, scaled
         return fit_batches(x, y, self.sample_weight, self.batch_size)
 
 

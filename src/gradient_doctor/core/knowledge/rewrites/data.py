@@ -41,7 +41,10 @@ PARTS = {"x": 0, "y": 1}
 
 def standardise_fit_input(source: SourceLine, lines: Sequence[str], part: str = "x") -> Edit | None:
     """An edit of the `fit` call on `source` standardising its `x` (or, with `part="y"`,
-    its targets), and the same part of `validation_data`.
+    its targets), and the same part of `validation_data`. An autoencoder's
+    `fit(x, x)` has its targets standardised with its inputs: they are the same data,
+    and a model fed standardised inputs and asked for the raw ones still learns the
+    raw scale.
 
     Returns None when the line has no `fit` call whose `part` is a plain name or
     attribute (an expression or a dataset cannot be standardised by a rewrite).
@@ -58,8 +61,15 @@ def standardise_fit_input(source: SourceLine, lines: Sequence[str], part: str = 
     wide = f'axis=0, dtype="{STATISTICS_DTYPE}"'
     mean, std = f"{name}.mean({wide})", f"({name}.std({wide}) + {literal(EPSILON)})"
     changes = [(value, f"({name} - {mean}) / {std}")]
+    targets = argument(fit, PARTS["y"], "y") if part == "x" else None
+    if targets is not None and segment(text, targets) == name:  # fit(x, x)
+        changes.append((targets, f"({name} - {mean}) / {std}"))
     validation = argument(fit, None, "validation_data")
     if isinstance(validation, ast.Tuple) and len(validation.elts) > position:
         held_out = validation.elts[position]
-        changes.append((held_out, f"({segment(text, held_out)} - {mean}) / {std}"))
+        held_out_name = segment(text, held_out)
+        changes.append((held_out, f"({held_out_name} - {mean}) / {std}"))
+        if targets is not None and segment(text, targets) == name and len(validation.elts) > 1:
+            if segment(text, validation.elts[1]) == held_out_name:  # (x_val, x_val)
+                changes.append((validation.elts[1], f"({held_out_name} - {mean}) / {std}"))
     return combined(text, fit, changes, source.file)
