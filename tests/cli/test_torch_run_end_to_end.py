@@ -438,3 +438,17 @@ def test_gradients_clipped_to_zero_by_an_infinite_norm_are_not_a_healthy_run(tor
     assert sorted(problem["disconnected"]["variables"]) == ["linear.bias", "linear.weight"]
     assert "clip_grad_norm_ over gradients whose squares overflow" in problem["explanation"]
     assert "Keras" not in problem["explanation"] and "tf." not in json.dumps(problem["fixes"])
+
+
+def test_a_variance_parameter_fed_to_a_root_is_named_and_trained_through_softplus(
+    torch_run, tmp_path
+):
+    name = "noise_variance_parameter.py"
+    run, folder = torch_run(name)
+    (problem,) = run.report["problems"]
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "sqrt")
+    assert problem["origin"]["line"] == line_of(f"{SCRIPTS}/{name}", "sigma = torch.sqrt(")
+    assert "Its input is the trained variable `noise_var` itself" in problem["explanation"]
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "activation_change"
+    assert "torch.sqrt(torch.nn.functional.softplus(model.noise_var) + 1e-6)" in fix["patch"]

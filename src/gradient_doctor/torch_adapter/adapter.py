@@ -29,7 +29,11 @@ from gradient_doctor.torch_adapter.localize.module_scope import (
     module_names,
     parameter_names,
 )
-from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE, OpRecorder
+from gradient_doctor.torch_adapter.localize.op_recorder import (
+    READ_VARIABLE,
+    OpRecorder,
+    parameter_values,
+)
 from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
 from gradient_doctor.torch_adapter.step import rng_state
 from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
@@ -231,6 +235,7 @@ class TorchAdapter(PyTorchAdapter):
             weight_reads=frozenset({READ_VARIABLE}),
             stats=recorder.stats,
             reductions=TorchReductions(),
+            variable_values=parameter_values(recorder.events),
         )
         evidence = replace(
             traced.evidence, history=history, setup=setup, reproduced=bool(recorder.bad_ids)

@@ -10,7 +10,11 @@ from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.core.origin_search import trace_evidence
-from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE, made_before
+from gradient_doctor.torch_adapter.localize.op_recorder import (
+    READ_VARIABLE,
+    made_before,
+    parameter_values,
+)
 from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
 
 
@@ -42,5 +46,6 @@ def recorded_evidence(
         weight_reads=frozenset({READ_VARIABLE}),
         stats=stats,
         reductions=TorchReductions(),
+        variable_values=parameter_values(events),
     )
     return replace(traced.evidence, history=history, setup=setup, reproduced=bool(bad_ids))

@@ -251,6 +251,17 @@ class OpRecorder(TorchDispatchMode):
         return self._forward_of.get(node)
 
 
+def parameter_values(events: Iterable[OpEvent]) -> dict[int, str]:
+    """The tensors that are a parameter's value as the step read it, with its name
+    (`model.log_var`, `head.bias`): the core's `variable_values`."""
+    return {
+        key: event.op_name
+        for event in events
+        if event.op_type == READ_VARIABLE
+        for key in event.output_ids
+    }
+
+
 def made_before(events: Iterable[OpEvent]) -> frozenset[int]:
     """The tensors the step read that none of its ops made and that are no parameter: what
     the step was fed (its batch, or tensors the script made before the step)."""
