@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from gradient_doctor.tf_adapter._tf_internals import keras_backend, updated_variables
 from gradient_doctor.tf_adapter.localize import step_context
-from gradient_doctor.tf_adapter.step import loss_scale, random_draws, replicas
+from gradient_doctor.tf_adapter.step import iteration_count, loss_scale, random_draws, replicas
 from gradient_doctor.tf_adapter.step.clipping import clipped_finite, clipping_of
 from gradient_doctor.tf_adapter.step.doctor_variables import doctor_variable
 from gradient_doctor.tf_adapter.step.headroom_probe import Probe, find_probes
@@ -491,6 +491,9 @@ class Guard:
         nested in the update would copy every weight and slot per step, and without
         XLA it would end every update with a second branch on the critical path.
         """
+        counter = iteration_count.unconditional_counter(optimizer)
+        if counter is not None:  # as the plain step counts (see `iteration_count`)
+            apply, skip = iteration_count.counted_first(counter, apply, skip)
         sampling = None
         if self.layer_stats is not None and (branches_kept() or not compiled_with_xla()):
             sampling = self.layer_stats.sampling_now()
