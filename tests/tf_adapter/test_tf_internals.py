@@ -51,6 +51,33 @@ def test_the_exported_classes_are_the_ones_training_uses():
     assert internals.op_def_registry.get("Sqrt") is not None
 
 
+def test_the_iteration_counter_is_the_variable_apply_adds_to():
+    optimizer = keras.optimizers.SGD(0.1, gradient_accumulation_steps=2)
+    weight = keras.Variable([1.0])
+    optimizer.build([weight])
+    counter = internals.iteration_counter(optimizer)
+    for _ in range(3):
+        optimizer.apply([tf.constant([1.0])], [weight])
+    assert int(counter.numpy()) == 3  # every call counted
+    assert int(optimizer.iterations.numpy()) == 1  # the public count divides it
+
+
+def test_the_mapped_functions_of_a_pipeline_are_found_from_the_source_on():
+    def scale(x):
+        return x * 2.0
+
+    def shift(x):
+        return x + 1.0
+
+    source = tf.data.Dataset.range(4).map(lambda i: tf.cast(i, tf.float32))
+    pipeline = source.map(scale).shuffle(4, seed=0).map(shift, num_parallel_calls=2).batch(2)
+    stages = internals.mapped_functions(pipeline)
+    assert [function for _, function in stages][1:] == [scale, shift]
+    reads = stages[1][0]
+    assert [float(v) for v in reads] == [0.0, 1.0, 2.0, 3.0]  # what `scale` maps over
+    assert internals.mapped_functions(tf.data.Dataset.range(3)) == []
+
+
 def test_the_attribute_readers_answer_from_a_real_optimizer_tape_and_model():
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dense(1)])

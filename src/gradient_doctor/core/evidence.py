@@ -257,6 +257,27 @@ class OpCall:
 
 
 @dataclass(frozen=True)
+class PipelineOrigin:
+    """Where the input pipeline wrote the batch's non-finite values: a function of the
+    user's that the pipeline maps over its elements (`dataset.map(standardise)`), which
+    turned a finite element non-finite, replayed op by op on that element.
+
+    Attributes:
+        stage: the transformation and its function, in words ("`map(standardise)`").
+        element: the 0-based index of the first element it turned non-finite, in the
+            order the pipeline read them before it (which a shuffle may change from one
+            pass to the next).
+        evidence: the function's replay on that element, as the evidence of a step
+            (its `origin` the first op that wrote the non-finite value): the rules
+            diagnose it as they diagnose a training step's op.
+    """
+
+    stage: str
+    element: int
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything known about one failing step, framework-neutral.
 
@@ -320,6 +341,8 @@ class Evidence:
             read the step's check until the end of the run); 0 when not counted.
         stuck_units: for gradients that stayed exactly zero, the layers whose units
             all died or saturated (then there is no `path_break`), else None.
+        pipeline: for non-finite values in the batch, the function of the input
+            pipeline that wrote them, when the adapter found it; else None.
         same_op_calls: for a forward origin, the step's other forward calls of the
             origin's op (each place once per run of it), in execution order.
         log_of_sum: for a forward origin, the log that reads a sum of its output
@@ -364,6 +387,7 @@ class Evidence:
     update_overflow: UpdateOverflow | None = None
     skipped_updates: int = 0
     stuck_units: StuckUnits | None = None
+    pipeline: PipelineOrigin | None = None
     same_op_calls: tuple[OpCall, ...] = ()
     input_producers: tuple[OpCall | None, ...] = ()
     log_of_sum: OpCall | None = None

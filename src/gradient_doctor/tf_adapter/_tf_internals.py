@@ -56,6 +56,10 @@ What each is for (and the modules that use it):
 - `autograph_origin`: the user's line a frame of an AutoGraph-converted function runs
   (its `ag_source_map`): a traced `tf.function` method runs converted even eagerly
   (hooks/creation_sites).
+- `iteration_counter`: the variable an optimizer's `apply` counts its updates in (its
+  `iterations` is a quotient of it under gradient accumulation) (step/iteration_count).
+- `mapped_functions`: the Python functions a `tf.data` pipeline maps over its elements,
+  each with the dataset it reads (localize/pipeline_scan).
 """
 
 from __future__ import annotations
@@ -216,3 +220,29 @@ def autograph_origin(frame) -> tuple[str, int] | None:
         if location.filename == code.co_filename and location.lineno == frame.f_lineno:
             return origin.loc.filename, origin.loc.lineno
     return None
+
+
+def iteration_counter(optimizer):
+    """The variable `Optimizer.apply` adds 1 to on every call (`_iterations`); the public
+    `iterations` divides it by `gradient_accumulation_steps` when that is set."""
+    return getattr(optimizer, "_iterations", None)
+
+
+def mapped_functions(dataset) -> list[tuple[object, object]]:
+    """(the dataset a `map` reads, the user's Python function it maps) for each `map` of
+    the pipeline that ends in `dataset`, from the source on.
+
+    A `tf.data` transformation keeps the dataset it reads as `_input_dataset`, and a map
+    its function as a `StructuredFunctionWrapper` whose `_func` is the Python function
+    the user passed; no public API walks a pipeline.
+    """
+    stages = []
+    seen = set()
+    while dataset is not None and id(dataset) not in seen:
+        seen.add(id(dataset))
+        upstream = getattr(dataset, "_input_dataset", None)
+        function = getattr(getattr(dataset, "_map_func", None), "_func", None)
+        if upstream is not None and callable(function):
+            stages.append((upstream, function))
+        dataset = upstream
+    return stages[::-1]

@@ -38,6 +38,7 @@ from gradient_doctor.tf_adapter.localize.missing_gradients import (
     find_missing_gradient_breaks,
     variable_name,
 )
+from gradient_doctor.tf_adapter.localize.pipeline_scan import datasets_in_reach, pipeline_origin
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.localize.step_origin import localize
 from gradient_doctor.tf_adapter.localize.update_writes import with_update_overflow
@@ -331,6 +332,9 @@ class Watcher(Adapter):
         call = replay.call()
         named = replay.named_inputs()
         evidence = localize(call, step, named, history, setup)
+        if evidence.bad_inputs and evidence.broken_state is None:
+            fit_data = self.fit_call.x if self.fit_call is not None else None
+            evidence = replace(evidence, pipeline=pipeline_origin(datasets_in_reach(fit_data)))
         evidence = with_update_overflow(
             evidence,
             [ref() for ref in self._optimizers if ref() is not None],
@@ -421,9 +425,11 @@ class Watcher(Adapter):
     def fix_trials(
         self, finding: Finding, evidence: Evidence, rerun: FailedStep
     ) -> TensorFlowTrials | None:
-        """The fixes traced into the step afresh; None for a plain eager step."""
+        """The fixes traced into the step afresh; None for a plain eager step, and for
+        values the input pipeline made (the step's trial cannot run the patched
+        pipeline: a rerun of the patched copy from the start judges its fixes)."""
         call = rerun.call
-        if call is None or call.traceable is None:
+        if call is None or call.traceable is None or evidence.pipeline is not None:
             return None
         return TensorFlowTrials(
             finding,

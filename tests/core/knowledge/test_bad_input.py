@@ -28,3 +28,36 @@ def test_several_tensors_and_many_rows(make_evidence):
     diagnosis = diagnose(make_evidence(bad_inputs=(X_BAD, labels)))
     assert "`y` (32x?) has 9 Inf in rows 0, 1, 2, 3, 4 and 4 more" in diagnosis.explanation
     assert "`x` and `y`" in diagnosis.fixes[0].title
+
+
+def test_nan_the_input_pipeline_wrote_is_diagnosed_at_its_op_and_patched_there(
+    make_evidence, families, not_fixes
+):
+    # The pipeline's function, replayed on the element it turned non-finite: a log of
+    # a zero count. Its op's own rule explains it; its rewrite of that line comes first.
+    from dataclasses import replace
+
+    from gradient_doctor.core.evidence import PipelineOrigin, TensorStats
+
+    zero = TensorStats("float32", (4,), min=0.0, max=9.0, nan=0, inf=0, zeros=1)
+    made = TensorStats("float32", (4,), min=0.0, max=2.2, nan=0, inf=1, zeros=0)
+    log = make_evidence(
+        op="Log",
+        code="return tf.math.log(raw_counts), y",
+        layer=None,
+        step=None,
+        inputs=(zero,),
+        outputs=(made,),
+        weights_upstream=False,
+    )
+    batch = make_evidence(with_origin=False, phase=None, bad_inputs=(X_BAD,))
+    evidence = replace(batch, pipeline=PipelineOrigin("`map(featurize)`", 245, log))
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "bad_input"
+    assert "The input pipeline wrote them, in `map(featurize)`" in diagnosis.explanation
+    assert "The input to Log reached 0 (1 exact zero)" in diagnosis.explanation
+    assert families(diagnosis)[0] == "safe_log"
+    assert diagnosis.fixes[0].rewrite
+    assert families(diagnosis)[1:] == ["clean_input", "skip_nonfinite_batch"]
+    assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate"]
+    assert diagnosis.finding(evidence).origin.op == "Log"  # the finding points there

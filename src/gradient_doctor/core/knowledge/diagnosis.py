@@ -53,11 +53,14 @@ class Diagnosis:
         """The report's finding for `evidence` with this diagnosis (the disconnected
         variables and where their path breaks included)."""
         path_break = evidence.path_break
+        origin = evidence.origin
+        if origin is None and evidence.pipeline is not None:  # the batch's NaN was made there
+            origin = evidence.pipeline.evidence.origin
         return Finding(
             category=self.category,
             step=evidence.step,
             phase=evidence.phase,
-            origin=evidence.origin,
+            origin=origin,
             explanation=self.explanation,
             not_fixes=self.not_fixes,
             fixes=self.fixes,

@@ -132,6 +132,10 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     Returns:
         The first diagnosis a rule gives.
     """
+    if evidence.pipeline is not None and evidence.bad_inputs and evidence.broken_state is None:
+        # The batch's NaN was made by the user's own pipeline function: its op is
+        # diagnosed as a step's would be, and told as the origin of the bad input.
+        return bad_input.written_by_pipeline(evidence, diagnose(evidence.pipeline.evidence))
     family = family_for(evidence)
     singular = (family is not None and family.singular) or mentions_norm(source_code(evidence))
     rules: list[Rule] = [

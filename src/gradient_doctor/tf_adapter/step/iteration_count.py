@@ -22,9 +22,11 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from gradient_doctor.tf_adapter._tf_internals import iteration_counter
+
 
 def unconditional_counter(optimizer):
-    """The optimizer's `iterations` when its update adds to it whatever the gradients
+    """The optimizer's update counter when its update adds to it whatever the gradients
     (Keras's own `Optimizer.apply`), in a traced step; else None (a loss-scaling or
     multi-optimizer wrapper counts inside its own conditional; eagerly, no step runs
     without its batch)."""
@@ -32,7 +34,7 @@ def unconditional_counter(optimizer):
         return None
     if getattr(type(optimizer), "apply", None) is not keras.optimizers.Optimizer.apply:
         return None
-    return getattr(optimizer, "iterations", None)
+    return iteration_counter(optimizer)
 
 
 def counted_first(counter, apply: Callable, skip: Callable) -> tuple[Callable, Callable]:

@@ -5,6 +5,7 @@ missing value)."""
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from gradient_doctor.core.evidence import BadInput, BrokenState, Evidence
 from gradient_doctor.core.findings import Fix, SourceLine
@@ -69,6 +70,35 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
                 _TORCH_SKIP_CODE if torch else _SKIP_CODE,
             ),
         ),
+    )
+
+
+def written_by_pipeline(evidence: Evidence, written: Diagnosis) -> Diagnosis:
+    """Non-finite values in the batch that a function of the input pipeline wrote.
+
+    `written` is the rules' diagnosis of that function's op, replayed on the element
+    it turned non-finite: its explanation says why the op wrote them, and its fixes that
+    rewrite the op's line come first (their patches go to the pipeline's function, not
+    to the step); then the data remedies. Remedies of the training (a lower rate,
+    clipping) change nothing of what the pipeline computes.
+    """
+    pipeline = evidence.pipeline
+    described = "; ".join(describe(bad) for bad in evidence.bad_inputs)
+    explanation = (
+        f"The batch{at_step(evidence.step)} already holds non-finite values: {described}. "
+        f"The input pipeline wrote them, in {pipeline.stage}, replayed here op by op on "
+        f"element {pipeline.element} of what it reads (the first it turns non-finite). "
+        f"{written.explanation}"
+    )
+    origin = pipeline.evidence.origin
+    where = op_place(origin) if origin is not None else pipeline.stage
+    rewrites = tuple(fix for fix in written.fixes if fix.rewrite)
+    data = diagnose(replace(evidence, pipeline=None))
+    return Diagnosis(
+        category="bad_input",
+        explanation=explanation,
+        not_fixes=nan_gradient_not_fixes(f"the data: {where} in the input pipeline made it"),
+        fixes=(*rewrites, *(data.fixes if data is not None else ())),
     )
 
 
