@@ -143,10 +143,8 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/masked_mean_missing_labels.py",
         "tests/scripts/inline_eager_pair_distance.py",
         "tests/scripts/float16_adam_tape_loop.py",
-        "tests/scripts/variance_mle_eager.py",
         "tests/scripts/oscillator_noise_variance.py",
         "tests/scripts/pipeline_map_flat_windows.py",
-        "tests/scripts/pipeline_map_log_loop.py",
     }
 )
 

@@ -452,3 +452,20 @@ def test_a_variance_parameter_fed_to_a_root_is_named_and_trained_through_softplu
     fix = _verified_patch_holds(problem, name, folder, tmp_path)
     assert fix["family"] == "activation_change"
     assert "torch.sqrt(torch.nn.functional.softplus(model.noise_var) + 1e-6)" in fix["patch"]
+
+
+def test_nan_a_loader_workers_dataset_wrote_is_traced_to_its_getitem_line(torch_run, tmp_path):
+    name = "worker_dataset_flat_spectra.py"
+    run, folder = torch_run(name)
+    (problem,) = run.report["problems"]
+    assert problem["category"] == "bad_input"
+    origin = problem["origin"]
+    line = line_of(f"{SCRIPTS}/{name}", "s = (s - s.mean()) / s.std()")
+    assert (origin["op"], origin["line"]) == ("div", line)
+    assert (
+        "in `SpectraDataset.__getitem__`, replayed here op by op on item"
+        in (problem["explanation"])
+    )
+    fix = _verified_patch_holds(problem, name, folder, tmp_path)
+    assert fix["family"] == "safe_div"
+    assert "torch.where(s.std() == 0" in fix["patch"]

@@ -264,16 +264,15 @@ class PipelineOrigin:
 
     Attributes:
         stage: the transformation and its function, in words ("`map(standardise)`").
-        element: the 0-based index of the first element it turned non-finite, in the
-            order the pipeline read them before it (which a shuffle may change from one
-            pass to the next).
+        element: the element it was replayed on, in words ("element 408 of what it
+            reads (the first it turns non-finite)").
         evidence: the function's replay on that element, as the evidence of a step
             (its `origin` the first op that wrote the non-finite value): the rules
             diagnose it as they diagnose a training step's op.
     """
 
     stage: str
-    element: int
+    element: str
     evidence: Evidence
 
 

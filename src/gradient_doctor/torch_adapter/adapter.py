@@ -18,7 +18,7 @@ from gradient_doctor.core.report import Report
 from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.script_hooks import ManualUpdate
-from gradient_doctor.torch_adapter.localize import source_lines
+from gradient_doctor.torch_adapter.localize import dataset_scan, source_lines
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     PathRecorder,
     find_path_breaks,
@@ -76,6 +76,15 @@ class PyTorchAdapter(Adapter):
     sites: OptimizerSites | None = None
     # Steps in a row, up to the last, whose every gradient was exactly zero.
     _zero_steps: int = 0
+
+    def with_pipeline(self, evidence: Evidence) -> Evidence:
+        """For non-finite values the batch held, the user's Dataset whose `__getitem__`
+        wrote them, when one in reach does (`dataset_scan`)."""
+        if not evidence.bad_inputs or evidence.broken_state is not None:
+            return evidence
+        return replace(
+            evidence, pipeline=dataset_scan.pipeline_origin(dataset_scan.datasets_in_reach())
+        )
 
     def zero_streak(self, grad_norm: float | None, failed: bool) -> int:
         """Count a step whose global gradient norm was exactly zero (every gradient of
@@ -240,6 +249,7 @@ class TorchAdapter(PyTorchAdapter):
         evidence = replace(
             traced.evidence, history=history, setup=setup, reproduced=bool(recorder.bad_ids)
         )
+        evidence = self.with_pipeline(evidence)
         return Localized(evidence, rerun=replay)
 
     def disconnected(
@@ -291,8 +301,14 @@ class TorchAdapter(PyTorchAdapter):
             for parameter, grad in grads:
                 parameter.grad = grad
 
-    def fix_trials(self, finding: Finding, evidence: Evidence, rerun: FailedCall) -> TorchTrials:
-        """The finding's fixes as trials of the failing call, from the last good state."""
+    def fix_trials(
+        self, finding: Finding, evidence: Evidence, rerun: FailedCall
+    ) -> TorchTrials | None:
+        """The finding's fixes as trials of the failing call, from the last good state;
+        None for values the user's Dataset made (the call's trial would read the same
+        batch: a rerun of the patched copy from the start judges those fixes)."""
+        if evidence.pipeline is not None:
+            return None
         return TorchTrials(finding, evidence, rerun, self.guard, self.models)
 
     def resume(self) -> None:

@@ -337,7 +337,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         evidence = recorded_evidence(
             recorded.events, recorded.bad_ids, recorded.stats, step, history, setup
         )
-        return Localized(evidence, rerun=replay if reproduced else None)
+        return Localized(self.with_pipeline(evidence), rerun=replay if reproduced else None)
 
     def write_dump(self, finding: Finding, evidence: Evidence, rerun: FailedUpdate | None) -> None:
         """Write the failing step the rerun recorded to the `--dump` folder (the first only)."""

@@ -51,7 +51,9 @@ def test_nan_the_input_pipeline_wrote_is_diagnosed_at_its_op_and_patched_there(
         weights_upstream=False,
     )
     batch = make_evidence(with_origin=False, phase=None, bad_inputs=(X_BAD,))
-    evidence = replace(batch, pipeline=PipelineOrigin("`map(featurize)`", 245, log))
+    evidence = replace(
+        batch, pipeline=PipelineOrigin("`map(featurize)`", "element 245 of what it reads", log)
+    )
     diagnosis = diagnose(evidence)
     assert diagnosis.category == "bad_input"
     assert "The input pipeline wrote them, in `map(featurize)`" in diagnosis.explanation

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
@@ -134,8 +134,10 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     """
     if evidence.pipeline is not None and evidence.bad_inputs and evidence.broken_state is None:
         # The batch's NaN was made by the user's own pipeline function: its op is
-        # diagnosed as a step's would be, and told as the origin of the bad input.
-        return bad_input.written_by_pipeline(evidence, diagnose(evidence.pipeline.evidence))
+        # diagnosed as a step's would be (with the run's setup, so that its fixes are
+        # spelled in the user's framework), and told as the origin of the bad input.
+        written = replace(evidence.pipeline.evidence, setup=evidence.setup)
+        return bad_input.written_by_pipeline(evidence, diagnose(written))
     family = family_for(evidence)
     singular = (family is not None and family.singular) or mentions_norm(source_code(evidence))
     rules: list[Rule] = [

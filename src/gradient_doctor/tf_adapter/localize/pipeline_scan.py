@@ -14,6 +14,7 @@ is its origin.
 from __future__ import annotations
 
 import sys
+import time
 
 import tensorflow as tf
 
@@ -26,9 +27,12 @@ from gradient_doctor.tf_adapter.localize.replay import replay_step
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.step.tensor_summary import sample_values
 
-# The most elements of one function's input checked (a pipeline reading files could
-# take long to read whole; the first element turned non-finite is usually early).
-MAX_ELEMENTS = 50_000
+# The most elements of one function's input checked, and the time all checks may take
+# (a pipeline that decodes images could take long to read whole).
+MAX_ELEMENTS = 100_000
+SCAN_SECONDS = 10.0
+# Elements checked per batch of verdicts read back (the time is looked at in between).
+_VERDICTS_PER_READ = 256
 # The ops that read a variable (a function of the pipeline may read one).
 _WEIGHT_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
 
@@ -37,9 +41,10 @@ def pipeline_origin(datasets: list) -> PipelineOrigin | None:
     """The first mapped function of `datasets`' pipelines that turns a finite element
     non-finite, replayed on that element; None when none does (the source data itself
     held the values, or no pipeline is in reach)."""
+    deadline = time.monotonic() + SCAN_SECONDS
     for dataset in datasets:
         for reads, function in mapped_functions(dataset):
-            found = _first_turned(reads, function)
+            found = _first_turned(reads, function, deadline)
             if found is None:
                 continue
             index, element = found
@@ -64,23 +69,35 @@ def datasets_in_reach(fit_data=None) -> list:
     return [dataset for dataset in found if unique.pop(id(dataset), None) is not None]
 
 
-def _first_turned(reads, function) -> tuple[int, object] | None:
+def _first_turned(reads, function, deadline: float) -> tuple[int, object] | None:
     """(index, element) of the first element of `reads` that is finite and that
-    `function` turns non-finite, or None."""
+    `function` turns non-finite, or None (none is, or none was found by `deadline`).
+
+    The verdicts are read back in batches, the time looked at in between; once one
+    says an element was turned, a second pass keeps that element (a pipeline that
+    reshuffles may order it elsewhere: the first turned one of that pass is kept)."""
 
     def verdict(index, element):
         made = function(*_arguments(element))
-        return index, element, _finite(element), _finite(made)
+        return index, element, _finite(element) & ~_finite(made)
 
     try:
-        turned = (
+        verdicts = (
             reads.take(MAX_ELEMENTS)
             .enumerate()
             .map(verdict)
-            .filter(lambda index, element, finite_in, finite_out: finite_in & ~finite_out)
-            .take(1)
+            .map(lambda index, element, turned: turned)
+            .batch(_VERDICTS_PER_READ)
         )
-        for index, element, _, _ in turned:
+        for turned in verdicts:
+            if bool(tf.reduce_any(turned)):
+                break
+            if time.monotonic() > deadline:
+                return None
+        else:
+            return None
+        kept = reads.take(MAX_ELEMENTS).enumerate().map(verdict)
+        for index, element, _ in kept.filter(lambda index, element, turned: turned).take(1):
             return int(index), element
     except (tf.errors.OpError, TypeError, ValueError):  # a function that will not run apart
         return None
@@ -113,7 +130,8 @@ def _replayed(function, element, index: int) -> PipelineOrigin | None:
     if traced.evidence.origin is None:
         return None
     name = getattr(function, "__name__", "<function>")
-    return PipelineOrigin(f"`map({name})`", index, traced.evidence)
+    element = f"element {index} of what it reads (the first it turns non-finite)"
+    return PipelineOrigin(f"`map({name})`", element, traced.evidence)
 
 
 def _arguments(element) -> tuple:

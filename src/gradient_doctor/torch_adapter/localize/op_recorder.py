@@ -26,6 +26,10 @@ READ_VARIABLE = "ReadVariableOp"
 _UNINITIALIZED = frozenset(
     {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 )
+# Ops that point a tensor at memory filled outside the step (a DataLoader worker's
+# batch, rebuilt in the main process from shared memory): their output is data the step
+# was fed, not values they computed, so no event is written for them.
+_ADOPTS_STORAGE = frozenset({"set_"})
 # In-place ops that overwrite their first argument whole: its old values feed nothing.
 _OVERWRITES_FIRST = frozenset({"copy_", "fill_", "zero_", "uniform_", "normal_", "bernoulli_"})
 
@@ -126,6 +130,12 @@ class OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if self._paused:
             return func(*args, **kwargs)
+        if func.overloadpacket.__name__ in _ADOPTS_STORAGE:
+            out = func(*args, **kwargs)
+            for tensor in tree_leaves(out):  # a value no op of the step made: fed data
+                if _is_tensor(tensor):
+                    self._written(tensor)
+            return out
         node = torch._C._current_autograd_node()
         return self.run_op(func, args, kwargs, lambda: self._live_place(node))[0]
 

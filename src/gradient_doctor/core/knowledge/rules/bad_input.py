@@ -87,8 +87,7 @@ def written_by_pipeline(evidence: Evidence, written: Diagnosis) -> Diagnosis:
     explanation = (
         f"The batch{at_step(evidence.step)} already holds non-finite values: {described}. "
         f"The input pipeline wrote them, in {pipeline.stage}, replayed here op by op on "
-        f"element {pipeline.element} of what it reads (the first it turns non-finite). "
-        f"{written.explanation}"
+        f"{pipeline.element}. {written.explanation}"
     )
     origin = pipeline.evidence.origin
     where = op_place(origin) if origin is not None else pipeline.stage
