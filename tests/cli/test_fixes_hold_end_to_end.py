@@ -343,6 +343,19 @@ def test_a_lower_rate_that_held_200_steps_past_a_drift_is_run_to_the_scripts_end
     assert problem["fixes"][0]["family"] == "activation_change"
 
 
+def test_a_library_layers_relu_feeding_a_log_is_named_softplus_where_it_was_built(doctor_run):
+    script = "tests/scripts/lambda_log_relu_rate.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "Log")
+    assert "exact zeros a relu made" in problem["explanation"]
+    softplus, clamp = problem["fixes"][:2]
+    assert softplus["family"] == "activation_change"
+    assert '+rate = layers.Dense(1, activation="softplus")(h)' in softplus["patch"]
+    assert clamp["family"] == "safe_log"
+    assert clamp["verified"] is not True
+    assert "its clamp changes 95% of the values" in clamp["evidence"]
+
+
 def test_a_recurrent_kernel_of_gain_6_is_redrawn_orthogonal_on_the_rnns_own_line(doctor_run):
     # He's initialisation of the input kernels would leave the growth through 60 time
     # steps as it was: the patch sets the SimpleRNN's recurrent_initializer, and the

@@ -84,14 +84,24 @@ def test_softplus_is_spelled_where_the_relu_came_from(
     assert softplus in fix.code and fix.edits[0].old_lines == (line,)
 
 
-def test_no_rewrite_for_a_relu_keras_ran_or_a_relu_with_settings_or_no_producer(
-    make_evidence, make_stats
-):
+def test_a_relu_keras_ran_is_named_softplus_where_its_layer_was_built(make_evidence, make_stats):
     inside_layer = _relu(
-        'h = layers.Dense(4, activation="relu")', make_stats=make_stats, name="layers.Dense("
+        'h = layers.Dense(4, activation="relu")(x)', make_stats=make_stats, name="layers.Dense("
     )
+    producer = dataclasses.replace(inside_layer, source_kind="layer_creation")
+    evidence = _evidence(make_evidence, make_stats, producer=producer)
+    fix = next(f for f in diagnose(evidence).fixes if f.family == "activation_change")
+    (edit,) = fix.edits
+    assert edit.new_lines == ('h = layers.Dense(4, activation="softplus")(x)',)
+
+
+def test_no_rewrite_for_a_relu_with_settings_or_no_producer(make_evidence, make_stats):
     capped = _relu("s = tf.nn.relu(h, max_value=6.0)", make_stats=make_stats)
-    for producer in (dataclasses.replace(inside_layer, source_kind="layer_creation"), capped, None):
+    in_a_layer_object = dataclasses.replace(
+        _relu("h = layers.Dense(4, activation=relu)(x)", make_stats=make_stats, name="Dense("),
+        source_kind="layer_creation",
+    )  # an activation passed as a function, not named: left alone
+    for producer in (capped, in_a_layer_object, None):
         evidence = _evidence(make_evidence, make_stats, producer=producer)
         fix = next(f for f in diagnose(evidence).fixes if f.family == "activation_change")
         assert not fix.edits  # the generic advice, with no patch

@@ -40,10 +40,15 @@ def positive_activation(
 
 
 def _softplus_edit(producer: OpCall) -> Edit | None:
-    """The edit of the producer's line replacing its relu call, or None."""
+    """The edit of the producer's line replacing its relu call (or, for a library
+    layer's relu, its `activation="relu"` where the layer was built), or None."""
     names = ZERO_FLOOR_CALLS.get(producer.op)
     source = producer.source
-    if names is None or producer.source_kind != "op" or not source.code:
+    if names is None or not source.code:
+        return None
+    if producer.source_kind == "layer_creation":
+        return _layer_activation_edit(producer, names)
+    if producer.source_kind != "op":
         return None
     code = source.code.strip()
     call = find_call(code, names, source.span)
@@ -51,6 +56,34 @@ def _softplus_edit(producer: OpCall) -> Edit | None:
         return None  # relu(x, alpha=...) / max_value: not a plain relu
     softplus = f"({_softplus_name(call.prefix)}({call.args[0]}) + {FLOOR})"
     new = replace_span(code, call.start, call.end, softplus)
+    return Edit(source.file, source.line, source.line, (new,), (code,))
+
+
+def _layer_activation_edit(producer: OpCall, names: tuple[str, ...]) -> Edit | None:
+    """The edit of a layer's creation line naming its activation softplus
+    (`Dense(1, activation="relu")` -> `activation="softplus"`), or None when the line
+    names no such activation as a string."""
+    source = producer.source
+    code = source.code.strip()
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    named = [
+        keyword.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for keyword in node.keywords
+        if keyword.arg == "activation"
+        and isinstance(keyword.value, ast.Constant)
+        and keyword.value.value in names
+    ]
+    if len(named) != 1:
+        return None
+    value = named[0]
+    quote = code[value.col_offset]
+    start, end = value.col_offset, value.end_col_offset
+    new = f"{code[:start]}{quote}softplus{quote}{code[end:]}"
     return Edit(source.file, source.line, source.line, (new,), (code,))
 
 

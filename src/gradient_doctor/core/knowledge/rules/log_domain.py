@@ -13,6 +13,7 @@ from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
 from gradient_doctor.core.knowledge.rewrites.log_sigmoid import log_sigmoid
 from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax
 from gradient_doctor.core.knowledge.rules.domain_rule import (
+    BY_DESIGN_SHARE,
     Domain,
     diagnose_domain,
     risky_siblings,
@@ -58,6 +59,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     code = source_code(evidence)
     probability = evidence.feeding_ops & _PROBABILITY_OPS
     named = any(word in code.lower() for word in _PROBABILITY_WORDS)
+    activation = generic = None  # the rewrite of a relu that made the input, when one did
     domain = _DOMAINS[op]
     if (probability or named) and _may_be_probability(evidence):
         # Every other bare log of a probability in this step is guarded with it: the
@@ -84,13 +86,42 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         exact = None
         siblings = risky_siblings(evidence, domain)
         generic = _positive_activation(evidence.setup.framework)
-        extra = (positive_activation(evidence, domain.argument, generic),)
+        activation = positive_activation(evidence, domain.argument, generic)
+        extra = (activation,)
     diagnosis = diagnose_domain(evidence, domain, extra, siblings)
+    if activation is not None and activation is not generic and diagnosis is not None:
+        diagnosis = _relu_made_most(diagnosis, evidence, domain, activation)
     exact = exact or log_softmax(code, op, source_focus(evidence))
     if diagnosis is None or exact is None:
         return diagnosis
     # First: it computes the same value, finite everywhere; the guard changes it.
     return replace(diagnosis, fixes=(exact, *diagnosis.fixes))
+
+
+def _relu_made_most(
+    diagnosis: Diagnosis, evidence: Evidence, domain: Domain, activation: Fix
+) -> Diagnosis:
+    """With more than `BY_DESIGN_SHARE` of the log's input exact zeros a relu made, the
+    relu's line rewritten comes first: the value is meant to be positive, and a clamp
+    at the log would set most of it to the same constant (the guard is kept, with the
+    share it clamps)."""
+    inputs = evidence.origin.inputs
+    stats = inputs[domain.argument] if domain.argument < len(inputs) else None
+    size = stats.size if stats is not None else None
+    if not size or not stats.zeros or stats.zeros / size <= BY_DESIGN_SHARE:
+        return diagnosis
+    share = stats.zeros / size
+    guards = [f for f in diagnosis.fixes if f.family == domain.family]
+    others = [f for f in diagnosis.fixes if f is not activation and f.family != domain.family]
+    explanation = (
+        f"{diagnosis.explanation} {stats.zeros} of its {size} values are exact zeros a "
+        "relu made: the value is meant to be positive, and the relu is what lets it be 0."
+    )
+    return replace(
+        diagnosis,
+        explanation=explanation,
+        fixes=(activation, *(replace(g, clamped_share=share) for g in guards), *others),
+    )
 
 
 def _may_be_probability(evidence: Evidence) -> bool:
