@@ -68,3 +68,19 @@ def test_unparsable_line_gets_the_double_where_pattern():
 def test_not_a_trap_in_the_forward_pass(make_evidence):
     evidence = make_evidence(masked_by_select=True)
     assert diagnose(evidence).category == "forward_overflow"
+
+
+def test_a_torch_where_is_named_as_torch_spells_it(make_evidence, make_stats):
+    import dataclasses
+
+    code = "ll = torch.where(m, torch.log(p), torch.zeros_like(p))"
+    evidence = trapped(make_evidence, make_stats, "Log", code)
+    evidence = dataclasses.replace(
+        evidence, setup=dataclasses.replace(evidence.setup, framework="torch")
+    )
+    diagnosis = diagnose(evidence)
+    assert "branch that torch.where did not select" in diagnosis.explanation
+    assert "tf.where" not in diagnosis.explanation
+    assert (
+        diagnosis.fixes[0].code.splitlines()[0] == "safe_x = torch.where(m, p, torch.ones_like(p))"
+    )

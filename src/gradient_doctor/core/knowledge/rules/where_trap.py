@@ -21,7 +21,8 @@ _ZERO_SAFE = frozenset({"Acos", "Asin", "Atanh"})
 
 
 def diagnose(evidence: Evidence) -> Diagnosis | None:
-    """Explain a NaN gradient caused by a non-finite value that tf.where masked."""
+    """Explain a NaN gradient caused by a non-finite value that a select (`tf.where`,
+    `torch.where`) masked."""
     origin = evidence.origin
     if origin is None or evidence.phase != "backward" or not evidence.masked_by_select:
         return None
@@ -32,7 +33,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         fixes += guard_fixes(forward, code, focus, evidence.setup.framework)
     return Diagnosis(
         category="backward_singularity",
-        explanation=explain(origin, forward, evidence.step),
+        explanation=explain(origin, forward, evidence.step, evidence.setup.framework),
         not_fixes=nan_gradient_not_fixes(
             f"{forward}'s derivative in the branch not taken",
             nonfinite_kind(origin),
@@ -42,12 +43,14 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     )
 
 
-def explain(origin: Origin, forward: str, step: int | None) -> str:
-    """Say why a value the forward pass discarded still reaches the gradient."""
+def explain(origin: Origin, forward: str, step: int | None, framework: str = "tf") -> str:
+    """Say why a value the forward pass discarded still reaches the gradient (the
+    select named as the user's framework spells it)."""
+    where = "torch.where" if framework == "torch" else "tf.where"
     return (
         f"{op_place(origin, forward)}{at_step(step)} produced non-finite values in the "
-        "branch that tf.where did not select, so the forward result was finite. In the "
-        f"backward pass tf.where sends that branch a zero gradient, which {forward}'s "
+        f"branch that {where} did not select, so the forward result was finite. In the "
+        f"backward pass {where} sends that branch a zero gradient, which {forward}'s "
         "infinite derivative turns into 0 * inf = NaN."
     )
 
@@ -84,7 +87,7 @@ def safe_where(code: str, forward: str, focus: tuple[int, int] | None = None) ->
     lines = [
         f"{safe}  # cond: where the result is used",
         operand.replaced(code, "safe_x"),
-        "# then keep your tf.where(cond, ..., fallback) as it is",
+        f"# then keep your {spell(operand.call, 'where')}(cond, ..., fallback) as it is",
     ]
     return Fix("safe_where", _TITLE, "\n".join(lines))
 
