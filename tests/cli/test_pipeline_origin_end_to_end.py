@@ -17,6 +17,7 @@ def test_a_fit_pipelines_map_that_divides_by_a_zero_std_is_named_and_its_patch_h
     origin = problem["origin"]
     line = "window = (window - tf.reduce_mean(window)) / tf.math.reduce_std(window)"
     assert (origin["op"], origin["line"]) == ("RealDiv", line_of(script, line))
+    assert (origin["source_kind"], problem["phase"]) == ("input_pipeline", None)
     assert (
         "The input pipeline wrote them, in `map(standardise)`, replayed here"
         in (problem["explanation"])

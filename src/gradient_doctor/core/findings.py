@@ -106,8 +106,10 @@ FIX_FAMILIES = (
 # What an origin's `source` line is: the user's line that ran the op; the line that
 # created the library layer whose own code ran it; the call that wrote the non-finite
 # value into the variable the op read (`adapt`, `set_weights`, `load_weights`, `assign`);
-# the line that built the optimizer whose own update ran it.
-SOURCE_KINDS = ("op", "layer_creation", "state_write", "optimizer_creation")
+# the line that built the optimizer whose own update ran it; the user's line in the input
+# pipeline (a `tf.data` map's function, a `Dataset.__getitem__`) that made the batch's
+# non-finite values.
+SOURCE_KINDS = ("op", "layer_creation", "state_write", "optimizer_creation", "input_pipeline")
 
 
 @dataclass(frozen=True)

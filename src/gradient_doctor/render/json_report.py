@@ -140,7 +140,8 @@ def origin_to_dict(origin: Origin | None) -> dict[str, Any] | None:
         A dict with `op`, `op_name`, `layer`, `file`, `line`, `code` (the user's
         source line, flattened; null when unknown), `end_line` (the last line of a
         statement over several lines, else null), `source_kind` (what that line is:
-        "op", "layer_creation", "state_write" or "optimizer_creation"), `variable`,
+        "op", "layer_creation", "state_write", "optimizer_creation" or
+        "input_pipeline"), `variable`,
         `gradient_of`,
         `inputs` and `outputs`; None when `origin` is None.
     """

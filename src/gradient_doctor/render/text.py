@@ -262,7 +262,8 @@ def source_kind_lines(origin: Origin) -> list[str]:
         ran MatMul)" (or "which holds `dense/kernel`" when a variable is named); for
         a variable written before the step: "     (wrote `normalization/mean` before
         the step)"; for an op of an optimizer's update: "     (built the optimizer whose
-        update of `dense/kernel` overflowed)"; else nothing.
+        update of `dense/kernel` overflowed)"; for an op of the input pipeline: "     (in
+        your input pipeline, which made the batch)"; else nothing.
     """
     if origin.source_kind == "layer_creation":
         layer = f"layer `{origin.layer}`" if origin.layer else "the layer"
@@ -275,6 +276,8 @@ def source_kind_lines(origin: Origin) -> list[str]:
     if origin.source_kind == "optimizer_creation":
         written = f"`{origin.variable}`" if origin.variable else "the weights"
         return [f"     (built the optimizer whose update of {written} overflowed)"]
+    if origin.source_kind == "input_pipeline":
+        return ["     (in your input pipeline, which made the batch)"]
     return []
 
 

@@ -62,4 +62,5 @@ def test_nan_the_input_pipeline_wrote_is_diagnosed_at_its_op_and_patched_there(
     assert diagnosis.fixes[0].rewrite
     assert families(diagnosis)[1:] == ["clean_input", "skip_nonfinite_batch"]
     assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate"]
-    assert diagnosis.finding(evidence).origin.op == "Log"  # the finding points there
+    origin = diagnosis.finding(evidence).origin  # the finding points there
+    assert (origin.op, origin.source_kind) == ("Log", "input_pipeline")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import (
@@ -55,7 +55,8 @@ class Diagnosis:
         path_break = evidence.path_break
         origin = evidence.origin
         if origin is None and evidence.pipeline is not None:  # the batch's NaN was made there
-            origin = evidence.pipeline.evidence.origin
+            made = evidence.pipeline.evidence.origin
+            origin = replace(made, source_kind="input_pipeline") if made is not None else None
         return Finding(
             category=self.category,
             step=evidence.step,
