@@ -317,3 +317,13 @@ def test_a_copy_whose_gradients_were_all_zero_did_not_hold():
     rerun = _judged(frozen, 0, "the patched copy")
     assert rerun.judged and not rerun.held
     assert "the gradients were exactly zero at 60 of its 60 steps" in rerun.why
+
+
+def test_only_remedies_that_may_delay_a_drift_run_their_copy_to_the_scripts_end():
+    from gradient_doctor.cli.fix_confirmation import runs_to_the_end
+
+    assert runs_to_the_end("forward_domain", "lower_learning_rate")
+    assert runs_to_the_end("forward_overflow", "gradient_clipping")
+    assert runs_to_the_end("forward_overflow", "normalize_input")
+    assert not runs_to_the_end("forward_domain", "safe_sqrt")  # the op itself changed
+    assert not runs_to_the_end("backward_singularity", "lower_learning_rate")

@@ -64,12 +64,16 @@ def test_the_scripts_log_holds_what_one_run_wrote(torch_folder):
 def test_large_files_written_by_a_patched_rerun_stay_as_they_were(torch_folder):
     folder, run, before = torch_folder
     assert {large: _digest(folder / large) for large in LARGE} == before
-    (fix,) = [fix for fix in run.problem["fixes"] if fix["family"] == "safe_log"]
+    # Every log input is a relu's zero: its softplus ranks first, then the clamp; the
+    # first rerun is stopped, and each later fix gets that rerun's answer.
+    softplus, clamp = run.problem["fixes"][:2]
+    assert (softplus["family"], clamp["family"]) == ("activation_change", "safe_log")
     refused = (
         f"the rerun of your script tried to write {(folder / 'features.npy').resolve()}, a "
         "large file of your folder that the scratch copy links to instead of copying; it was "
         "stopped so your file stays as it was"
     )
-    assert fix["patch"] and fix["verified"] is None, fix
-    assert fix["evidence"].startswith(f"not confirmed: {refused}"), fix["evidence"]
-    assert f"confirming safe_log: {refused}" in run.stderr
+    for fix in (softplus, clamp):
+        assert fix["patch"] and fix["verified"] is None, fix
+        assert fix["evidence"].startswith(f"not confirmed: {refused}"), fix["evidence"]
+    assert f"confirming activation_change: {refused}" in run.stderr

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gradient_doctor.cli.fix_confirmation import runs_to_the_end
 from gradient_doctor.cli.patched_rerun import (
     doctor_report,
     relative_script,
@@ -67,9 +69,13 @@ def fix_command(
             "folder that gets copied and patched. Run `gradient-doctor fix` from a folder "
             f"that holds the script, for example `cd {os.path.dirname(os.path.abspath(script))}`."
         )
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gradient-doctor-fix-") as scratch:
         options = ["--trial-steps", str(trial_steps), "--confirm", "never"]
         report = doctor_report(relative, args, os.getcwd(), scratch, options, quiet=False)
+    # A copy run to the script's end (a remedy that may only delay a drift) gets the
+    # time a confirmation rerun gets.
+    to_end_seconds = max(3 * (time.monotonic() - started), 60.0)
     if report is None:
         _say("the diagnosis run wrote no report; nothing to fix")
         return EXIT_NOT_FIXED
@@ -99,7 +105,10 @@ def fix_command(
             _say(f"{candidate.family}: not rerun: {baseline.why} too, so a rerun cannot tell")
             continue
         _say(f"{candidate.family}: rerunning a patched copy from the start ({candidate.title})")
-        rerun = rerun_patched(relative, args, candidate.patch, failed_at, steps_past)
+        if runs_to_the_end(problem["category"], candidate.family):
+            rerun = rerun_patched(relative, args, candidate.patch, failed_at, None, to_end_seconds)
+        else:
+            rerun = rerun_patched(relative, args, candidate.patch, failed_at, steps_past)
         _say(f"{candidate.family}: {rerun.why}")
         if rerun.blocked:  # every rerun would write the same file of yours
             break

@@ -36,6 +36,12 @@ MAX_CONFIRMED = 4
 MAY_ONLY_DELAY = frozenset(SLOWS_ONLY) | UPDATE_REMEDIES
 
 
+def runs_to_the_end(category: str, family: str) -> bool:
+    """Whether a patched copy of remedy `family` for a problem of `category` must run to
+    the script's end (within the time), not only `steps_past` steps past the failure."""
+    return category in DRIFTS and family in MAY_ONLY_DELAY
+
+
 def confirmation_pending(mode: str, trial_steps: int) -> str | None:
     """What a finding printed during the run says under its fixes when reruns will judge
     them after it (`confirm_fixes`): its verdicts are those of the trials inside the run,
@@ -100,12 +106,11 @@ def _confirmed(
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
     reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped)
-    drifted = problem.category in DRIFTS
     fixes = []
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
         if fix.patch and (fix.verified is True or untried) and reruns.left:
-            to_end = drifted and fix.family in MAY_ONLY_DELAY
+            to_end = runs_to_the_end(problem.category, fix.family)
             rerun, baseline = reruns.run(fix.family, fix.patch, untried, to_end)
             if not rerun.judged:
                 fix = _not_confirmed(fix, rerun.why, untried)
@@ -121,7 +126,7 @@ def _confirmed(
     for item in problem.not_fixes:
         patch = item.fix.patch if item.fix is not None else None
         if patch and _expected_only(item) and reruns.left:
-            to_end = drifted and item.remedy in MAY_ONLY_DELAY
+            to_end = runs_to_the_end(problem.category, item.remedy)
             rerun, baseline = reruns.run(item.remedy, patch, untried=True, to_end=to_end)
             fix = dataclasses.replace(item.fix, evidence=item.evidence)
             told = rerun.judged and baseline.judged
@@ -235,14 +240,10 @@ def _may_only_delay(fix: Fix, problem: Finding, rerun: Rerun, expected: str | No
         return fix
     if problem.category not in DRIFTS:
         return fix
-    held = (
-        "the copy held to the end of your script"
-        if rerun.to_end
-        else ("the copy held as far as it ran")
-    )
+    held = "to the end of your script" if rerun.to_end else "as far as it ran"
     note = (
         f"; {SLOWS_ONLY[fix.family]}, and the failure was a value that built up over "
-        f"training: {held}, but a longer run may meet it later"
+        f"training: the copy held {held}, but a longer run may meet it later"
     )
     if expected:
         note += f" (listed before as: {expected})"
