@@ -76,6 +76,13 @@ def test_the_mapped_functions_of_a_pipeline_are_found_from_the_source_on():
     reads = stages[1][0]
     assert [float(v) for v in reads] == [0.0, 1.0, 2.0, 3.0]  # what `scale` maps over
     assert internals.mapped_functions(tf.data.Dataset.range(3)) == []
+    # Through a zip and a concatenate: each branch's maps, sources first.
+    labels = source.map(shift)
+    zipped = tf.data.Dataset.zip((source.map(scale), labels)).concatenate(
+        tf.data.Dataset.zip((source, labels))
+    )
+    functions = [function for _, function in internals.mapped_functions(zipped)]
+    assert functions.count(scale) == 1 and functions.count(shift) == 1
 
 
 def test_the_attribute_readers_answer_from_a_real_optimizer_tape_and_model():

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import gc
 
+import tensorflow as tf
 from keras.src import backend as keras_backend
 from keras.src.backend.common import global_state
 from keras.src.backend.common.variables import Variable as KerasVariable
@@ -230,19 +231,27 @@ def iteration_counter(optimizer):
 
 def mapped_functions(dataset) -> list[tuple[object, object]]:
     """(the dataset a `map` reads, the user's Python function it maps) for each `map` of
-    the pipeline that ends in `dataset`, from the source on.
+    the pipeline that ends in `dataset`, those nearer the source first.
 
-    A `tf.data` transformation keeps the dataset it reads as `_input_dataset`, and a map
-    its function as a `StructuredFunctionWrapper` whose `_func` is the Python function
-    the user passed; no public API walks a pipeline.
+    A `tf.data` transformation keeps the dataset it reads as `_input_dataset` (a `zip`
+    its datasets as `_datasets`, a `concatenate` the second as `_dataset_to_concatenate`),
+    and a map its function as a `StructuredFunctionWrapper` whose `_func` is the Python
+    function the user passed; no public API walks a pipeline.
     """
-    stages = []
-    seen = set()
-    while dataset is not None and id(dataset) not in seen:
-        seen.add(id(dataset))
-        upstream = getattr(dataset, "_input_dataset", None)
-        function = getattr(getattr(dataset, "_map_func", None), "_func", None)
+    stages: list[tuple[object, object]] = []
+    seen: set[int] = set()
+
+    def walk(node) -> None:
+        if node is None or id(node) in seen:
+            return
+        seen.add(id(node))
+        upstream = getattr(node, "_input_dataset", None)
+        zipped = tf.nest.flatten(getattr(node, "_datasets", None) or ())
+        for child in (upstream, *zipped, getattr(node, "_dataset_to_concatenate", None)):
+            walk(child)
+        function = getattr(getattr(node, "_map_func", None), "_func", None)
         if upstream is not None and callable(function):
             stages.append((upstream, function))
-        dataset = upstream
-    return stages[::-1]
+
+    walk(dataset)
+    return stages
