@@ -25,6 +25,7 @@ from gradient_doctor.tf_adapter._tf_internals import mapped_functions
 from gradient_doctor.tf_adapter.localize.reductions import TensorflowReductions
 from gradient_doctor.tf_adapter.localize.replay import replay_step
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
+from gradient_doctor.tf_adapter.localize.step_origin import WEIGHT_READS
 from gradient_doctor.tf_adapter.step.tensor_summary import sample_values
 
 # The most elements of one function's input checked, and the time all checks may take
@@ -33,8 +34,6 @@ MAX_ELEMENTS = 100_000
 SCAN_SECONDS = 10.0
 # Elements checked per batch of verdicts read back (the time is looked at in between).
 _VERDICTS_PER_READ = 256
-# The ops that read a variable (a function of the pipeline may read one).
-_WEIGHT_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
 
 
 def pipeline_origin(datasets: list) -> PipelineOrigin | None:
@@ -122,7 +121,7 @@ def _replayed(function, element, index: int) -> PipelineOrigin | None:
         bad_ids,
         None,
         frozenset(id(t) for t in tf.nest.flatten(arguments)),
-        _WEIGHT_READS,
+        WEIGHT_READS,  # a function of the pipeline may read a variable
         result.stats,
         input_values=lambda event: tuple(sample_values(result.tensors[i]) for i in event.input_ids),
         reductions=TensorflowReductions(result.tensors),
