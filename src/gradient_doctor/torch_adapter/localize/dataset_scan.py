@@ -17,7 +17,7 @@ import sys
 import time
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, IterableDataset, Subset
 
 from gradient_doctor.core.evidence import PipelineOrigin
 from gradient_doctor.core.origin_search import trace_evidence
@@ -50,8 +50,9 @@ def pipeline_origin(datasets: list) -> PipelineOrigin | None:
 
 
 def datasets_in_reach() -> list:
-    """The user's own map-style datasets the user's frames on the stack hold, directly
-    or as a `DataLoader`'s dataset (innermost frame first, each once)."""
+    """The user's own map-style datasets the user's frames on the stack hold, directly,
+    as a `DataLoader`'s dataset, or inside a `Subset` (`random_split`'s) or a
+    `ConcatDataset` (innermost frame first, each once)."""
     found = []
     frame = sys._getframe(1)
     while frame is not None:
@@ -59,10 +60,21 @@ def datasets_in_reach() -> list:
             for namespace in (frame.f_locals, frame.f_globals):
                 for value in list(namespace.values()):
                     dataset = value.dataset if isinstance(value, DataLoader) else value
-                    if _users_own(dataset) and all(dataset is not seen for seen in found):
-                        found.append(dataset)
+                    for own in _unwrapped(dataset):
+                        if _users_own(own) and all(own is not seen for seen in found):
+                            found.append(own)
         frame = frame.f_back
     return found
+
+
+def _unwrapped(dataset) -> list:
+    """The datasets inside torch's wrappers (a `Subset`'s, a `ConcatDataset`'s parts), or
+    `dataset` itself."""
+    if isinstance(dataset, Subset):
+        return _unwrapped(dataset.dataset)
+    if isinstance(dataset, ConcatDataset):
+        return [inner for part in dataset.datasets for inner in _unwrapped(part)]
+    return [dataset]
 
 
 def _users_own(dataset) -> bool:
