@@ -49,6 +49,17 @@ def is_user_file(filename: str) -> bool:
 _root: str | None = None
 
 
+def user_frame_values(frame: FrameType | None) -> Iterator[object]:
+    """Every value the user's frames hold, from `frame` outward (innermost first): each
+    frame's locals, then its globals. Where an adapter finds the objects a failing step
+    came from that no hook handed it (the dataset a loop reads from)."""
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            for namespace in (frame.f_locals, frame.f_globals):
+                yield from list(namespace.values())
+        frame = frame.f_back
+
+
 def display_root() -> str:
     """The folder the user's paths are told relative to: the one the run started from
     while `paths_relative_to` holds it (a script may `os.chdir` away), else the working

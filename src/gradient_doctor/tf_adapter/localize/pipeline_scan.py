@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from gradient_doctor.core.evidence import PipelineOrigin
 from gradient_doctor.core.origin_search import trace_evidence
-from gradient_doctor.core.source_frames import is_user_file
+from gradient_doctor.core.source_frames import user_frame_values
 from gradient_doctor.tf_adapter._tf_internals import mapped_functions
 from gradient_doctor.tf_adapter.localize.reductions import TensorflowReductions
 from gradient_doctor.tf_adapter.localize.replay import replay_step
@@ -58,12 +58,7 @@ def datasets_in_reach(fit_data=None) -> list:
     given, then those the user's frames on the stack hold (innermost first, their
     locals then their globals), each once."""
     found = [fit_data] if isinstance(fit_data, tf.data.Dataset) else []
-    frame = sys._getframe(1)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            for namespace in (frame.f_locals, frame.f_globals):
-                found += [v for v in list(namespace.values()) if isinstance(v, tf.data.Dataset)]
-        frame = frame.f_back
+    found += [v for v in user_frame_values(sys._getframe(1)) if isinstance(v, tf.data.Dataset)]
     unique = {id(dataset): dataset for dataset in reversed(found)}
     return [dataset for dataset in found if unique.pop(id(dataset), None) is not None]
 

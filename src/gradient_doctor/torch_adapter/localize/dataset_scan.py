@@ -21,7 +21,7 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset, IterableDataset
 
 from gradient_doctor.core.evidence import PipelineOrigin
 from gradient_doctor.core.origin_search import trace_evidence
-from gradient_doctor.core.source_frames import is_user_file
+from gradient_doctor.core.source_frames import is_user_file, user_frame_values
 from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope
 from gradient_doctor.torch_adapter.localize.op_recorder import (
     READ_VARIABLE,
@@ -54,16 +54,11 @@ def datasets_in_reach() -> list:
     as a `DataLoader`'s dataset, or inside a `Subset` (`random_split`'s) or a
     `ConcatDataset` (innermost frame first, each once)."""
     found = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            for namespace in (frame.f_locals, frame.f_globals):
-                for value in list(namespace.values()):
-                    dataset = value.dataset if isinstance(value, DataLoader) else value
-                    for own in _unwrapped(dataset):
-                        if _users_own(own) and all(own is not seen for seen in found):
-                            found.append(own)
-        frame = frame.f_back
+    for value in user_frame_values(sys._getframe(1)):
+        dataset = value.dataset if isinstance(value, DataLoader) else value
+        for own in _unwrapped(dataset):
+            if _users_own(own) and all(own is not seen for seen in found):
+                found.append(own)
     return found
 
 

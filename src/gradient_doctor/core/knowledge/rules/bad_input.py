@@ -83,21 +83,19 @@ def written_by_pipeline(evidence: Evidence, written: Diagnosis) -> Diagnosis:
     clipping) change nothing of what the pipeline computes.
     """
     pipeline = evidence.pipeline
-    described = "; ".join(describe(bad) for bad in evidence.bad_inputs)
+    data = diagnose(replace(evidence, pipeline=None))  # the batch described, its remedies
     explanation = (
-        f"The batch{at_step(evidence.step)} already holds non-finite values: {described}. "
-        f"The input pipeline wrote them, in {pipeline.stage}, replayed here op by op on "
-        f"{pipeline.element}. {written.explanation}"
+        f"{data.explanation} The input pipeline wrote them, in {pipeline.stage}, replayed "
+        f"here op by op on {pipeline.element}. {written.explanation}"
     )
     origin = pipeline.evidence.origin
     where = op_place(origin) if origin is not None else pipeline.stage
     rewrites = tuple(fix for fix in written.fixes if fix.rewrite)
-    data = diagnose(replace(evidence, pipeline=None))
     return Diagnosis(
         category="bad_input",
         explanation=explanation,
         not_fixes=nan_gradient_not_fixes(f"the data: {where} in the input pipeline made it"),
-        fixes=(*rewrites, *(data.fixes if data is not None else ())),
+        fixes=(*rewrites, *data.fixes),
     )
 
 
