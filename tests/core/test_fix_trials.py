@@ -104,6 +104,23 @@ def test_negative_and_wandering_losses_still_count_as_learning():
     assert not _outcome("x", losses=(-1.0, 0.5, 1.0, 2.0)).learning(reference=-1.0)
 
 
+def test_a_likelihood_that_passes_zero_by_its_own_size_is_not_a_runaway():
+    # A learned noise variance shrinking on clean data: the likelihood starts at 0.42,
+    # is near zero where the failing batch's repeats begin, and falls on to -1.2 (its
+    # clean-data optimum is near -6). Sized from the trial's start, that is no runaway.
+    before = [0.42 - 0.0066 * i for i in range(54)]
+    tail = [0.12 - 0.005 * i for i in range(20)] + [0.02 - 0.0067 * i for i in range(180)]
+    outcome = _outcome("x", losses=before + tail, steps=254, repeated_from=54)
+    assert outcome.shortfall(reference=0.12) is None
+    # Sized from the tail's first tenth alone (0.12 to 0.025), it would be one.
+    alone = _outcome("x", losses=tail, steps=200)
+    assert "fell below zero without bound" in alone.shortfall(reference=0.12)
+    # A cross-entropy that runs away to -18675 still does not hold.
+    runaway = [4.2, 4.0, 3.1, 1.0, -7.0, -300.0, *[-4315.0 - 1000 * i for i in range(14)]]
+    held_then_ran = _outcome("x", losses=[4.3] * 20 + runaway, steps=40, repeated_from=20)
+    assert "fell below zero without bound" in held_then_ran.shortfall(reference=4.3)
+
+
 def test_loss_trend_uses_the_first_and_last_tenth():
     outcome = _outcome("x", losses=[float(v) for v in range(100)], steps=100)
     assert outcome.loss_trend() == (4.5, 94.5)
