@@ -478,3 +478,52 @@ def test_nan_a_loader_workers_dataset_wrote_is_traced_to_its_getitem_line(torch_
     _patch_holds(fix, name, folder, tmp_path)  # applied by hand, run plainly
     assert fix["family"] == "safe_div"
     assert "torch.where(s.std() == 0" in fix["patch"]
+
+
+def test_a_log_determinant_of_a_reflection_is_named_on_its_line_with_slogdet(torch_run, tmp_path):
+    # `.logdet()` runs as aten ops whose NaN is a constant `where` picks for a negative
+    # determinant: the op named is the user's call, not the constant. Its patch is
+    # applied by hand (the doctor's own reruns are tested elsewhere).
+    name = "invertible_conv_flow.py"
+    run, folder = torch_run(name, confirm="never")
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "forward_domain",
+        "forward",
+        0,
+    )
+    assert (origin["op"], origin["layer"]) == ("logdet", "steps.0")
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", "self.weight.logdet()")
+    assert origin["inputs"][0]["shape"] == [4, 4]
+    assert "the determinant here was negative" in problem["explanation"]
+    fix = problem["fixes"][0]
+    assert fix["family"] == "log_abs_determinant"
+    assert "h * w * torch.linalg.slogdet(self.weight).logabsdet" in fix["patch"]
+    _patch_holds(fix, name, folder, tmp_path)
+
+
+def test_a_script_that_raises_on_its_own_non_finite_norm_still_gets_its_diagnosis(
+    torch_run, tmp_path
+):
+    # The script's own check raises before `opt.step()`, so no update is ever checked:
+    # the update it never made is, while its exception unwinds. The exception stays the
+    # script's (printed, its status kept), and no update is said to be skipped.
+    name = "raises_on_nonfinite_norm.py"
+    run, folder = torch_run(name, confirm="never")
+    assert run.exit_code == 1
+    assert "FloatingPointError: non-finite gradient norm at step 49" in run.stderr
+    assert run.report["script_error"].startswith("FloatingPointError")
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "backward_singularity",
+        "backward",
+        49,
+    )
+    assert (origin["op"], origin["gradient_of"]) == ("pow", "pow")
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", "loss = ((pred - y[idx]).abs() ** 0.8)")
+    assert "update was skipped" not in run.stderr
+    fix = problem["fixes"][0]
+    _patch_holds(fix, name, folder, tmp_path)
+    assert "step 250 loss" in _plain(tmp_path / "copy" / name, tmp_path / "copy")

@@ -92,7 +92,7 @@ def test_a_parameter_of_the_root_module_is_bounded_by_its_name():
     finding, _ = run_until_stopped(watched, root_scale_exp.batches(6))
     assert finding is not None and finding.origin.op == "Exp"
     (bound,) = [fix for fix in finding.fixes if fix.family == "constrain_weights"]
-    assert bound.title == "Bound the parameter `scale`, whose values feed Exp"
+    assert bound.title == "Bound the parameter `scale`, whose values feed exp"
     assert "model.scale.clamp_(-3.0, 3.0)" in bound.code
     assert "no patch" in bound.code and bound.patch is None
     assert "get_submodule" not in bound.code and "the layer" not in bound.code

@@ -171,11 +171,14 @@ class RunAdapter:
         watcher: has `install()`, `uninstall()`, `finish()` and `report(script, error)`.
         protected: the functions a signal must not interrupt (a step's diagnosis).
         crash_dump: the `--dump` writer, with `finish()`, or None.
+        at_end: called when the script ended of itself, while what it held is alive
+            (`run_script`'s `at_end`), or None.
     """
 
     watcher: object
     protected: tuple[Callable, ...]
     crash_dump: object | None = None
+    at_end: Callable[[], None] | None = None
 
 
 def run_adapter(
@@ -213,8 +216,13 @@ def run_adapter(
             dump_dir=dump_dir,
             sample_every=sample_every,
         )
-        protected = (Session.after_step, Session.record, ScriptAdapter.finish)
-        return RunAdapter(watcher, protected, watcher.crash_dump)
+        protected = (
+            Session.after_step,
+            Session.record,
+            ScriptAdapter.finish,
+            ScriptAdapter.script_ended,
+        )
+        return RunAdapter(watcher, protected, watcher.crash_dump, watcher.script_ended)
     from gradient_doctor.core.pipeline import Session
     from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump
     from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher

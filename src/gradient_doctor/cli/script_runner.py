@@ -7,6 +7,7 @@ import runpy
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradient_doctor.cli.interrupts import Terminated, signal_name
@@ -86,7 +87,9 @@ def exit_outcome(code: object) -> ScriptOutcome:
     return ScriptOutcome(error=f"SystemExit: {code}", exit_code=1)
 
 
-def run_script(path: str, args: list[str]) -> ScriptOutcome:
+def run_script(
+    path: str, args: list[str], at_end: Callable[[], None] | None = None
+) -> ScriptOutcome:
     """Execute `path` as the main module with `sys.argv = [path, *args]`.
 
     The script's own exceptions are printed in full (nothing is swallowed) and
@@ -94,6 +97,10 @@ def run_script(path: str, args: list[str]) -> ScriptOutcome:
     `KeyboardInterrupt` is printed as Python prints it, and a SIGTERM (`Terminated`)
     in one line saying where it landed. The working directory is the one run from
     again when it returns.
+
+    `at_end`, when given, is called once the script ended of itself (it returned, called
+    `sys.exit`, or raised), while what it held is still alive: its globals, and the
+    frames of an exception's traceback (the optimizer a function's loop built).
     """
     saved_argv, saved_path, launched = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [path, *args]
@@ -103,10 +110,13 @@ def run_script(path: str, args: list[str]) -> ScriptOutcome:
         # directory still finds its files next to it); the user's paths stay told
         # relative to the folder run from.
         with paths_relative_to(launched):
-            runpy.run_path(os.path.abspath(path), run_name="__main__")
+            namespace = runpy.run_path(os.path.abspath(path), run_name="__main__")
+        _ended(at_end)
+        del namespace
     except TrainingStopped:
         return ScriptOutcome(stopped=True)
     except SystemExit as exit_:
+        _ended(at_end)
         return exit_outcome(exit_.code)
     except KeyboardInterrupt as interrupt:
         print_user_traceback(interrupt)
@@ -116,11 +126,29 @@ def run_script(path: str, args: list[str]) -> ScriptOutcome:
         return ScriptOutcome(interrupted=terminated.signum)
     except BaseException as error:  # the user's own crash: report it, never hide it
         print_user_traceback(error)
+        _ended(at_end)
         return ScriptOutcome(error=f"{type(error).__name__}: {error}")
     finally:
         sys.argv, sys.path = saved_argv, saved_path
         _return_to(launched)
     return ScriptOutcome()
+
+
+def _ended(at_end: Callable[[], None] | None) -> None:
+    """Call `at_end` (the doctor's look at how the script left things): its own failure
+    is said, never raised over the script's outcome."""
+    if at_end is None:
+        return
+    try:
+        at_end()
+    except TrainingStopped:
+        pass
+    except Exception as error:  # never let the doctor's analysis change the script's outcome
+        print(
+            f"gradient-doctor: could not check how the script ended "
+            f"({type(error).__name__}: {error})",
+            file=sys.stderr,
+        )
 
 
 def _return_to(folder: str) -> None:

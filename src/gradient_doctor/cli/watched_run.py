@@ -73,7 +73,7 @@ def watched_run(
         outcome = ScriptOutcome()
         started = time.monotonic()
         try:
-            outcome = run_script(script, args)
+            outcome = run_script(script, args, adapter.at_end)
             watcher.finish()
         finally:
             interrupts.reporting()

@@ -248,12 +248,15 @@ class OpCall:
         inputs: its inputs' summaries at the failing step.
         source_kind: what `source` is (`SOURCE_KINDS` in `findings`): "op" for a call
             the line wrote, "layer_creation" for an op a library layer's code ran.
+        framework_op: the framework's own name for the op where it is not `op`
+            (PyTorch's aten name), which the explanations give.
     """
 
     op: str
     source: SourceLine
     inputs: tuple[TensorStats, ...]
     source_kind: str = "op"
+    framework_op: str | None = None
 
 
 @dataclass(frozen=True)

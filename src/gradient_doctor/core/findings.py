@@ -100,6 +100,9 @@ FIX_FAMILIES = (
     # Added: what users try on a float16 Adam that goes NaN (a larger epsilon); it
     # cannot reach a square that already overflowed.
     "optimizer_epsilon",
+    # Added: log|det| by slogdet for the log of a determinant that came out negative (an
+    # invertible layer's change of variables needs the magnitude's log).
+    "log_abs_determinant",
 )
 
 

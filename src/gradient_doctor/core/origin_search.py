@@ -308,7 +308,7 @@ def _call_or_none(event: OpEvent | None) -> OpCall | None:
 
 def _call(event: OpEvent) -> OpCall:
     """`event` as a call on the user's line (its source is known)."""
-    return OpCall(event.op_type, event.source, event.inputs, event.source_kind)
+    return OpCall(event.op_type, event.source, event.inputs, event.source_kind, event.framework_op)
 
 
 def _place(source) -> tuple:

@@ -196,6 +196,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self._failing = weakref.ref(update.optimizer)
         self.stats.forget_step()
         reading = self._reading(failed=True)
+        if update.unmade:  # the script stopped itself before it: the doctor skipped nothing
+            reading = replace(reading, skipped=0)
         replay = FailedUpdate(self._step_after, update.index, update.check.squares_overflow)
         if update.closure is not None:  # its ops ran inside the step, unrecorded
             reading, replay = replace(reading, unreplayable=_CLOSURE_UNREPLAYABLE), None
@@ -209,6 +211,15 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
     def failing_optimizer(self) -> torch.optim.Optimizer | None:
         failing = self._failing() if self._failing is not None else None
         return failing if failing is not None else super().failing_optimizer()
+
+    def script_ended(self) -> None:
+        """The script ended of itself: check the update it never made (it stopped on
+        gradients it found not finite itself, `UpdateHooks.unmade_update`), while its
+        optimizers are alive (a function's, in the frames of its exception)."""
+        try:
+            self.hooks.unmade_update()
+        except TrainingStopped:  # a failure found there: the session holds it
+            pass
 
     def finish(self) -> None:
         """Read the last step (its round of the optimizers ended with the script) and

@@ -16,6 +16,7 @@ from gradient_doctor.core.knowledge.rules import (
     backward_singularity,
     bad_input,
     default,
+    determinant_log,
     disconnected,
     division,
     exp_overflow,
@@ -65,6 +66,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("sqrt_domain", sqrt_domain.diagnose, forward_ops=sqrt_domain.OPS),
     Family("division", division.diagnose, forward_ops=division.OPS),
     Family("inverse_trig", inverse_trig.diagnose, forward_ops=inverse_trig.OPS),
+    Family("determinant_log", determinant_log.diagnose, forward_ops=determinant_log.OPS),
     Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
     Family(
         "backward_singularity",

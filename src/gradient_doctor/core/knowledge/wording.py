@@ -78,9 +78,10 @@ def op_place(origin: Origin, op: str | None = None) -> str:
 
     Args:
         origin: the op's `Origin`.
-        op: str, the name to use instead of `origin.op` (e.g. the forward op's).
+        op: str, the name to use instead of the op's own as the user's framework names
+            it (`reported_op`), e.g. the forward op's.
     """
-    name = op or origin.op
+    name = op or origin.reported_op
     return f"{name} in layer `{origin.layer}`" if origin.layer else name
 
 
@@ -100,7 +101,7 @@ def explain_input(origin: Origin, step: int | None, subject: str, reached: str, 
     where = f"{op_place(origin)}{at_step(step)}"
     return (
         f"{subject} {where} reached {reached}; {rule}, "
-        f"so {origin.op} wrote {nonfinite_counts(origin)}."
+        f"so {origin.reported_op} wrote {nonfinite_counts(origin)}."
     )
 
 

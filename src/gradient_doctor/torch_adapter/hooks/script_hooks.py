@@ -34,6 +34,7 @@ import copy
 import functools
 import math
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -74,6 +75,8 @@ class Update:
         hidden: the gradients hidden from the optimizer while a non-finite update
             ran, `(parameter, gradient)`, put back after it.
         parameters: the parameters whose gradients were checked, in the check's order.
+        unmade: the script never called this update's `step()`: it stopped first, on
+            gradients it found not finite itself (`UpdateHooks.unmade_update`).
     """
 
     index: int
@@ -83,6 +86,7 @@ class Update:
     hidden: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     parameters: list[torch.Tensor] = field(default_factory=list)
     closure: _ClosureStep | None = None
+    unmade: bool = False
 
     @property
     def skipped(self) -> bool:
@@ -210,6 +214,7 @@ class UpdateHooks:
         # The script's own updates, while no torch optimizer was built (`ManualUpdate`).
         self.manual = ManualUpdate()
         self._optimizers_built = 0
+        self._built: list[weakref.ref] = []  # the optimizers built since install
         self._optimizer_init = None
         self._tensor_backward = None
         self._in_tensor_backward = False
@@ -271,6 +276,7 @@ class UpdateHooks:
         @functools.wraps(init)
         def counting_init(optimizer, *args, **kwargs):
             self._optimizers_built += 1
+            self._built.append(weakref.ref(optimizer))
             return init(optimizer, *args, **kwargs)
 
         torch.optim.Optimizer.__init__ = counting_init
@@ -326,6 +332,34 @@ class UpdateHooks:
                 for parameter in parameters_with_grads(self.manual):
                     parameter.grad.zero_()
         self.listener.after_update(update)
+
+    def unmade_update(self) -> None:
+        """At the script's end, the update it never made: gradients that `backward()`
+        wrote since the last update and no update applied, because the script stopped
+        first (its own check of them raised, `clip_grad_norm_(error_if_nonfinite=True)`,
+        or it broke out of its loop). When they or their losses are not finite, that
+        update is told to the listener as one skipped, for the optimizer built over those
+        parameters (the first, of several, whose gradients are not finite)."""
+        if not self.roots:
+            return
+        for ref in self._built:
+            optimizer = ref()
+            if optimizer is None:
+                continue
+            params, grads = dense_gradients(optimizer)
+            if not grads:
+                continue
+            result = check(self.roots, grads, keeps_squares(optimizer))
+            if result.finite:
+                continue
+            index = self.updates
+            self.updates += 1
+            self.listener.before_update(index, optimizer)
+            self.roots = []
+            self.listener.after_update(
+                Update(index, optimizer, result, len(grads), parameters=params, unmade=True)
+            )
+            return
 
     def _pre_hook(self, optimizer, args, kwargs) -> tuple | None:
         self._optimizers_built = max(self._optimizers_built, 1)  # one built before install

@@ -1,16 +1,20 @@
-"""Which module's `forward` is running, by its path in the model, while a step is replayed."""
+"""Which module's `forward`, and which torch function the user called, is running while a
+step is replayed."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
 
 def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
@@ -82,6 +86,40 @@ def _script_modules() -> list[tuple[str, torch.nn.Module]]:
     ]
 
 
+@dataclass(frozen=True)
+class TorchCall:
+    """A torch function the user's code called (`torch.logdet(w)`, `w.logdet()`,
+    `F.linear(x, w)`), whose aten ops are running now.
+
+    Attributes:
+        name: the function's name ("logdet", "linear", "__matmul__").
+        tensors: its tensor arguments, in order.
+    """
+
+    name: str
+    tensors: tuple[torch.Tensor, ...]
+
+
+class _Calls(TorchFunctionMode):
+    """Notes the torch function being run. Torch runs a mode's handler with the mode
+    off, so the calls a function makes inside itself are not seen: the one noted is the
+    outermost, the one the user's code (or a library module's `forward`) wrote."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current: TorchCall | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        outer = self.current
+        tensors = tuple(t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+        self.current = TorchCall(getattr(func, "__name__", ""), tensors)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.current = outer
+
+
 class ModuleScope:
     """The stack of modules whose `forward` is running (innermost last).
 
@@ -93,15 +131,23 @@ class ModuleScope:
     def __init__(self, names: dict[int, str]) -> None:
         self._names = names
         self._stack: list[str] = []
+        self._calls: _Calls | None = None
 
     @property
     def current(self) -> str | None:
         """The innermost running module's path, or None outside every module."""
         return self._stack[-1] if self._stack else None
 
+    @property
+    def call(self) -> TorchCall | None:
+        """The torch function the user's code is running now, or None (none, or the
+        scope is not `hooked`)."""
+        return self._calls.current if self._calls is not None else None
+
     @contextlib.contextmanager
     def hooked(self) -> Iterator[ModuleScope]:
-        """Follow every module's forward while the block runs (global hooks, removed after)."""
+        """Follow every module's forward, and every torch function called, while the
+        block runs (global hooks and a function mode, removed after)."""
 
         def enter(module, args):
             self._stack.append(self._names.get(id(module), type(module).__name__))
@@ -114,9 +160,12 @@ class ModuleScope:
             register_module_forward_pre_hook(enter),
             register_module_forward_hook(leave, always_call=True),
         ]
+        self._calls = _Calls()
         try:
-            yield self
+            with self._calls:
+                yield self
         finally:
             for handle in handles:
                 handle.remove()
             self._stack.clear()
+            self._calls = None

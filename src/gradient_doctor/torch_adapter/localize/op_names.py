@@ -13,6 +13,7 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "Sinh": ("sinh", "sinh_"),
     "Log": ("log", "log_", "log2", "log2_", "log10", "log10_"),
     "Log1p": ("log1p", "log1p_"),
+    "Logdet": ("logdet",),
     "Xlogy": ("xlogy", "xlogy_", "special_xlogy"),
     "Sqrt": ("sqrt", "sqrt_"),
     "Rsqrt": ("rsqrt", "rsqrt_"),

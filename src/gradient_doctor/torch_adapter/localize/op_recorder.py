@@ -166,6 +166,9 @@ class OpRecorder(TorchDispatchMode):
             for t, key in zip(outputs, output_ids)
         )
         place = place_of()
+        called = self._called_for(name, inputs, output_stats, place)
+        if called is not None:
+            name, inputs, input_ids, input_stats, values = called
         event = OpEvent(
             index=len(self.events),
             op_type=op_type(name),
@@ -186,6 +189,35 @@ class OpRecorder(TorchDispatchMode):
         self.events.append(event)
         self._pending.extend((t, event.index) for t in outputs)
         return out, place, event
+
+    def _called_for(self, name: str, inputs: list, output_stats, place: OpPlace):
+        """The torch function the user called, as the event of an op of its own that made
+        a non-finite value from no input: `torch.logdet(w)` runs as `_linalg_slogdet`,
+        then `scalar_tensor(nan)` picked by `where` for a negative determinant, and the
+        op that made the NaN is the function's, not the constant's. The event then reads
+        the function's tensor arguments (the walk goes back through them), under the
+        function's name. None for any other op.
+
+        Returns:
+            (name, inputs, input ids, input stats, input values), or None.
+        """
+        call = self._scope.call
+        if (
+            inputs
+            or call is None
+            or not call.tensors
+            or call.name == name
+            or place.phase != "forward"
+            or all(stats.finite for stats in output_stats)
+        ):
+            return None
+        tensors = list(call.tensors)
+        for tensor in tensors:
+            self._note_parameter(tensor)
+        ids = tuple(self.key(t) for t in tensors)
+        stats = tuple(self._summary(t, key) for t, key in zip(tensors, ids))
+        values = tuple(first_values(t) for t in tensors)
+        return call.name, tensors, ids, stats, values
 
     def _live_place(self, node) -> OpPlace:
         """The place of the op that just ran in the live step: a backward op (`node`,

@@ -108,6 +108,15 @@ class StepRecording(UpdateListener):
             handle.remove()
         self.hooks.uninstall()
 
+    def script_ended(self) -> None:
+        """The script ended before its update `failing`: that update, one the script
+        never made on gradients it found not finite itself, is recorded as the run
+        found it (`UpdateHooks.unmade_update`)."""
+        try:
+            self.hooks.unmade_update()
+        except StepRecorded:
+            pass
+
     def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
         if optimizer not in self._optimizers:
             self._optimizers.append(optimizer)

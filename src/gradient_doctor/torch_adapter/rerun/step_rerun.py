@@ -318,7 +318,7 @@ def _record(request: dict) -> None:
     )
     recording.install()
     try:
-        outcome = run_script(request["script"], request["args"])
+        outcome = run_script(request["script"], request["args"], recording.script_ended)
     finally:
         recording.uninstall()
     if not os.path.exists(request["out"]):

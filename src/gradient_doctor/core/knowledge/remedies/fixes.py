@@ -31,16 +31,17 @@ def constrain_weights(
             names the op's own layer, as the layer "in" which the feeding layer is.
         framework: "tf" or "torch".
     """
+    op = origin.reported_op
     if weights_layer and weights_layer == origin.layer:  # the op is the layer's own
-        title = f"Bound the weights of `{weights_layer}`, which computes {origin.op} itself"
-        comment = f"# on `{weights_layer}`, which computes {origin.op}:"
+        title = f"Bound the weights of `{weights_layer}`, which computes {op} itself"
+        comment = f"# on `{weights_layer}`, which computes {op}:"
     elif weights_layer:
-        title = f"Bound the weights of `{weights_layer}`, whose output feeds {origin.op}"
-        comment = f"# on `{weights_layer}`, which feeds {origin.op}:"
+        title = f"Bound the weights of `{weights_layer}`, whose output feeds {op}"
+        comment = f"# on `{weights_layer}`, which feeds {op}:"
     else:  # the replay named no layer: say which one only as far as it is known
         where = f" in `{origin.layer}`" if origin.layer else ""
-        title = f"Bound the weights of the layer{where} whose output feeds {origin.op}, if one does"
-        comment = f"# on the layer{where} whose output feeds {origin.op} (the replay named none):"
+        title = f"Bound the weights of the layer{where} whose output feeds {op}, if one does"
+        comment = f"# on the layer{where} whose output feeds {op} (the replay named none):"
     if framework == "torch":
         module = weights_layer or origin.layer
         layer = f'model.get_submodule("{module}")' if module else "layer"
@@ -50,7 +51,7 @@ def constrain_weights(
             "constrain_weights",
             title,
             f"# after each optimizer.step(), on {f'`{module}`' if module else 'the layer'}"
-            f" that feeds {origin.op} (model: your model):\n"
+            f" that feeds {op} (model: your model):\n"
             "with torch.no_grad():\n"
             f"    for name, weight in {layer}.named_parameters():\n"
             '        if "weight" in name:  # each unit\'s incoming weights to norm <= 3\n'
@@ -77,7 +78,7 @@ def constrain_variable(origin: Origin, variable: str, framework: str = "tf") -> 
         framework: "tf" or "torch".
     """
     noun = "parameter" if framework == "torch" else "variable"
-    title = f"Bound the {noun} `{variable}`, whose values feed {origin.op}"
+    title = f"Bound the {noun} `{variable}`, whose values feed {origin.reported_op}"
     why = f"# `{variable}` belongs to no layer: no layer's line to constrain, so no patch;"
     bound = MAX_NORM
     if framework == "torch":

@@ -95,7 +95,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             else explain(origin, forward, evidence.step)
         ),
         not_fixes=nan_gradient_not_fixes(
-            f"the derivative of {forward} itself, evaluated at {singularity.point}",
+            f"the derivative of {origin.reported_gradient_of or forward} itself, evaluated "
+            f"at {singularity.point}",
             nonfinite_kind(origin),
             evidence.setup.framework,
         ),
@@ -136,9 +137,11 @@ def explain(origin: Origin, forward: str, step: int | None) -> str:
     else:
         hits = "its values reached that point"
     return (
-        f"The gradient of {op_place(origin, forward)} is {singularity.derivative}, "
+        f"The gradient of {op_place(origin, origin.reported_gradient_of or forward)} is "
+        f"{singularity.derivative}, "
         f"infinite at {singularity.point}, and {hits}{at_step(step)}. The forward value "
-        f"was finite, but the backward pass ({origin.op}) wrote {nonfinite_counts(origin)}."
+        f"was finite, but the backward pass ({origin.reported_op}) wrote "
+        f"{nonfinite_counts(origin)}."
     )
 
 

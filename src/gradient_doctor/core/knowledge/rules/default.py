@@ -89,7 +89,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     return Diagnosis(
         category="forward_overflow" if overflow else "forward_domain",
         explanation=explain(origin, evidence.step, origin.op) + from_data_note(upstream),
-        not_fixes=forward_not_fixes(f"the non-finite output of {origin.op}", upstream),
+        not_fixes=forward_not_fixes(f"the non-finite output of {origin.reported_op}", upstream),
         fixes=(
             remedies.upstream_remedies(evidence)
             if overflow

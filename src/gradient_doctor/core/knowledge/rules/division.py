@@ -47,7 +47,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         category="forward_domain",
         explanation=explain(origin, evidence.step) + from_data_note(evidence.weights_upstream),
         not_fixes=forward_not_fixes(
-            f"the division by zero in {origin.op}", evidence.weights_upstream
+            f"the division by zero in {origin.reported_op}", evidence.weights_upstream
         ),
         fixes=fixes,
     )

@@ -235,7 +235,9 @@ def diagnose_domain(
     return Diagnosis(
         category="forward_domain",
         explanation=explanation + from_data_note(evidence.weights_upstream),
-        not_fixes=forward_not_fixes(f"the invalid input to {origin.op}", evidence.weights_upstream),
+        not_fixes=forward_not_fixes(
+            f"the invalid input to {origin.reported_op}", evidence.weights_upstream
+        ),
         fixes=fixes,
     )
 

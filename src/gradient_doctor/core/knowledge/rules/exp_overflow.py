@@ -63,7 +63,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         explanation=explain(origin, evidence.step)
         + summed_note(evidence.reduction)
         + from_data_note(upstream),
-        not_fixes=forward_not_fixes(f"the overflow in {origin.op}", upstream),
+        not_fixes=forward_not_fixes(f"the overflow in {origin.reported_op}", upstream),
         fixes=_fixes(evidence, code),
     )
 

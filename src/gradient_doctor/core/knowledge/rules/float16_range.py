@@ -44,7 +44,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             category="forward_overflow",
             explanation=f"{explanation} In float32 the limit would be {wide}."
             + from_data_note(upstream),
-            not_fixes=forward_not_fixes(f"the {dtype} overflow in {origin.op}", upstream),
+            not_fixes=forward_not_fixes(f"the {dtype} overflow in {origin.reported_op}", upstream),
             fixes=(island, *remedies.upstream_remedies(evidence)),
         )
     explanation = explain(origin, evidence.step, "gradients")

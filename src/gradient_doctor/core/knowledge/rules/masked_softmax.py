@@ -39,7 +39,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     producer = producers[0] if producers else None
     written = ""
     if producer is not None and producer.source_kind == "op" and producer.source.code:
-        written = f" The -inf were written by {producer.op} at {quoted_line(producer.source)}."
+        name = producer.framework_op or producer.op
+        written = f" The -inf were written by {name} at {quoted_line(producer.source)}."
     explanation = (
         f"{op_place(origin)}{at_step(evidence.step)} wrote {nonfinite_counts(origin)} from "
         f"an input whose only non-finite values were {count(scores.neg_inf, '-inf value')}: "

@@ -55,7 +55,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         cause = "a constant, or a tensor computed before the step, that already held it"
     explanation = (
         f"{op_place(origin)}{at_step(evidence.step)} read a {dtype} input that was already "
-        f"{kind} before any op of the step made it: {cause}. {origin.op} then wrote "
+        f"{kind} before any op of the step made it: {cause}. {origin.reported_op} then wrote "
         f"{nonfinite_counts(origin)}."
     )
     fixes: list[Fix | None] = [_safe_constant(code, literal, dtype, limit)]
@@ -72,7 +72,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             replace(item, why=_NO_WEIGHTS, structural=True)
             if item.remedy == "lower_learning_rate"
             else item
-            for item in forward_not_fixes(f"the {kind} constant read by {origin.op}")
+            for item in forward_not_fixes(f"the {kind} constant read by {origin.reported_op}")
         ),
         fixes=tuple(fix for fix in fixes if fix is not None),
     )

@@ -60,7 +60,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             explanation=explain(origin, evidence.step, "values")
             + growth_note(evidence.growth)
             + from_data_note(upstream),
-            not_fixes=forward_not_fixes(f"the overflow in {origin.op}", upstream),
+            not_fixes=forward_not_fixes(f"the overflow in {origin.reported_op}", upstream),
             fixes=fixes,
         )
     return Diagnosis(
