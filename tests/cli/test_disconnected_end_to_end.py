@@ -107,3 +107,22 @@ def test_eager_loop_in_the_script_body_is_traced_on_its_next_step_once(doctor_ru
     (problem,) = run.report["problems"]
     assert problem["disconnected"]["variables"] == ["dense_2/kernel", "dense_2/bias"]
     assert problem["disconnected"]["all"] is False
+
+
+def test_variables_a_tape_was_told_not_to_watch_are_named_and_watching_is_the_fix(doctor_run):
+    # `watch_accessed_variables=False` and a `tape.watch` of half the variables: the
+    # path is not broken, the tape never recorded it; watching them is the fix, not a
+    # remedy that "will not help".
+    script = "tests/scripts/unwatched_tape_head.py"
+    problem, disconnected = _disconnected(doctor_run(script))
+    assert sorted(disconnected["variables"]) == ["out_b", "out_w"]
+    assert (disconnected["all"], disconnected["break"], problem["step"]) == (False, None, 0)
+    assert "The tape was made with `watch_accessed_variables=False`" in problem["explanation"]
+    call = f"{script}:{line_of(script, 'gradients = tape.gradient(loss, variables)')}"
+    assert (
+        f"(your line {call} `gradients = tape.gradient(loss, variables)`)"
+        in (problem["explanation"])
+    )
+    assert [f["family"] for f in problem["fixes"]] == ["tape_watch"]
+    remedies = {n["remedy"] for n in problem["not_fixes"]}
+    assert remedies.isdisjoint({"tape_watch", "watch_accessed_variables", "use_model_fit"})

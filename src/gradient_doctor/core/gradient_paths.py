@@ -15,6 +15,7 @@ NOT_USED = "not_used"  # the variable is read, but the loss does not depend on i
 NEVER_READ = "never_read"  # the step never reads the variable (a layer not called)
 ZERO_GRADIENT = "zero_gradient"  # a gradient exists but was exactly zero on every step
 UNLOCATED = "unlocated"  # no gradient, but the adapter could not look for the break
+NOT_WATCHED = "not_watched"  # the tape watched only what it was given, and not these
 BREAK_KINDS = (
     NON_DIFFERENTIABLE,
     OUTSIDE_TAPE,
@@ -23,6 +24,7 @@ BREAK_KINDS = (
     NEVER_READ,
     ZERO_GRADIENT,
     UNLOCATED,
+    NOT_WATCHED,
 )
 
 

@@ -176,6 +176,13 @@ def op_id(op) -> int:
     return op._id
 
 
+def variable_handle(variable):
+    """The resource handle a `ReadVariableOp` of `variable` reads: a `tf.Variable`'s own,
+    a Keras variable's through the `tf.Variable` it wraps (`.value`); None for neither."""
+    inner = getattr(variable, "value", variable)
+    return getattr(inner, "handle", getattr(variable, "handle", None))
+
+
 def tape_flags(tape) -> tuple[bool, bool, bool]:
     """A `tf.GradientTape`'s (persistent, watch_accessed_variables, recording now)."""
     return tape._persistent, tape._watch_accessed_variables, tape._recording

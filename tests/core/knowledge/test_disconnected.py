@@ -11,6 +11,7 @@ from gradient_doctor.core.gradient_paths import (
     LEFT_FRAMEWORK,
     NEVER_READ,
     NOT_USED,
+    NOT_WATCHED,
     OUTSIDE_TAPE,
     UNLOCATED,
     PathBreak,
@@ -318,12 +319,24 @@ def test_layer_never_called(make_break_evidence, families):
     assert 'unused = ("model/tenure_head/", "model/extra/")' in diagnosis.fixes[0].code
 
 
-@pytest.mark.parametrize("kind", BREAK_KINDS)
+@pytest.mark.parametrize("kind", [kind for kind in BREAK_KINDS if kind != NOT_WATCHED])
 def test_every_kind_rules_out_the_tape_tricks(make_break_evidence, not_fixes, kind):
     diagnosis = diagnose(make_break_evidence(kind=kind))
     assert diagnosis.category == "disconnected_gradients"
     assert not_fixes(diagnosis) == TAPE_TRICKS
     assert all(fix.family in FIX_FAMILIES for fix in diagnosis.fixes)
+
+
+def test_variables_the_tape_was_not_watching_get_watched_and_no_tape_trick_is_ruled_out(
+    make_break_evidence, not_fixes
+):
+    # Watching them is the fix, and model.fit's tape watches what it reads: of the tape
+    # tricks only a persistent tape (which watches as the same tape would) stays out.
+    diagnosis = diagnose(make_break_evidence(kind=NOT_WATCHED))
+    assert "made with `watch_accessed_variables=False`" in diagnosis.explanation
+    assert [fix.family for fix in diagnosis.fixes] == ["tape_watch"]
+    assert "tape.watch(variables)" in diagnosis.fixes[0].code
+    assert not_fixes(diagnosis) == ["persistent_tape"]
 
 
 def test_a_break_without_a_user_line_still_names_the_op(make_break_evidence):

@@ -18,11 +18,12 @@ import numpy as np
 from gradient_doctor.core.crash_dump import DumpTarget, dump_manifest
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding, SourceLine
+from gradient_doctor.tf_adapter._tf_internals import variable_handle
 from gradient_doctor.tf_adapter.dump import dump_format
 from gradient_doctor.tf_adapter.dump.dump_format import encode_array
 from gradient_doctor.tf_adapter.dump.step_graph import StepNotTraceable, TracedStep, trace_step
 from gradient_doctor.tf_adapter.dump.step_session import run_step_graph
-from gradient_doctor.tf_adapter.localize.missing_gradients import _handle, variable_name
+from gradient_doctor.tf_adapter.localize.missing_gradients import variable_name
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 
 
@@ -170,7 +171,7 @@ def _describe(
         )
         for n, (placeholder, variable) in enumerate(traced.variables)
     ]
-    read = {id(handle) for _, v in traced.variables if (handle := _handle(v)) is not None}
+    read = {id(handle) for _, v in traced.variables if (handle := variable_handle(v)) is not None}
     optimizer_variables = [
         entry(
             variable_arrays,
@@ -183,7 +184,7 @@ def _describe(
         for n, variable in enumerate(
             v for optimizer in traced.optimizers for v in optimizer.variables
         )
-        if _handle(variable) is None or id(_handle(variable)) not in read
+        if variable_handle(variable) is None or id(variable_handle(variable)) not in read
     ]
     step = {
         "ops": [

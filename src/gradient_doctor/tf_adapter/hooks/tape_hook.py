@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import display_path, is_user_file
-from gradient_doctor.tf_adapter._tf_internals import tf_stack
+from gradient_doctor.tf_adapter._tf_internals import tape_flags, tf_stack, variable_handle
 from gradient_doctor.tf_adapter.hooks import eager_trace
 from gradient_doctor.tf_adapter.localize import step_context
 
@@ -25,6 +25,9 @@ _WINDOW = "_gradient_doctor_window"
 # source, by the source's id: read when the update of those variables finds them
 # without a gradient (one entry per variable at most).
 _none_sites: dict[int, SourceLine] = {}
+# The sources of those calls that the tape was not watching: it was made with
+# `watch_accessed_variables=False` and they were never handed to `tape.watch`.
+_unwatched: set[int] = set()
 
 
 def position():
@@ -74,18 +77,24 @@ def _gradient(self, target, sources, *args, **kwargs):
     grads = eager_trace.gradient(self, _original_gradient, target, sources, *args, **kwargs)
     step_context.note_loss(target, window, grads)
     if grads is None or (isinstance(grads, list | tuple) and any(g is None for g in grads)):
-        _note_none(sources, grads)
+        _note_none(self, sources, grads)
     return grads
 
 
-def _note_none(sources, grads) -> None:
-    """Remember the user's line of this gradient call for each source it gave None."""
+def _note_none(tape, sources, grads) -> None:
+    """Remember the user's line of this gradient call for each source it gave None, and
+    which of those sources the tape was not watching."""
+    _, watches_reads, _ = tape_flags(tape)
+    watched = set() if watches_reads else {id(variable_handle(v)) for v in tape.watched_variables()}
     site = _user_call_site()
-    if site is None:
-        return
     for source, grad in zip(tf.nest.flatten(sources), tf.nest.flatten(grads), strict=False):
         if grad is None:
-            _none_sites[id(source)] = site
+            if site is not None:
+                _none_sites[id(source)] = site
+            if watches_reads or id(variable_handle(source)) in watched:
+                _unwatched.discard(id(source))
+            else:
+                _unwatched.add(id(source))
 
 
 def _user_call_site() -> SourceLine | None:
@@ -103,6 +112,12 @@ def gradient_call_of(variables) -> SourceLine | None:
     `variables`, when all of them were given None there; else None."""
     sites = {_none_sites.get(id(variable)) for variable in variables}
     return sites.pop() if len(sites) == 1 else None
+
+
+def unwatched(variables) -> bool:
+    """Whether every one of `variables` got None from a tape that was not watching it
+    (made with `watch_accessed_variables=False`, and it never went to `tape.watch`)."""
+    return bool(variables) and all(id(variable) in _unwatched for variable in variables)
 
 
 # How many holders want the hooks in place (each watcher holds them once).
@@ -132,3 +147,4 @@ def uninstall_tape_hook() -> None:
     tf.GradientTape.__exit__ = _original_exit
     tf.GradientTape.watch = _original_watch
     _none_sites.clear()
+    _unwatched.clear()

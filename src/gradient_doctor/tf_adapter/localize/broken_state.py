@@ -13,6 +13,7 @@ import numpy as np
 
 from gradient_doctor.core.evidence import BrokenState
 from gradient_doctor.core.op_trace import OpEvent
+from gradient_doctor.tf_adapter._tf_internals import variable_handle
 from gradient_doctor.tf_adapter.hooks import state_writes
 from gradient_doctor.tf_adapter.hooks.creation_sites import creation_line, layer_at, variable_path
 
@@ -37,7 +38,8 @@ def broken_state(
     if event.op_type in weight_reads and any(not s.finite for s in event.outputs):
         handle = tensors.get(event.input_ids[0]) if event.input_ids else None
         candidates = _weights(layer) + state_writes.written_variables()
-        variables = [v for v in candidates if _handle(v) is handle] or _nonfinite(_weights(layer))
+        variables = [v for v in candidates if variable_handle(v) is handle]
+        variables = variables or _nonfinite(_weights(layer))
     elif foreign:
         variables = _nonfinite(_weights(layer))
     else:
@@ -61,13 +63,6 @@ def broken_state(
 
 def _weights(layer) -> list:
     return list(getattr(layer, "weights", None) or []) if layer is not None else []
-
-
-def _handle(variable):
-    """The resource handle a `ReadVariableOp` of `variable` reads (a Keras variable
-    wraps a `tf.Variable`)."""
-    inner = getattr(variable, "value", variable)
-    return getattr(inner, "handle", getattr(variable, "handle", None))
 
 
 def _nonfinite(variables: list) -> list:

@@ -10,9 +10,15 @@ import sys
 import tensorflow as tf
 
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.gradient_paths import LEFT_FRAMEWORK, Node, PathBreak, find_breaks
+from gradient_doctor.core.gradient_paths import (
+    LEFT_FRAMEWORK,
+    NOT_WATCHED,
+    Node,
+    PathBreak,
+    find_breaks,
+)
 from gradient_doctor.core.source_frames import display_path, is_user_file
-from gradient_doctor.tf_adapter._tf_internals import gradient_registry, op_id
+from gradient_doctor.tf_adapter._tf_internals import gradient_registry, op_id, variable_handle
 from gradient_doctor.tf_adapter.hooks import tape_hook
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.eager_replay import enclosing_step
@@ -52,13 +58,6 @@ def _script_name(variable) -> str | None:
     """The running script's global name bound to `variable`, or None."""
     namespace = getattr(sys.modules.get("__main__"), "__dict__", {})
     return next((key for key, value in list(namespace.items()) if value is variable), None)
-
-
-def _handle(variable):
-    handle = getattr(variable, "handle", None)
-    if handle is None:  # a wrapper around the framework variable
-        handle = getattr(getattr(variable, "value", None), "handle", None)
-    return handle
 
 
 def differentiable(op_type: str, output_dtypes: list) -> bool:
@@ -123,7 +122,7 @@ def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
     captured = {id(external): internal for external, internal in graph.captures}
     reads = {}
     for variable in variables:
-        internal = captured.get(id(_handle(variable)))
+        internal = captured.get(id(variable_handle(variable)))
         reads[variable_name(variable)] = (id(internal),) if internal is not None else ()
     loss_ids = tuple(id(t) for t in tf.nest.flatten(loss) if t is not None)
     return find_breaks(nodes, loss_ids, reads)
@@ -156,7 +155,7 @@ def breaks_in_replay(result: ReplayResult, variables, call: StepCall | None) -> 
         for event in result.events
         if event.phase == "forward"
     ]
-    handles = {variable_name(v): id(_handle(v)) for v in variables}
+    handles = {variable_name(v): id(variable_handle(v)) for v in variables}
     used = {i for event in result.events for i in event.input_ids}
     reads = {name: (key,) if key in used else () for name, key in handles.items()}
     produced = {i for event in result.events for i in event.output_ids}
@@ -199,6 +198,9 @@ def find_missing_gradient_breaks(variables, loss, tape_window, on_later) -> list
     def at_call(breaks: list[PathBreak]) -> list[PathBreak]:
         return [dataclasses.replace(b, gradient_call=site) for b in breaks]
 
+    if tape_hook.unwatched(variables):  # no path to look for: the tape recorded none
+        names = tuple(variable_name(v) for v in variables)
+        return at_call([PathBreak(NOT_WATCHED, None, names)])
     if not tf.executing_eagerly():
         graph = tf.compat.v1.get_default_graph()
         return at_call(breaks_in_graph(graph, loss, variables, tape_window))

@@ -115,6 +115,24 @@ def remove_stop_gradient(code: str, call: Call | None) -> tuple[Fix, ...]:
     return (Fix("remove_stop_gradient", title, f"{line}  # was: {call.text}"),)
 
 
+def watch_variables(groups: Sequence[LayerGroup]) -> Fix:
+    """Have the tape watch the variables it was not watching (`tape_watch`): every one
+    handed to the optimizer, or all it reads, as a tape does by default.
+
+    Args:
+        groups: the layers whose variables the tape was not watching.
+    """
+    layers = ", ".join(f"`{g.layer}`" for g in groups)
+    lines = [
+        "with tf.GradientTape(watch_accessed_variables=False) as tape:",
+        f"    tape.watch(variables)  # every variable you hand the optimizer ({layers} too)",
+        "    ...  # the forward pass and the loss",
+        "# or let the tape watch the trainable variables it reads, as it does by default:",
+        "# with tf.GradientTape() as tape:",
+    ]
+    return Fix("tape_watch", "Watch every variable the optimizer updates", "\n".join(lines))
+
+
 def exclude_unused_variables(groups: Sequence[LayerGroup], title: str, lead: str) -> Fix:
     """Hand the optimizer only the variables the loss depends on.
 

@@ -12,6 +12,7 @@ from gradient_doctor.core.gradient_paths import (
     NEVER_READ,
     NON_DIFFERENTIABLE,
     NOT_USED,
+    NOT_WATCHED,
     OUTSIDE_TAPE,
     UNLOCATED,
     ZERO_GRADIENT,
@@ -89,10 +90,13 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         framework_says = _ALL_MISSING if evidence.all_disconnected else _SOME_MISSING
     sentences = (_who(len(path_break.variables), groups, evidence), account.story, framework_says)
     not_fixes = torch_missing_gradient_not_fixes if torch else missing_gradient_not_fixes
+    ruled_out = not_fixes(account.reason)
+    if path_break.kind == NOT_WATCHED:  # watching them is the fix, and fit's tape does
+        ruled_out = tuple(n for n in ruled_out if n.remedy in _SAME_WATCHING)
     return Diagnosis(
         category="disconnected_gradients",
         explanation=" ".join(sentences),
-        not_fixes=not_fixes(account.reason),
+        not_fixes=ruled_out,
         fixes=account.fixes,
     )
 
@@ -234,6 +238,19 @@ def _never_read(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     )
 
 
+def _not_watched(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    call = path_break.gradient_call
+    asked = f" (your line {quoted_line(call)})" if call is not None else ""
+    return Account(
+        story="The tape was made with `watch_accessed_variables=False`, so it records only "
+        "what `tape.watch(...)` was given, and these variables were never given to it: it "
+        f"recorded no op on them, and its gradient for them{asked} is None whatever the loss "
+        "does with their values.",
+        reason="the tape was not watching these variables",
+        fixes=(path_remedies.watch_variables(groups),),
+    )
+
+
 def _zero_gradient(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     if _in_torch(path_break):
         return Account(
@@ -316,7 +333,11 @@ _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     NEVER_READ: _never_read,
     ZERO_GRADIENT: _zero_gradient,
     UNLOCATED: _unlocated,
+    NOT_WATCHED: _not_watched,
 }
+# The not-fixes that still hold for variables a tape was not watching: a persistent
+# tape watches what the same tape would.
+_SAME_WATCHING = frozenset({"persistent_tape"})
 
 
 def _exclude(path_break: PathBreak) -> Callable[..., Fix]:
