@@ -37,6 +37,14 @@ def test_masked_attention_with_minus_infinity_is_healthy(doctor_run):
     assert run.report["steps_watched"] == 8
 
 
+def test_a_bias_that_cancels_in_a_pair_difference_is_no_broken_path(doctor_run):
+    # Its gradient is exactly zero on all 80 steps while its layer's kernel trains.
+    run = doctor_run("tests/scripts/healthy_pair_contrastive_fit.py")
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert (run.report["status"], run.report["problems"]) == ("healthy", [])
+    assert run.report["steps_watched"] == 80
+
+
 def test_nan_in_the_data_is_bad_input_with_row_and_feature(doctor_run):
     run = doctor_run("tests/scripts/bad_input_fit.py")
     assert run.exit_code == 1

@@ -8,6 +8,7 @@ from gradient_doctor.core.gradient_paths import (
     NOT_USED,
     OUTSIDE_TAPE,
     Node,
+    cancelled_biases,
     find_breaks,
 )
 
@@ -106,3 +107,13 @@ def test_value_that_comes_back_from_outside_is_a_round_trip():
     assert found.kind == LEFT_FRAMEWORK
     assert found.node.op_type == "Sigmoid"
     assert found.reentry.line == 3
+
+
+def test_a_bias_whose_layer_trains_cancels_and_others_do_not():
+    zero = ["embed/dense_1/bias", "head/bias", "frozen/kernel", "frozen/bias", "w:0"]
+    trained = ["embed/dense/kernel", "embed/dense/bias", "embed/dense_1/kernel", "head/scale"]
+    assert cancelled_biases(zero, trained) == ("embed/dense_1/bias", "head/bias")
+    # A layer none of whose variables trains keeps its zero bias (a dead path, say).
+    assert cancelled_biases(["frozen/bias"], ["other/kernel"]) == ()
+    # PyTorch's names.
+    assert cancelled_biases(["net.2.bias"], ["net.2.weight"], separator=".") == ("net.2.bias",)

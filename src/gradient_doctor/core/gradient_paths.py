@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import SourceLine
@@ -89,6 +90,34 @@ class PathBreak:
     gradient_call: SourceLine | None = None
     framework: str = "tf"
     why: str | None = None
+
+
+def cancelled_biases(
+    zero: Sequence[str], trained: Sequence[str], separator: str = "/"
+) -> tuple[str, ...]:
+    """The biases among `zero` (variables whose gradient was exactly zero on every step
+    of a window) whose own layer trains: another of its variables is in `trained`.
+
+    A layer's bias gets the batch's sum of the gradient at the layer's output, its
+    kernel that gradient times the layer's inputs. A kernel that trains shows that the
+    output's gradient is not zero, so the bias's zero is its sum cancelling, exactly,
+    on every step: the loss does not depend on a shift of that output (a layer applied
+    to both sides of a difference, as a siamese or triplet net's last layer is; a
+    normalisation right after it). No path is broken there, and nothing is lost.
+
+    Args:
+        zero: the names of the variables whose gradient stayed exactly zero.
+        trained: the names of the other variables the same updates applied.
+        separator: what separates a layer's path from a variable's own name ("/" in
+            Keras, "." in PyTorch).
+    """
+    layers_trained = {name.rpartition(separator)[0] for name in trained}
+    return tuple(
+        name
+        for name in zero
+        if name.rpartition(separator)[2].split(":")[0] == "bias"
+        and name.rpartition(separator)[0] in layers_trained
+    )
 
 
 def find_breaks(

@@ -20,6 +20,7 @@ from gradient_doctor.core import source_frames
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import FixSites
+from gradient_doctor.core.gradient_paths import cancelled_biases
 from gradient_doctor.core.pipeline import (
     DEFAULT_TRIAL_STEPS,
     Adapter,
@@ -395,11 +396,15 @@ class Watcher(Adapter):
         )
 
     def zero_gradients(self, window: int) -> tuple[str, ...]:
-        """The variables the guard counted exactly zero for `window` steps (counts restart)."""
+        """The variables the guard counted exactly zero for `window` steps (counts
+        restart), but for the biases of layers that train, whose zero is a sum that
+        cancels (`cancelled_biases`)."""
         streaks = self.guard.zero_streaks
-        variables = streaks.variables_at_least(window)
+        zero = [variable_name(v) for v in streaks.variables_at_least(window)]
+        trained = [name for v in streaks.tracked() if (name := variable_name(v)) not in zero]
         streaks.reset()
-        return tuple(variable_name(v) for v in variables)
+        cancelled = cancelled_biases(zero, trained)
+        return tuple(name for name in zero if name not in cancelled)
 
     def layer_records(self) -> tuple[LayerRecord, ...] | None:
         """The latest per-layer statistics, None in the cheap mode."""

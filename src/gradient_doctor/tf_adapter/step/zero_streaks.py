@@ -48,6 +48,10 @@ class ZeroStreaks:
             found += [v for v, streak in zip(variables, values) if streak >= length]
         return found
 
+    def tracked(self) -> list:
+        """Every variable whose streak is counted."""
+        return [v for _, variables in self._streaks.values() for v in variables]
+
     def reset(self) -> None:
         """Start counting again (after a diagnosis)."""
         for counter, _ in self._streaks.values():
