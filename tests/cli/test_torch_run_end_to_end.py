@@ -527,3 +527,28 @@ def test_a_script_that_raises_on_its_own_non_finite_norm_still_gets_its_diagnosi
     fix = problem["fixes"][0]
     _patch_holds(fix, name, folder, tmp_path)
     assert "step 250 loss" in _plain(tmp_path / "copy" / name, tmp_path / "copy")
+
+
+def test_a_ctc_target_longer_than_its_input_is_named_and_zero_infinity_holds(torch_run, tmp_path):
+    # No alignment exists: the loss is inf for any logits (not an overflow); the patch
+    # that zeroes such an example's loss is applied by hand and trains to the end.
+    name = "ctc_functional_short_clip.py"
+    run, folder = torch_run(name, confirm="never")
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["step"], origin["op"]) == (
+        "forward_domain",
+        7,
+        "_ctc_loss",
+    )
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", "loss = F.ctc_loss(")
+    assert "an input of 3 frames holds no target" in problem["explanation"]
+    assert {n["remedy"]: n["structural"] for n in problem["not_fixes"]} == {
+        "gradient_clipping": True,
+        "lower_learning_rate": True,
+        "larger_batch": True,
+    }
+    fix = problem["fixes"][0]
+    assert "label_lengths, blank=0, zero_infinity=True)" in fix["patch"]
+    _patch_holds(fix, name, folder, tmp_path)
+    assert "step 20 loss" in _plain(tmp_path / "copy" / name, tmp_path / "copy")

@@ -15,6 +15,7 @@ from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm
 from gradient_doctor.core.knowledge.rules import (
     backward_singularity,
     bad_input,
+    ctc_alignment,
     default,
     determinant_log,
     disconnected,
@@ -67,6 +68,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("division", division.diagnose, forward_ops=division.OPS),
     Family("inverse_trig", inverse_trig.diagnose, forward_ops=inverse_trig.OPS),
     Family("determinant_log", determinant_log.diagnose, forward_ops=determinant_log.OPS),
+    Family("ctc_alignment", ctc_alignment.diagnose, forward_ops=ctc_alignment.OPS),
     Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
     Family(
         "backward_singularity",

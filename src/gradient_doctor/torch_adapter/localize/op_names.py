@@ -74,6 +74,7 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "GatherV2": ("index_select", "gather", "embedding"),
     "Multinomial": ("multinomial",),
     "BinaryCrossEntropy": ("binary_cross_entropy",),
+    "CtcLoss": ("_ctc_loss", "ctc_loss"),
     "BinaryCrossEntropyWithLogits": ("binary_cross_entropy_with_logits",),
 }
 # Aten ops whose second argument is the dims they reduce or scatter along (an int or a
