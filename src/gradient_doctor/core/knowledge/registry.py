@@ -23,6 +23,7 @@ from gradient_doctor.core.knowledge.rules import (
     exp_overflow,
     exploding_gradients,
     float16_range,
+    gamma_poles,
     inverse_trig,
     log_domain,
     loss_scale_collapse,
@@ -69,6 +70,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("inverse_trig", inverse_trig.diagnose, forward_ops=inverse_trig.OPS),
     Family("determinant_log", determinant_log.diagnose, forward_ops=determinant_log.OPS),
     Family("ctc_alignment", ctc_alignment.diagnose, forward_ops=ctc_alignment.OPS),
+    Family("gamma_poles", gamma_poles.diagnose, forward_ops=gamma_poles.OPS),
     Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
     Family(
         "backward_singularity",

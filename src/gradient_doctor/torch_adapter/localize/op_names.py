@@ -25,6 +25,8 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "Asin": ("asin", "asin_", "arcsin"),
     "Atanh": ("atanh", "atanh_", "arctanh"),
     "Acosh": ("acosh", "acosh_", "arccosh"),
+    "Lgamma": ("lgamma", "lgamma_"),
+    "Digamma": ("digamma", "digamma_"),
     "Softmax": ("_softmax", "softmax"),
     "LogSoftmax": ("_log_softmax", "log_softmax"),
     "Sigmoid": ("sigmoid", "sigmoid_"),

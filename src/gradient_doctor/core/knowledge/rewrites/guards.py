@@ -50,6 +50,8 @@ GUARDS = {
     "Asin": Guard(_UNIT_INTERVAL, "angle = tf.asin(x)", "angle = torch.asin(x)"),
     "Atanh": Guard(_UNIT_INTERVAL, "y = tf.atanh(x)", "y = torch.atanh(x)"),
     "Acosh": Guard("{maximum}({arg}, 1.0 + 1e-7)", "y = tf.acosh(x)", "y = torch.acosh(x)"),
+    "Lgamma": Guard(_LOWER_7, "y = tf.math.lgamma(x)", "y = torch.lgamma(x)"),
+    "Digamma": Guard(_LOWER_7, "y = tf.math.digamma(x)", "y = torch.digamma(x)"),
 }
 
 

@@ -85,9 +85,11 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     else:
         exact = None
         siblings = risky_siblings(evidence, domain)
-        generic = _positive_activation(evidence.setup.framework)
+        # The data's own zero (no weight in between) is no model output to make positive.
+        if evidence.weights_upstream is not False:
+            generic = _positive_activation(evidence.setup.framework)
         activation = positive_activation(evidence, domain.argument, generic)
-        extra = (activation,)
+        extra = (activation,) if activation is not None else ()
     diagnosis = diagnose_domain(evidence, domain, extra, siblings)
     if activation is not None and activation is not generic and diagnosis is not None:
         diagnosis = _relu_made_most(diagnosis, evidence, domain, activation)

@@ -20,6 +20,8 @@ CALL_NAMES: dict[str, tuple[str, ...]] = {
     "Asin": ("asin", "arcsin"),
     "Atanh": ("atanh", "arctanh"),
     "Acosh": ("acosh", "arccosh"),
+    "Lgamma": ("lgamma", "gammaln"),
+    "Digamma": ("digamma",),
     "RealDiv": ("divide", "truediv", "div"),
     "Div": ("divide", "truediv", "div"),
     "FloorDiv": ("floordiv", "floor_divide"),
