@@ -19,6 +19,10 @@ plain = tf.keras.optimizers.RMSprop()
 schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay([100, 200], [0.1, 0.01, 0.001])
 scheduled = tf.keras.optimizers.SGD(learning_rate=schedule)
 model.compile(optimizer="adam", loss="mse")
+warmup = WarmUp(peak_lr=20.0, warmup_steps=60, min_rate=0.5)
+warmed = tf.keras.optimizers.SGD(learning_rate=warmup, momentum=0.9)
+cycle = OneCycle(3e-3, 100)
+cycled = tf.keras.optimizers.SGD(learning_rate=cycle)
 """.splitlines(keepends=True)
 
 
@@ -69,6 +73,16 @@ def test_a_schedule_has_its_rates_scaled_where_it_is_built():
         "schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay("
         "[100, 200], [0.01, 0.001, 0.0001])"
     ) in _patched(edits)
+
+
+def test_the_users_own_schedule_has_the_keywords_that_name_a_rate_scaled():
+    edits, setting = lower_learning_rate(
+        _site("learning_rate=warmup", "SGD", schedule=True), SCRIPT
+    )
+    assert (setting.name, setting.value) == ("learning_rate_scale", 0.1)
+    assert "warmup = WarmUp(peak_lr=2.0, warmup_steps=60, min_rate=0.05)" in _patched(edits)
+    # A rate passed by position to the user's class is not known to be one: no patch.
+    assert lower_learning_rate(_site("learning_rate=cycle", "SGD", schedule=True), SCRIPT) is None
 
 
 def test_a_named_optimizer_is_written_out_with_the_lower_rate():

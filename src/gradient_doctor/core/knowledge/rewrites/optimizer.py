@@ -10,6 +10,7 @@ comes with the change a trial must make to run exactly what it says (`Setting`).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,10 @@ _SCHEDULE_RATES: dict[str, tuple[tuple[int | None, str, float | None], ...]] = {
     "PiecewiseConstantDecay": ((1, "values", None),),
     "PolynomialDecay": ((0, "initial_learning_rate", None), (2, "end_learning_rate", 0.0001)),
 }
+# A keyword of the user's own schedule class that names a learning rate (`peak_lr`,
+# `max_lr`, `base_lr`, `initial_learning_rate`, `target_rate`): where every such keyword
+# is passed a number, the schedule is scaled by scaling them.
+_RATE_KEYWORD = re.compile(r"(^|_)(lr|learning_rate|rate)(_|$)")
 # `compile(optimizer="...")` names -> the class Keras builds.
 _OPTIMIZER_NAMES = {
     "adam": "Adam",
@@ -258,7 +263,7 @@ def _schedule_call(tree: ast.Module, rate: ast.expr, before_line: int) -> ast.Ca
     """The schedule call behind the learning-rate argument: written in place, or the
     nearest assignment to its name above the optimizer's line."""
     if isinstance(rate, ast.Call):
-        return rate if callee(rate.func) in _SCHEDULE_RATES else None
+        return rate if _schedule_rates(rate) else None
     if not isinstance(rate, ast.Name):
         return None
     assigned = [
@@ -271,7 +276,24 @@ def _schedule_call(tree: ast.Module, rate: ast.expr, before_line: int) -> ast.Ca
     if not assigned:
         return None
     value = max(assigned, key=lambda node: node.lineno)
-    return value if isinstance(value, ast.Call) and callee(value.func) in _SCHEDULE_RATES else None
+    return value if isinstance(value, ast.Call) and _schedule_rates(value) else None
+
+
+def _schedule_rates(schedule: ast.Call) -> tuple[tuple[int | None, str, float | None], ...]:
+    """The arguments of a schedule call that are learning rates: a Keras schedule's
+    (`_SCHEDULE_RATES`), or the user's own schedule's keywords that name a rate, each
+    passed a number (`WarmUp(peak_lr=20.0, warmup_steps=60)`: `peak_lr`); () for none.
+    A rate passed by position to the user's class is not known to be one: then ()."""
+    known = _SCHEDULE_RATES.get(callee(schedule.func))
+    if known is not None:
+        return known
+    rates = tuple(
+        (None, keyword.arg, None)
+        for keyword in schedule.keywords
+        if keyword.arg and _RATE_KEYWORD.search(keyword.arg) and number(keyword.value)
+    )
+    positional = any(number(arg) is not None for arg in schedule.args)
+    return () if positional else rates
 
 
 def _scale_schedule(
@@ -279,7 +301,7 @@ def _scale_schedule(
 ) -> tuple[Edit, ...] | None:
     """Edits multiplying every learning rate a schedule is built with by `factor`."""
     edits = []
-    for position, keyword, default in _SCHEDULE_RATES[callee(schedule.func)]:
+    for position, keyword, default in _schedule_rates(schedule):
         node = argument(schedule, position, keyword)
         if node is None:
             if default is None:
