@@ -552,3 +552,19 @@ def test_a_ctc_target_longer_than_its_input_is_named_and_zero_infinity_holds(tor
     assert "label_lengths, blank=0, zero_infinity=True)" in fix["patch"]
     _patch_holds(fix, name, folder, tmp_path)
     assert "step 20 loss" in _plain(tmp_path / "copy" / name, tmp_path / "copy")
+
+
+def test_a_distributions_scale_from_a_raw_head_gets_softplus_where_the_head_is_read(
+    torch_run, tmp_path
+):
+    # The log is torch.distributions' own (inside log_prob, on the user's loss line); its
+    # input is a Linear's raw output two frames up: the patch goes to that line.
+    name = "heteroscedastic_normal_head.py"
+    run, folder = torch_run(name, confirm="never")
+    (problem,) = run.report["problems"]
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "log")
+    assert "the value is a layer's output, which nothing keeps positive" in (problem["explanation"])
+    fix = problem["fixes"][0]
+    assert fix["family"] == "activation_change"
+    assert "+        scale = torch.nn.functional.softplus(self.scale(h)) + 1e-6" in fix["patch"]
+    _patch_holds(fix, name, folder, tmp_path)

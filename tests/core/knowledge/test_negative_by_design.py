@@ -91,8 +91,8 @@ def test_a_root_of_a_layers_raw_output_gets_softplus_not_the_magnitude(make_evid
     diagnosis = diagnose(dataclasses.replace(evidence, input_producers=(head, None), setup=setup))
     softplus, clamp = diagnosis.fixes[:2]
     assert softplus.family == "activation_change"
-    assert softplus.edits[0].new_lines == (
-        "var = torch.nn.functional.softplus(self.var(h) + 1.0) + 1e-6",
+    assert softplus.edits[0].new_lines == (  # the user's comment kept
+        "var = torch.nn.functional.softplus(self.var(h) + 1.0) + 1e-6  # about unit variance",
     )
     assert (softplus.edits[0].file, softplus.edits[0].line) == ("dp_sgd.py", 24)
     assert clamp.family == "clip_input_domain" and clamp.clamped_share is not None
@@ -102,3 +102,37 @@ def test_a_root_of_a_layers_raw_output_gets_softplus_not_the_magnitude(make_evid
     difference = OpCall("Sub", made, ())
     signed = diagnose(dataclasses.replace(evidence, input_producers=(difference, None)))
     assert signed.fixes[0].family == "magnitude"
+
+
+def test_a_log_of_a_scale_heads_raw_output_gets_softplus_on_the_heads_line(
+    make_evidence, make_stats
+):
+    # A distribution's log-density takes the log of its scale (inside the library, on
+    # the user's log_prob line); the scale is a Linear's raw output made two lines up:
+    # 4 of 64 below 0 is a positive quantity with nothing to keep it so, not a value
+    # negative by design, and the patch goes where the head's output is made.
+    import dataclasses
+
+    from gradient_doctor.core.evidence import OpCall
+    from gradient_doctor.core.findings import SourceLine
+
+    evidence = make_evidence(
+        op="Log",
+        code="loss = -dist.log_prob(yb).mean()",
+        inputs=(make_stats(min=-0.016, max=1.2, size=64),),
+        outputs=(make_stats(min=-3.0, max=0.2, nan=4, size=64),),
+        step=59,
+    )
+    made = SourceLine("train.py", 25, "sigma = scale_head(h)  # the noise scale")
+    head = OpCall("MatMul", made, (make_stats(min=-1.0, max=1.0, size=2048),))
+    setup = dataclasses.replace(evidence.setup, framework="torch")
+    diagnosis = diagnose(dataclasses.replace(evidence, input_producers=(head,), setup=setup))
+    assert "negative by design" not in diagnosis.explanation
+    assert "the value is a layer's output, which nothing keeps positive" in diagnosis.explanation
+    assert "magnitude" not in diagnosis.explanation
+    families = [fix.family for fix in diagnosis.fixes]
+    assert families[:2] == ["activation_change", "safe_log"]
+    assert families.count("activation_change") == 1  # no generic snippet beside the patch
+    assert diagnosis.fixes[0].edits[0].new_lines == (
+        "sigma = torch.nn.functional.softplus(scale_head(h)) + 1e-6  # the noise scale",
+    )

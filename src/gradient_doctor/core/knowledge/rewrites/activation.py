@@ -128,6 +128,7 @@ def positive_output(evidence: Evidence, argument: int, framework: str) -> Fix | 
     target = ast.get_source_segment(code, statement.targets[0])
     value = ast.get_source_segment(code, statement.value)
     softplus = "torch.nn.functional.softplus" if framework == "torch" else "tf.nn.softplus"
-    new = f"{target} = {softplus}({value}) + {FLOOR}"
+    comment = code[len(ast.get_source_segment(code, statement)) :].strip()
+    new = f"{target} = {softplus}({value}) + {FLOOR}" + (f"  {comment}" if comment else "")
     edit = Edit(source.file, source.line, source.line, (new,), (code,))
     return Fix("activation_change", POSITIVE_TITLE, new, edits=(edit,))

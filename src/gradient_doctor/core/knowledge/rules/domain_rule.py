@@ -202,9 +202,12 @@ def diagnose_domain(
         explanation += siblings_note(evidence, siblings, domain.digits)
     fixes: tuple[Fix, ...] = (guard, *extra_fixes)
     share = below_domain_share(origin, domain, value)
+    # A share below the domain that a layer's raw output made (not a difference): a
+    # positive quantity predicted with nothing to keep it positive, for a root as for a
+    # log (a scale head's output into a distribution's log-density).
     positive = (
         positive_output(evidence, domain.argument, framework_of(evidence))
-        if share is not None and share > BY_DESIGN_SHARE and domain.signed
+        if share is not None and share > BY_DESIGN_SHARE and domain.boundary == 0
         else None
     )
     negative = value is not None and value < 0 and not rounding_note(abs(value))
@@ -216,8 +219,10 @@ def diagnose_domain(
         )
         fixes = (_positive_variable(evidence, trained, focus), guard, *extra_fixes)
     elif positive is not None:
-        explanation += unconstrained_note(origin, evidence.step, share)
-        fixes = (positive, replace(guard, clamped_share=share), *extra_fixes)
+        explanation += unconstrained_note(origin, evidence.step, share, domain.signed)
+        # The generic snippet of the same remedy gives way to the patch of the line.
+        others = [f for f in extra_fixes if f.family != positive.family or f.edits]
+        fixes = (positive, replace(guard, clamped_share=share), *others)
     elif share is not None and share > BY_DESIGN_SHARE:
         explanation += by_design_note(origin, evidence.step, share)
         fixes = (replace(guard, clamped_share=share), *extra_fixes)
@@ -285,14 +290,19 @@ def below_domain_share(origin: Origin, domain: Domain, value: float | None) -> f
     return output.nan / size if size >= MIN_VALUES_FOR_SHARE else None
 
 
-def unconstrained_note(origin: Origin, step: int | None, share: float) -> str:
+def unconstrained_note(origin: Origin, step: int | None, share: float, signed: bool = True) -> str:
     """Say that so many values below the domain, made by a layer's raw output, are a
-    positive quantity predicted with nothing to keep it positive."""
+    positive quantity predicted with nothing to keep it positive (`signed`: the op is
+    one a magnitude is also proposed for, a root)."""
+    magnitude = (
+        ", and the magnitude would reward negative outputs as much as positive ones"
+        if signed
+        else ""
+    )
     return (
         f"{_below_zero(origin, step, share)}: the value is a layer's output, which nothing "
         "keeps positive; a clamp would set each of them to the edge of the domain, with "
-        "gradient 0 there, so those examples stop training the layer, and the magnitude "
-        "would reward negative outputs as much as positive ones."
+        f"gradient 0 there, so those examples stop training the layer{magnitude}."
     )
 
 
