@@ -214,6 +214,13 @@ def test_stop_gradient_is_usually_intended(make_break_evidence, families):
     assert families(diagnosis) == ["remove_stop_gradient", "exclude_unused_variables"]
     assert diagnosis.fixes[0].code.startswith("target = target_net(next_obs)")
     assert '"target/dense/"' in diagnosis.fixes[1].code
+    # The removal is an edit of the line where the path breaks (a patch to trial).
+    (edit,) = diagnosis.fixes[0].edits
+    assert (edit.file, edit.line, edit.new_lines) == (
+        "story4.py",
+        141,
+        ("target = target_net(next_obs)",),
+    )
 
 
 def test_numpy_function(make_break_evidence, families):

@@ -112,7 +112,7 @@ def remove_stop_gradient(code: str, call: Call | None) -> tuple[Fix, ...]:
     if call is None or not call.args:
         return (Fix("remove_stop_gradient", title, "y = x  # instead of y = tf.stop_gradient(x)"),)
     line = replace_span(code, call.start, call.end, call.args[0])
-    return (Fix("remove_stop_gradient", title, f"{line}  # was: {call.text}"),)
+    return (Fix("remove_stop_gradient", title, f"{line}  # was: {call.text}", rewrite=(line,)),)
 
 
 def watch_variables(groups: Sequence[LayerGroup]) -> Fix:

@@ -164,7 +164,7 @@ def detach_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
         return (Fix("remove_stop_gradient", title, "y = x  # instead of y = x.detach()"),)
     value = _subject(call, "input") or "x"
     line = replace_span(code, call.start, call.end, value)
-    return (Fix("remove_stop_gradient", title, f"{line}  # was: {call.text}"),)
+    return (Fix("remove_stop_gradient", title, f"{line}  # was: {call.text}", rewrite=(line,)),)
 
 
 def no_gradient_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Fix, SourceLine
+from gradient_doctor.core.findings import Edit, Fix, SourceLine
 from gradient_doctor.core.gradient_paths import (
     LEFT_FRAMEWORK,
     NEVER_READ,
@@ -141,6 +141,7 @@ def _non_differentiable(path_break: PathBreak, groups: Sequence[LayerGroup]) -> 
             ),
         )
     why = _TORCH_DETACH_WHY if torch and blocker.name == "stop_gradient" else blocker.why
+    fixes = tuple(_on_break_line(fix, source) for fix in fixes)
     return Account(
         story=f"Their path to the loss breaks at {op}{_on(source)}. {why.format(op=op)}",
         reason=f"{op}{_at(source)} has no gradient",
@@ -338,6 +339,15 @@ _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
 # The not-fixes that still hold for variables a tape was not watching: a persistent
 # tape watches what the same tape would.
 _SAME_WATCHING = frozenset({"persistent_tape"})
+
+
+def _on_break_line(fix: Fix, source: SourceLine | None) -> Fix:
+    """A fix that rewrites the line where the path breaks, as an edit of that line (a
+    finding with no origin has no line of its own for `rewrite` to replace)."""
+    if not fix.rewrite or source is None or not source.code:
+        return fix
+    edit = Edit(source.file, source.line, source.line, fix.rewrite, (source.code.strip(),))
+    return replace(fix, rewrite=(), edits=(edit,))
 
 
 def _exclude(path_break: PathBreak) -> Callable[..., Fix]:
