@@ -342,7 +342,8 @@ def test_variables_the_tape_was_not_watching_get_watched_and_no_tape_trick_is_ru
     diagnosis = diagnose(make_break_evidence(kind=NOT_WATCHED))
     assert "made with `watch_accessed_variables=False`" in diagnosis.explanation
     assert [fix.family for fix in diagnosis.fixes] == ["tape_watch"]
-    assert "tape.watch(variables)" in diagnosis.fixes[0].code
+    assert "with tf.GradientTape() as tape:" in diagnosis.fixes[0].code
+    assert "tape.watch([v.value if isinstance(v, keras.Variable) else v" in diagnosis.fixes[0].code
     assert not_fixes(diagnosis) == ["persistent_tape"]
 
 

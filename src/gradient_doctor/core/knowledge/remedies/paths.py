@@ -124,11 +124,14 @@ def watch_variables(groups: Sequence[LayerGroup]) -> Fix:
     """
     layers = ", ".join(f"`{g.layer}`" for g in groups)
     lines = [
-        "with tf.GradientTape(watch_accessed_variables=False) as tape:",
-        f"    tape.watch(variables)  # every variable you hand the optimizer ({layers} too)",
+        "# let the tape watch the trainable variables it reads, as it does by default:",
+        "with tf.GradientTape() as tape:",
         "    ...  # the forward pass and the loss",
-        "# or let the tape watch the trainable variables it reads, as it does by default:",
-        "# with tf.GradientTape() as tape:",
+        f"# or watch every variable you hand the optimizer ({layers} too), once they exist",
+        "# (a Keras model builds its variables on its first call; a Keras 3 variable is",
+        "# watched through the tf.Variable it holds, `v.value`):",
+        "# with tf.GradientTape(watch_accessed_variables=False) as tape:",
+        "#     tape.watch([v.value if isinstance(v, keras.Variable) else v for v in variables])",
     ]
     return Fix("tape_watch", "Watch every variable the optimizer updates", "\n".join(lines))
 
