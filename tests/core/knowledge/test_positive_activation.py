@@ -107,3 +107,35 @@ def test_no_rewrite_for_a_relu_with_settings_or_no_producer(make_evidence, make_
         assert not fix.edits  # the generic advice, with no patch
     division = _evidence(make_evidence, make_stats, op="RealDiv", producer=None, argument=1)
     assert "activation_change" not in [fix.family for fix in diagnose(division).fixes]
+
+
+@pytest.mark.parametrize(
+    ("line", "op", "name", "softplus"),
+    [
+        (
+            "tau = self.tau.clamp(min=0.0)  # no negative temperature",
+            "ClipByValue",
+            "self.tau.clamp(",
+            "tau = (torch.nn.functional.softplus(self.tau) + 1e-6)  # no negative temperature",
+        ),
+        ("s = torch.clamp_min(h, 0)", "Maximum", "torch.clamp_min(", "(torch.nn.functional"),
+        ("s = tf.maximum(h, 0.0)", "Maximum", "tf.maximum(", "s = (tf.nn.softplus(h) + 1e-6)"),
+        ("s = torch.clamp(h, 0.0, 1.0)", "ClipByValue", "torch.clamp(", None),
+        ("s = tf.maximum(h, 1e-3)", "Maximum", "tf.maximum(", None),
+    ],
+)
+def test_a_clamp_at_zero_is_a_relu_and_only_that(
+    make_evidence, make_stats, line, op, name, softplus
+):
+    # A trained temperature clamped at 0 and divided by: exactly 0 once it trains below.
+    start = line.index(name)
+    made = SourceLine("contrast.py", 16, line, column=start, end_column=len(line))
+    producer = OpCall(op, made, (make_stats(),), "op")
+    evidence = _evidence(make_evidence, make_stats, op="RealDiv", producer=producer, argument=1)
+    fixes = [f for f in diagnose(evidence).fixes if f.family == "activation_change"]
+    if softplus is None:
+        assert not fixes
+        return
+    (fix,) = fixes
+    assert softplus in fix.edits[0].new_lines[0]
+    assert "instead of a clamp at 0" in fix.title

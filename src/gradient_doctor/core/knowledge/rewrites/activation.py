@@ -15,15 +15,25 @@ import ast
 
 from gradient_doctor.core.evidence import Evidence, OpCall
 from gradient_doctor.core.findings import Edit, Fix
-from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
+from gradient_doctor.core.knowledge.source.calls import find_call, find_method_call, replace_span
 
 # Op types of activations that are exactly zero on half their inputs, and the calls that
 # make them (a relu6 is left alone: softplus has no cap at 6).
 ZERO_FLOOR_CALLS = {"Relu": ("relu",)}
+# Op types of a clamp, which is a relu when its only bound is a lower one at 0
+# (`tau.clamp(min=0.0)`, `torch.clamp_min(x, 0)`, `tf.maximum(x, 0.0)`), and its calls.
+ZERO_CLAMP_CALLS = {
+    "ClipByValue": ("clamp", "clip"),
+    "Maximum": ("clamp_min", "maximum", "clamp", "clip"),
+}
 # Added to softplus's output: a floor that float32 cannot round to 0.
 FLOOR = "1e-6"
 
 TITLE = "Produce the value with softplus, which is always positive, instead of relu"
+CLAMP_TITLE = (
+    "Produce the value with softplus, which is always positive, instead of a clamp at 0 "
+    "(which is exactly 0 for every value below, with no gradient there)"
+)
 
 
 def positive_activation(
@@ -36,14 +46,17 @@ def positive_activation(
     edit = _softplus_edit(producer) if producer is not None else None
     if edit is None:
         return generic
-    return Fix("activation_change", TITLE, edit.new_lines[0], edits=(edit,))
+    title = CLAMP_TITLE if producer.op in ZERO_CLAMP_CALLS else TITLE
+    return Fix("activation_change", title, edit.new_lines[0], edits=(edit,))
 
 
 def _softplus_edit(producer: OpCall) -> Edit | None:
     """The edit of the producer's line replacing its relu call (or, for a library
     layer's relu, its `activation="relu"` where the layer was built), or None."""
-    names = ZERO_FLOOR_CALLS.get(producer.op)
     source = producer.source
+    if producer.op in ZERO_CLAMP_CALLS and source.code and producer.source_kind == "op":
+        return _zero_clamp_edit(producer)
+    names = ZERO_FLOOR_CALLS.get(producer.op)
     if names is None or not source.code:
         return None
     if producer.source_kind == "layer_creation":
@@ -57,6 +70,44 @@ def _softplus_edit(producer: OpCall) -> Edit | None:
     softplus = f"({_softplus_name(call.prefix)}({call.args[0]}) + {FLOOR})"
     new = replace_span(code, call.start, call.end, softplus)
     return Edit(source.file, source.line, source.line, (new,), (code,))
+
+
+def _zero_clamp_edit(producer: OpCall) -> Edit | None:
+    """The edit of the producer's line replacing a clamp whose only bound is 0 below
+    (a function's `clamp(x, min=0)`, `clamp_min(x, 0)`, `maximum(x, 0.0)`, or a
+    tensor's `x.clamp(min=0.0)`, `x.clamp_min(0)`) by softplus, or None."""
+    source = producer.source
+    code = source.code.strip()
+    names = ZERO_CLAMP_CALLS[producer.op]
+    call = find_call(code, names, source.span)
+    if call is not None and call.args:  # a function's call (`self.tau.clamp(` is a method's)
+        value = call.args[0]
+        start, end, prefix, rest = call.start, call.end, call.prefix, (call.args[1:], call.kwargs)
+    else:
+        method = find_method_call(code, names, source.span)
+        if method is None:
+            return None
+        value, start, end, prefix = method.receiver, method.start, method.end, "torch."
+        rest = (method.args, method.kwargs)
+    if value is None or not _zero_lower_bound_only(*rest):
+        return None
+    softplus = f"({_softplus_name(prefix)}({value.strip()}) + {FLOOR})"
+    new = replace_span(code, start, end, softplus)
+    return Edit(source.file, source.line, source.line, (new,), (code,))
+
+
+def _zero_lower_bound_only(args: tuple[str, ...], kwargs: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a clamp's bounds (after the value) are a lower bound of 0 and nothing else."""
+    named = dict(kwargs)
+    bounds = list(args) + [named.pop(key) for key in ("min", "clip_value_min") if key in named]
+    if set(named) - {"max"} or named.get("max", "None").strip() != "None":
+        return False
+    if len(bounds) != 1:
+        return False
+    try:
+        return float(bounds[0].strip()) == 0.0
+    except ValueError:
+        return False
 
 
 def _layer_activation_edit(producer: OpCall, names: tuple[str, ...]) -> Edit | None:
@@ -88,10 +139,12 @@ def _layer_activation_edit(producer: OpCall, names: tuple[str, ...]) -> Edit | N
 
 
 def _softplus_name(prefix: str) -> str:
-    """softplus in the namespace the relu was called from (`torch.relu` has none:
-    `torch.nn.functional.softplus`)."""
+    """softplus in the namespace the relu (or clamp) was called from; `torch.` and
+    `tf.` have none of their own (`torch.nn.functional.softplus`, `tf.nn.softplus`)."""
     if prefix == "torch.":
         return "torch.nn.functional.softplus"
+    if prefix == "tf.":
+        return "tf.nn.softplus"
     return f"{prefix}softplus"
 
 
