@@ -17,9 +17,20 @@ from gradient_doctor.core.knowledge.wording import (
 
 OPS = frozenset({"Softmax"})
 
+# No mask fill of the user's to rewrite: the fill as it should be written, and, for a
+# library's attention that fills the mask itself, a mask that leaves each row a key.
 _GENERIC = {
-    "torch": "scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # not -inf",
-    "tf": "scores = tf.where(keep, scores, scores.dtype.min)  # not float('-inf')",
+    "torch": (
+        "scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # not -inf\n"
+        "# with nn.MultiheadAttention or F.scaled_dot_product_attention (the fill is\n"
+        "# theirs): leave each sequence one key, or drop the sequences with none\n"
+        "key_padding_mask[key_padding_mask.all(dim=1), 0] = False"
+    ),
+    "tf": (
+        "scores = tf.where(keep, scores, scores.dtype.min)  # not float('-inf')\n"
+        "# with keras.layers.MultiHeadAttention (the fill is its own): leave each\n"
+        "# query one key it may attend to, or drop the sequences with none"
+    ),
 }
 
 
