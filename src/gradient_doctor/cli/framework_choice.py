@@ -171,8 +171,8 @@ class RunAdapter:
         watcher: has `install()`, `uninstall()`, `finish()` and `report(script, error)`.
         protected: the functions a signal must not interrupt (a step's diagnosis).
         crash_dump: the `--dump` writer, with `finish()`, or None.
-        at_end: called when the script ended of itself, while what it held is alive
-            (`run_script`'s `at_end`), or None.
+        at_end: called when the script stopped itself on an error, while what it held
+            is alive (`run_script`'s `at_end`), or None.
     """
 
     watcher: object

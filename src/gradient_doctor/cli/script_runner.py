@@ -98,9 +98,12 @@ def run_script(
     in one line saying where it landed. The working directory is the one run from
     again when it returns.
 
-    `at_end`, when given, is called once the script ended of itself (it returned, called
-    `sys.exit`, or raised), while what it held is still alive: its globals, and the
-    frames of an exception's traceback (the optimizer a function's loop built).
+    `at_end`, when given, is called once the script stopped itself on an error (it
+    raised, or called `sys.exit` with a status other than 0), while what it held is
+    still alive: the frames of the exception's traceback (the optimizer a function's
+    loop built). Not after a clean end: a step skipped on purpose last (a GradScaler's,
+    on overflowing float16 gradients) leaves non-finite gradients behind that no one
+    stopped on.
     """
     saved_argv, saved_path, launched = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [path, *args]
@@ -110,13 +113,12 @@ def run_script(
         # directory still finds its files next to it); the user's paths stay told
         # relative to the folder run from.
         with paths_relative_to(launched):
-            namespace = runpy.run_path(os.path.abspath(path), run_name="__main__")
-        _ended(at_end)
-        del namespace
+            runpy.run_path(os.path.abspath(path), run_name="__main__")
     except TrainingStopped:
         return ScriptOutcome(stopped=True)
     except SystemExit as exit_:
-        _ended(at_end)
+        if exit_.code not in (None, 0):
+            _ended(at_end)
         return exit_outcome(exit_.code)
     except KeyboardInterrupt as interrupt:
         print_user_traceback(interrupt)

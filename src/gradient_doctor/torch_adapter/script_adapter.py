@@ -213,9 +213,9 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         return failing if failing is not None else super().failing_optimizer()
 
     def script_ended(self) -> None:
-        """The script ended of itself: check the update it never made (it stopped on
-        gradients it found not finite itself, `UpdateHooks.unmade_update`), while its
-        optimizers are alive (a function's, in the frames of its exception)."""
+        """The script stopped itself on an error: check the update it never made (it
+        stopped on gradients it found not finite itself, `UpdateHooks.unmade_update`),
+        while its optimizers are alive (a function's, in the frames of its exception)."""
         try:
             self.hooks.unmade_update()
         except TrainingStopped:  # a failure found there: the session holds it

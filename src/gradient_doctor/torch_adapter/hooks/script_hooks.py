@@ -334,12 +334,13 @@ class UpdateHooks:
         self.listener.after_update(update)
 
     def unmade_update(self) -> None:
-        """At the script's end, the update it never made: gradients that `backward()`
-        wrote since the last update and no update applied, because the script stopped
-        first (its own check of them raised, `clip_grad_norm_(error_if_nonfinite=True)`,
-        or it broke out of its loop). When they or their losses are not finite, that
-        update is told to the listener as one skipped, for the optimizer built over those
-        parameters (the first, of several, whose gradients are not finite)."""
+        """When the script stopped on an error, the update it never made: gradients that
+        `backward()` wrote since the last update and no update applied, because the
+        script stopped first (its own check of them raised,
+        `clip_grad_norm_(error_if_nonfinite=True)`). When they or their losses are not
+        finite, that update is told to the listener as one skipped, for the optimizer
+        built over those parameters (the first, of several, whose gradients are not
+        finite)."""
         if not self.roots:
             return
         for ref in self._built:

@@ -109,9 +109,9 @@ class StepRecording(UpdateListener):
         self.hooks.uninstall()
 
     def script_ended(self) -> None:
-        """The script ended before its update `failing`: that update, one the script
-        never made on gradients it found not finite itself, is recorded as the run
-        found it (`UpdateHooks.unmade_update`)."""
+        """The script stopped on an error before its update `failing`: that update, one
+        the script never made on gradients it found not finite itself, is recorded as
+        the run found it (`UpdateHooks.unmade_update`)."""
         try:
             self.hooks.unmade_update()
         except StepRecorded:
