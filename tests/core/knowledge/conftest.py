@@ -42,6 +42,7 @@ def _evidence(
     weights_upstream: bool | None = None,
     feeding_ops: frozenset[str] = frozenset(),
     nonfinite_constant: bool = False,
+    framework: str = "tf",
 ) -> Evidence:
     origin = None
     if with_origin:
@@ -64,7 +65,7 @@ def _evidence(
         masked_by_select=masked_by_select,
         bad_inputs=bad_inputs,
         history=history,
-        setup=TrainingSetup(learning_rate=learning_rate, clipping=clipping),
+        setup=TrainingSetup(learning_rate=learning_rate, clipping=clipping, framework=framework),
         reproduced=reproduced,
         reduction_axis=reduction_axis,
         weights_upstream=weights_upstream,

@@ -1,7 +1,5 @@
 """A CTC loss whose target no alignment to its input can spell."""
 
-import dataclasses
-
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.knowledge import diagnose
 
@@ -16,10 +14,9 @@ def _ctc(make_evidence, make_stats, code, frames, labels):
         code=code,
         inputs=(make_stats(min=-7.9, max=-0.01), make_stats(min=1, max=9), frames, labels),
         outputs=(TensorStats("float32", (8,), 15.5, 23.6, 0, 1, 0, size=8, pos_inf=1),),
+        framework="torch",
     )
-    return diagnose(
-        dataclasses.replace(evidence, setup=dataclasses.replace(evidence.setup, framework="torch"))
-    )
+    return diagnose(evidence)
 
 
 def test_an_input_shorter_than_every_target_is_said_and_zero_infinity_proposed(

@@ -1,7 +1,5 @@
 """The log of a determinant that came out negative (NaN) or zero (-inf)."""
 
-import dataclasses
-
 import pytest
 
 from gradient_doctor.core.knowledge import diagnose
@@ -16,8 +14,9 @@ def test_a_negative_determinant_gets_log_abs_det_on_the_users_line(
         code="return y, h * w * torch.logdet(self.weight)",
         inputs=(make_stats(min=-0.79, max=0.77),),
         outputs=(make_stats(min=None, max=None, nan=1, size=1),),
+        framework="torch",
     )
-    diagnosis = diagnose(_in_torch(evidence))
+    diagnosis = diagnose(evidence)
     assert diagnosis.category == "forward_domain"
     assert "the determinant here was negative" in diagnosis.explanation
     assert "log|det|" in diagnosis.explanation
@@ -35,8 +34,9 @@ def test_a_singular_matrix_is_told_so_and_gets_an_invertible_parameterisation(
         code="ld = torch.logdet(w)",
         inputs=(make_stats(min=0.0, max=1.0),),
         outputs=(make_stats(min=None, max=None, inf=1, size=1),),
+        framework="torch",
     )
-    diagnosis = diagnose(_in_torch(evidence))
+    diagnosis = diagnose(evidence)
     assert "the determinant here was zero" in diagnosis.explanation
     assert "singular" in diagnosis.explanation
     assert [fix.family for fix in diagnosis.fixes] == ["constrain_weights"]
@@ -60,10 +60,3 @@ def test_a_singular_matrix_is_told_so_and_gets_an_invertible_parameterisation(
 def test_the_rewrite_takes_the_function_or_the_method(code, framework, rewritten):
     fix = log_abs_determinant(code, None, framework)
     assert (fix.code if fix else None) == rewritten
-
-
-def _in_torch(evidence):
-    """The evidence of a PyTorch run (the fixes are spelled in PyTorch)."""
-    return dataclasses.replace(
-        evidence, setup=dataclasses.replace(evidence.setup, framework="torch")
-    )

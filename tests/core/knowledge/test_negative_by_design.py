@@ -122,11 +122,11 @@ def test_a_log_of_a_scale_heads_raw_output_gets_softplus_on_the_heads_line(
         inputs=(make_stats(min=-0.016, max=1.2, size=64),),
         outputs=(make_stats(min=-3.0, max=0.2, nan=4, size=64),),
         step=59,
+        framework="torch",
     )
     made = SourceLine("train.py", 25, "sigma = scale_head(h)  # the noise scale")
     head = OpCall("MatMul", made, (make_stats(min=-1.0, max=1.0, size=2048),))
-    setup = dataclasses.replace(evidence.setup, framework="torch")
-    diagnosis = diagnose(dataclasses.replace(evidence, input_producers=(head,), setup=setup))
+    diagnosis = diagnose(dataclasses.replace(evidence, input_producers=(head,)))
     assert "negative by design" not in diagnosis.explanation
     assert "the value is a layer's output, which nothing keeps positive" in diagnosis.explanation
     assert "magnitude" not in diagnosis.explanation

@@ -11,6 +11,7 @@ lengths keeps it out of the batch.
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 
 from gradient_doctor.core.evidence import Evidence
@@ -112,10 +113,8 @@ def _with_keyword(code: str, call, place: tuple[str, int] | None) -> Fix | None:
     if keywords.get("zero_infinity", "").strip() == "True":
         return None
     kwargs = tuple((k, v) for k, v in call.kwargs if k != "zero_infinity")
-    parts = [*call.args, *(f"{k}={v}" for k, v in kwargs), "zero_infinity=True"]
-    rewritten = replace_span(
-        code, call.start, call.end, f"{call.prefix}{call.name}({', '.join(parts)})"
-    )
+    with_keyword = dataclasses.replace(call, kwargs=(*kwargs, ("zero_infinity", "True")))
+    rewritten = replace_span(code, call.start, call.end, with_keyword.render(call.args))
     if parses(code) and not parses(rewritten):
         return None
     if place is None:

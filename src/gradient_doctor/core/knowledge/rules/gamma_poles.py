@@ -19,6 +19,7 @@ from gradient_doctor.core.knowledge.rules.domain_rule import (
     diagnose_domain,
     risky_siblings,
 )
+from gradient_doctor.core.knowledge.source.spelling import spell
 
 _TITLE = "Keep the argument above 0, off the gamma function's poles"
 _DOMAINS = {
@@ -49,12 +50,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             "activation_change",
             "Produce the argument with softplus, which is always positive (a dispersion, "
             "a concentration)",
-            f"r = {_softplus(framework_of(evidence))}(pre_activation) + 1e-6  # not relu",
+            f"r = {spell(None, 'softplus', framework_of(evidence))}(pre_activation) + 1e-6"
+            "  # not relu",
         )
     activation = positive_activation(evidence, domain.argument, generic)
     extra = (activation,) if activation is not None else ()
     return diagnose_domain(evidence, domain, extra, risky_siblings(evidence, domain))
-
-
-def _softplus(framework: str) -> str:
-    return "torch.nn.functional.softplus" if framework == "torch" else "tf.nn.softplus"
