@@ -7,6 +7,9 @@ to in its folder holds what one run wrote)."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import types
 
 import pytest
 
@@ -190,3 +193,56 @@ def test_two_models_ops_are_named_by_their_module_path(tmp_path, monkeypatch):
     line = _line(_TWO_MODELS, "return torch.log(torch.sigmoid(self.linear(h)))")
     assert (origin.op, origin.layer, origin.source.line) == ("Log", "Critic.head", line)
     assert origin.inputs[0].zeros == 8 and origin.outputs[0].neg_inf == 8
+
+
+# A lock another thread of the doctor's process holds when install forks (torch's generator
+# lock, held by a thread drawing, in the case this stands for): the fork copies it held,
+# with no owner to release it. The script takes it at its start when it is there to take.
+_TAKES_A_LOCK = (
+    """
+import sys
+held = sys.modules.get("held_at_fork")
+if held is not None:
+    with held.lock:
+        pass
+"""
+    + _FIRST_STEP
+)
+
+
+def test_a_rerun_forked_while_another_thread_held_a_lock_runs_again_in_a_new_interpreter(
+    tmp_path, monkeypatch, capfd
+):
+    from gradient_doctor.torch_adapter.rerun import step_rerun
+
+    monkeypatch.setattr(step_rerun, "STALL_SECONDS", 2.0)
+    held = types.ModuleType("held_at_fork")
+    held.lock = threading.Lock()
+    monkeypatch.setitem(sys.modules, "held_at_fork", held)
+    script = tmp_path / "takes_a_lock.py"
+    script.write_text(_TAKES_A_LOCK)
+    monkeypatch.chdir(tmp_path)
+    taken, release = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with held.lock:
+            taken.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold_the_lock, daemon=True)
+    holder.start()
+    try:
+        assert taken.wait(60)
+        adapter = ScriptAdapter(script.name, [], trial_steps=0)
+        adapter.install()  # forks while the holder holds the lock
+    finally:
+        release.set()
+        holder.join()
+    try:
+        assert run_script(script.name, []).stopped
+    finally:
+        adapter.uninstall()
+    assert "used no CPU for 2 s" in capfd.readouterr().err
+    (finding,) = adapter.session.problems
+    line = _line(_TAKES_A_LOCK, "return torch.log(torch.relu(self.linear(x)))")
+    assert (finding.origin.op, finding.origin.source.line) == ("Log", line)

@@ -7,7 +7,11 @@ a fork of the doctor made just before the script first ran, waiting on a pipe: i
 the same arguments, working folder, import path, environment, hash seed and random
 generators' states, and torch already imported (a fresh interpreter would spend seconds
 importing it again). Elsewhere a fresh interpreter is started and given the start state
-(`ScriptStart`: the generators' states read with `start_rng`). Either way the rerun
+(`ScriptStart`: the generators' states read with `start_rng`). A fork copies the locks
+that other threads of the doctor's process held at that moment but never their owners
+(a thread drawing from torch's generator, in a process that runs other work beside the
+doctor): a forked rerun that then sits on such a lock, using no CPU, is stopped and run
+again in a fresh interpreter, as are the reruns after it. Either way the rerun
 follows the run's trajectory under the same update hooks, records the failing step
 (`step_recording`), writes its op events as JSON and stops. A script that does not repeat
 itself (it reads the clock, unseeded CUDA draws, data that changed) reruns differently:
@@ -45,6 +49,11 @@ from gradient_doctor.torch_adapter.rerun.step_events import RecordedStep
 # and never under the floor.
 RERUN_TIME_FACTOR = 3.0
 RERUN_MIN_SECONDS = 60.0
+# A forked rerun that used no CPU for this long sits on a lock another thread of the
+# doctor's process held when it forked (a fork copies the lock, never its owner): it
+# would wait forever, so it is stopped and run again in a new interpreter.
+STALL_SECONDS = 15.0
+STALLED = "stalled"  # `_ForkedStart.run`'s answer for such a rerun
 
 
 @dataclass(frozen=True)
@@ -133,41 +142,67 @@ class StepReruns:
             RERUN_TIME_FACTOR * (time.monotonic() - self.start.started), RERUN_MIN_SECONDS
         )
         began = time.monotonic()
+        wanted = {"window_after": window_after, "failing": failing, "paths": paths, "tape": tape}
         with tempfile.TemporaryDirectory(prefix=f"{write_guard.SCRATCH_PREFIX}step-") as scratch:
-            copy = copy_folder(self.start.cwd, os.path.join(scratch, "copy"), self._listing)
-            # A script outside the folder run from runs from where it is: its folder
-            # is guarded too, so the rerun writes none of the user's files there.
-            script_folder = os.path.dirname(os.path.abspath(self.start.script))
-            guard = copy.guard(os.path.join(scratch, "refused.log"), also=(script_folder,))
-            request = {
-                "script": copy.mapped(self.start.script),
-                "args": list(self.start.args),
-                "cwd": copy.root,
-                "sys_path": [copy.mapped(path) for path in self.start.sys_path],
-                "guard": guard.save(os.path.join(scratch, "guard.json")),
-                "window_after": window_after,
-                "failing": failing,
-                "paths": paths,
-                "out": os.path.join(scratch, "step.json"),
-                "tape": os.path.join(scratch, "tape") if tape else None,
-            }
             if self._fork is not None:
-                ended = self._fork.run(request, timeout)
-            else:
-                ended = _fresh_interpreter(self.start, request, scratch, timeout)
-            if ended is None:
-                why = f"the rerun of your script ran past {timeout:.0f} s and was stopped"
-                recorded = RecordedStep(False, why=why)
-            elif os.path.exists(request["out"]):
-                recorded = _with_tape(step_events.read(request["out"]), request["tape"])
-            else:
-                recorded = RecordedStep(False, why=f"the rerun of your script {ended}")
-            trespass = copy.trespass(guard)
+                answer = self._attempt(os.path.join(scratch, "fork"), wanted, timeout)
+                if answer is not None:
+                    return answer, time.monotonic() - began
+                print(
+                    f"gradient-doctor: the rerun forked from this process used no CPU for "
+                    f"{STALL_SECONDS:.0f} s (it waits on a lock another thread held when it "
+                    "forked); running it again in a new interpreter",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.close()
+            answer = self._attempt(os.path.join(scratch, "fresh"), wanted, timeout)
+        return answer, time.monotonic() - began
+
+    def _attempt(self, scratch: str, wanted: dict, timeout: float) -> RecordedStep | None:
+        """One rerun in a copy under `scratch`: what it recorded, or None when the fork
+        it ran in stalled (`STALLED`).
+
+        Args:
+            scratch: an empty folder's path for the copy, the request and the answer.
+            wanted: `record`'s window_after, failing, paths and tape.
+            timeout: the rerun's time limit in seconds.
+        """
+        os.makedirs(scratch)
+        copy = copy_folder(self.start.cwd, os.path.join(scratch, "copy"), self._listing)
+        # A script outside the folder run from runs from where it is: its folder is
+        # guarded too, so the rerun writes none of the user's files there.
+        script_folder = os.path.dirname(os.path.abspath(self.start.script))
+        guard = copy.guard(os.path.join(scratch, "refused.log"), also=(script_folder,))
+        request = {
+            "script": copy.mapped(self.start.script),
+            "args": list(self.start.args),
+            "cwd": copy.root,
+            "sys_path": [copy.mapped(path) for path in self.start.sys_path],
+            "guard": guard.save(os.path.join(scratch, "guard.json")),
+            **{key: wanted[key] for key in ("window_after", "failing", "paths")},
+            "out": os.path.join(scratch, "step.json"),
+            "tape": os.path.join(scratch, "tape") if wanted["tape"] else None,
+        }
+        if self._fork is not None:
+            ended = self._fork.run(request, timeout)
+            if ended == STALLED:
+                return None
+        else:
+            ended = _fresh_interpreter(self.start, request, scratch, timeout)
+        if ended is None:
+            why = f"the rerun of your script ran past {timeout:.0f} s and was stopped"
+            recorded = RecordedStep(False, why=why)
+        elif os.path.exists(request["out"]):
+            recorded = _with_tape(step_events.read(request["out"]), request["tape"])
+        else:
+            recorded = RecordedStep(False, why=f"the rerun of your script {ended}")
+        trespass = copy.trespass(guard)
         if trespass is not None and not recorded.reached:
-            recorded = RecordedStep(False, why=trespass)
-        elif trespass is not None:  # recorded all the same: said, never passed over
+            return RecordedStep(False, why=trespass)
+        if trespass is not None:  # recorded all the same: said, never passed over
             print(f"gradient-doctor: {trespass}", file=sys.stderr, flush=True)
-        return recorded, time.monotonic() - began
+        return recorded
 
 
 def _with_tape(recorded: RecordedStep, tape: str | None) -> RecordedStep:
@@ -211,22 +246,36 @@ class _ForkedStart:
         self._buffer = b""
 
     def run(self, request: dict, timeout: float) -> str | None:
-        """Run `request` in a fresh fork; how it ended, or None when it ran past `timeout`."""
+        """Run `request` in a fresh fork: how it ended, None when it ran past `timeout`,
+        or `STALLED` when it used no CPU for `STALL_SECONDS` (then it is stopped)."""
         os.write(self._requests, json.dumps(request).encode() + b"\n")
-        worker = int(self._line(None) or 0)
-        status = self._line(timeout)
-        if status is None:
-            if worker:
+        worker = int(self._line(STALL_SECONDS) or 0)
+        if not worker:
+            return STALLED
+        deadline = time.monotonic() + timeout
+        busy = _CpuWatch(worker)
+        status = None
+        while status is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or busy.stalled():
                 os.kill(worker, signal.SIGKILL)
-            self._line(None)
-            return None
+                self._line(STALL_SECONDS)  # its status, now that it was stopped
+                return None if left <= 0 else STALLED
+            status = self._line(min(left, 1.0))
         code = os.waitstatus_to_exitcode(int(status or 0))
         return "ended" if code == 0 else f"exited with status {code}"
 
     def close(self) -> None:
+        """End the waiting fork: it exits when its pipe ends; one stuck is stopped."""
         os.close(self._requests)
         os.close(self._replies)
-        os.waitpid(self.pid, 0)
+        waited = time.monotonic()
+        while not os.waitpid(self.pid, os.WNOHANG)[0]:
+            if time.monotonic() - waited > STALL_SECONDS:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+                return
+            time.sleep(0.02)
 
     def _line(self, timeout: float | None) -> str | None:
         """The next reply line ("" when the fork is gone), or None after `timeout` seconds."""
@@ -241,6 +290,33 @@ class _ForkedStart:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.decode()
+
+
+class _CpuWatch:
+    """Whether a process has used no CPU for `STALL_SECONDS` (read from /proc; where
+    there is none, it never says so and only the time limit stops the rerun)."""
+
+    def __init__(self, pid: int) -> None:
+        self._stat = f"/proc/{pid}/stat"
+        self._ticks = self._read()
+        self._since = time.monotonic()
+
+    def stalled(self) -> bool:
+        ticks = self._read()
+        if ticks is None:
+            return False
+        if ticks != self._ticks:
+            self._ticks, self._since = ticks, time.monotonic()
+        return time.monotonic() - self._since >= STALL_SECONDS
+
+    def _read(self) -> int | None:
+        """User and system clock ticks so far (fields 14 and 15 of the stat line)."""
+        try:
+            with open(self._stat, encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return int(fields[11]) + int(fields[12])
 
 
 def _serve(requests: int, replies: int, rng: dict) -> None:
