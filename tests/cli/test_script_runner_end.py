@@ -1,5 +1,6 @@
-"""`run_script`'s `at_end`: called while a script that stopped on an error still holds its
-frames, never after a clean end (a step skipped on purpose last is no one's error)."""
+"""`run_script`'s `at_end`: called once the script ended its own way, while what it held is
+alive: after an error, with the values of the user's frames the error unwound (innermost
+first); after a clean end, with the script's globals; never when the doctor stopped it."""
 
 import pytest
 
@@ -7,28 +8,56 @@ from gradient_doctor.cli.script_runner import run_script
 
 
 @pytest.mark.parametrize(
-    ("body", "called", "error"),
+    ("body", "error", "held", "outcome"),
     [
-        ("def main():\n    held = [1]\n    raise ValueError('stop')\nmain()\n", True, "ValueError"),
-        ("import sys\nsys.exit(3)\n", True, "SystemExit"),
-        ("import sys\nsys.exit(0)\n", False, None),
-        ("x = 1\n", False, None),
+        (
+            "def main():\n    inner = 'local'\n    raise ValueError('stop')\n"
+            "outer = 'global'\nmain()\n",
+            True,
+            ["local", "global"],
+            "ValueError",
+        ),
+        ("import sys\nmarker = 'global'\nsys.exit(3)\n", True, ["global"], "SystemExit"),
+        ("import sys\nmarker = 'global'\nsys.exit(0)\n", False, ["global"], None),
+        ("marker = 'global'\n", False, ["global"], None),
+        (
+            "def main():\n    inner = 'local'\nmain()\nmarker = 'global'\n",
+            False,
+            ["global"],
+            None,
+        ),  # a function's locals are gone after a clean end
     ],
 )
-def test_at_end_runs_only_when_the_script_stopped_on_an_error(tmp_path, body, called, error):
+def test_at_end_is_told_how_the_script_ended_and_what_it_held(tmp_path, body, error, held, outcome):
     script = tmp_path / "train.py"
     script.write_text(body)
-    seen = []
-    outcome = run_script(str(script), [], at_end=lambda: seen.append("end"))
-    assert seen == (["end"] if called else [])
-    assert (outcome.error or "").startswith(error or "")
+    ends = []
+    result = run_script(str(script), [], at_end=ends.append)
+    (end,) = ends
+    assert end.error is error
+    assert [value for value in end.held if value in ("local", "global")] == held
+    assert (result.error or "").startswith(outcome or "")
+
+
+def test_at_end_is_not_called_when_the_doctor_stopped_the_script(tmp_path, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("import stopper\nstopper.stop()\n")
+    (tmp_path / "stopper.py").write_text(
+        "import types\n"
+        "from gradient_doctor.errors import TrainingStopped\n"
+        "def stop():\n"
+        "    raise TrainingStopped(types.SimpleNamespace(origin=None, step=0, category='x'))\n"
+    )
+    ends = []
+    assert run_script(str(script), [], at_end=ends.append).stopped
+    assert ends == []
 
 
 def test_a_failing_at_end_never_changes_the_scripts_outcome(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text("raise KeyError('mine')\n")
 
-    def broken():
+    def broken(end):
         raise RuntimeError("the doctor's own")
 
     outcome = run_script(str(script), [], at_end=broken)

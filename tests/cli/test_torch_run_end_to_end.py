@@ -568,3 +568,52 @@ def test_a_distributions_scale_from_a_raw_head_gets_softplus_where_the_head_is_r
     assert fix["family"] == "activation_change"
     assert "+        scale = torch.nn.functional.softplus(self.scale(h)) + 1e-6" in fix["patch"]
     _patch_holds(fix, name, folder, tmp_path)
+
+
+def test_an_engine_that_exits_on_a_nonfinite_loss_item_is_diagnosed_and_its_patch_holds(
+    torch_run, tmp_path
+):
+    # MAE's and DeiT's engines read the loss with `.item()` and `sys.exit(1)` before any
+    # `backward()`: no gradient is ever checked. The loss the script held when it exited
+    # is: its step is replayed and the first op to write NaN named, in the forward.
+    name = "pixel_norm_pretraining_exits.py"
+    run, folder = torch_run(name, confirm="never")
+    assert run.exit_code == 1
+    assert "Loss is nan, stopping training" in run.stdout
+    assert run.report["script_error"] == "SystemExit: 1"
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "forward_domain",
+        "forward",
+        _plain(folder / name, folder).count("loss "),  # the steps that printed a loss
+    )
+    assert origin["op"] == "div"
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", "return (patches - mean) / spread")
+    assert origin["inputs"][1]["zeros"] == 1 and origin["outputs"][0]["nan"] == 12  # the flat patch
+    assert problem["skipped_updates"] == 0 and "update was skipped" not in run.stderr
+    fix = problem["fixes"][0]
+    assert fix["family"] == "safe_div"
+    _patch_holds(fix, name, folder, tmp_path)
+    assert "epoch 3 batch 5 loss" in _plain(tmp_path / "copy" / name, tmp_path / "copy")
+
+
+def test_a_module_loop_that_breaks_on_a_nan_loss_is_diagnosed(torch_run):
+    # The loop `break`s on a NaN loss and the script ends cleanly (status 0): the loss it
+    # still holds in its globals is found, its step replayed.
+    name = "module_loop_breaks_on_nan.py"
+    run, folder = torch_run(name, confirm="never")
+    assert "loss is nan, stopping" in run.stdout
+    assert run.exit_code == 1 and run.report["status"] == "problem"
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "forward_overflow",
+        "forward",
+        1,
+    )
+    assert (origin["op"], origin["line"]) == (
+        "exp",
+        line_of(f"{SCRIPTS}/{name}", "probs = torch.exp(scores) / torch.exp(scores).sum("),
+    )
+    assert origin["inputs"][0]["max"] > 88.72 and origin["outputs"][0]["inf"] > 0

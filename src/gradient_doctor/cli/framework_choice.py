@@ -15,6 +15,10 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradient_doctor.cli.script_runner import ScriptEnd
 
 TENSORFLOW, TORCH = "tensorflow", "torch"
 # Top-level modules that make a script TensorFlow's, and PyTorch's.
@@ -171,14 +175,14 @@ class RunAdapter:
         watcher: has `install()`, `uninstall()`, `finish()` and `report(script, error)`.
         protected: the functions a signal must not interrupt (a step's diagnosis).
         crash_dump: the `--dump` writer, with `finish()`, or None.
-        at_end: called when the script stopped itself on an error, while what it held
-            is alive (`run_script`'s `at_end`), or None.
+        at_end: called when the script ended its own way, while what it held is alive
+            (`run_script`'s `at_end`, given a `ScriptEnd`), or None.
     """
 
     watcher: object
     protected: tuple[Callable, ...]
     crash_dump: object | None = None
-    at_end: Callable[[], None] | None = None
+    at_end: Callable[[ScriptEnd], None] | None = None
 
 
 def run_adapter(
@@ -239,5 +243,11 @@ def run_adapter(
         on_problem=crash_dump,
         max_steps=max_steps,
     )
-    protected = (Watcher.after_step, Watcher.on_missing_gradients, Session.record, Watcher.finish)
-    return RunAdapter(watcher, protected, crash_dump)
+    protected = (
+        Watcher.after_step,
+        Watcher.on_missing_gradients,
+        Session.record,
+        Watcher.finish,
+        Watcher.script_ended,
+    )
+    return RunAdapter(watcher, protected, crash_dump, watcher.script_ended)

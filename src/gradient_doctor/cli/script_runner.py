@@ -9,6 +9,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 
 from gradient_doctor.cli.interrupts import Terminated, signal_name
 from gradient_doctor.core.source_frames import (
@@ -38,6 +39,24 @@ class ScriptOutcome:
     error: str | None = None
     exit_code: int | None = None
     interrupted: int | None = None
+
+
+@dataclass(frozen=True)
+class ScriptEnd:
+    """How the script ended, for the doctor's look at what it left behind (`run_script`'s
+    `at_end`).
+
+    Attributes:
+        error: it stopped itself on an error: it raised, or called `sys.exit` with a
+            status other than 0.
+        held: the values its own code held then, each once: the locals of the user's
+            frames of the exception's traceback (innermost first) and the script's
+            globals; after a clean end, its globals alone (a function's locals are gone).
+            Where a loss the script computed and stopped on, never stepping, is found.
+    """
+
+    error: bool
+    held: tuple[object, ...] = ()
 
 
 def runner_frame(filename: str) -> bool:
@@ -88,7 +107,7 @@ def exit_outcome(code: object) -> ScriptOutcome:
 
 
 def run_script(
-    path: str, args: list[str], at_end: Callable[[], None] | None = None
+    path: str, args: list[str], at_end: Callable[[ScriptEnd], None] | None = None
 ) -> ScriptOutcome:
     """Execute `path` as the main module with `sys.argv = [path, *args]`.
 
@@ -98,12 +117,11 @@ def run_script(
     in one line saying where it landed. The working directory is the one run from
     again when it returns.
 
-    `at_end`, when given, is called once the script stopped itself on an error (it
-    raised, or called `sys.exit` with a status other than 0), while what it held is
-    still alive: the frames of the exception's traceback (the optimizer a function's
-    loop built). Not after a clean end: a step skipped on purpose last (a GradScaler's,
-    on overflowing float16 gradients) leaves non-finite gradients behind that no one
-    stopped on.
+    `at_end`, when given, is called once the script ended, its own way (not stopped by
+    the doctor or a signal), while what it held is still alive: the frames of the
+    exception's traceback after an error (the optimizer a function's loop built), and
+    what its code held, in a `ScriptEnd` (a loss it computed, found not finite and
+    stopped on before any `backward()`).
     """
     saved_argv, saved_path, launched = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [path, *args]
@@ -113,12 +131,12 @@ def run_script(
         # directory still finds its files next to it); the user's paths stay told
         # relative to the folder run from.
         with paths_relative_to(launched):
-            runpy.run_path(os.path.abspath(path), run_name="__main__")
+            namespace = runpy.run_path(os.path.abspath(path), run_name="__main__")
+            _ended(at_end, False, held=tuple(namespace.values()))
     except TrainingStopped:
         return ScriptOutcome(stopped=True)
     except SystemExit as exit_:
-        if exit_.code not in (None, 0):
-            _ended(at_end)
+        _ended(at_end, exit_.code not in (None, 0), exit_)
         return exit_outcome(exit_.code)
     except KeyboardInterrupt as interrupt:
         print_user_traceback(interrupt)
@@ -128,7 +146,7 @@ def run_script(
         return ScriptOutcome(interrupted=terminated.signum)
     except BaseException as error:  # the user's own crash: report it, never hide it
         print_user_traceback(error)
-        _ended(at_end)
+        _ended(at_end, True, error)
         return ScriptOutcome(error=f"{type(error).__name__}: {error}")
     finally:
         sys.argv, sys.path = saved_argv, saved_path
@@ -136,13 +154,21 @@ def run_script(
     return ScriptOutcome()
 
 
-def _ended(at_end: Callable[[], None] | None) -> None:
-    """Call `at_end` (the doctor's look at how the script left things): its own failure
-    is said, never raised over the script's outcome."""
+def _ended(
+    at_end: Callable[[ScriptEnd], None] | None,
+    error: bool,
+    raised: BaseException | None = None,
+    held: tuple[object, ...] = (),
+) -> None:
+    """Call `at_end` (the doctor's look at how the script left things) with what the
+    script held (`held`, or the values of the user's frames `raised` unwound): its own
+    failure is said, never raised over the script's outcome."""
     if at_end is None:
         return
+    if raised is not None:
+        held = _held_in(raised.__traceback__)
     try:
-        at_end()
+        at_end(ScriptEnd(error, held))
     except TrainingStopped:
         pass
     except Exception as error:  # never let the doctor's analysis change the script's outcome
@@ -151,6 +177,20 @@ def _ended(at_end: Callable[[], None] | None) -> None:
             f"({type(error).__name__}: {error})",
             file=sys.stderr,
         )
+
+
+def _held_in(trace: TracebackType | None) -> tuple[object, ...]:
+    """The values the user's frames of a traceback hold, innermost first, each once."""
+    frames = []
+    while trace is not None:
+        if is_user_file(trace.tb_frame.f_code.co_filename):
+            frames.append(trace.tb_frame)
+        trace = trace.tb_next
+    seen: dict[int, object] = {}
+    for frame in reversed(frames):
+        for value in list(frame.f_locals.values()):
+            seen.setdefault(id(value), value)
+    return tuple(seen.values())
 
 
 def _return_to(folder: str) -> None:

@@ -241,6 +241,9 @@ class Fix:
         stronger: the same remedy a step further (the learning rate lowered another
             decade), placed as its own patch, tried only when this one's trial fails;
             it then stands in for this fix. None when there is no further step.
+        keyword_edits: changes of a keyword argument of a call that spans several
+            lines (a layer built over lines 12-14), which the rule cannot read whole:
+            placed as `edits` where the file is read (`fix_placement`).
     """
 
     family: str
@@ -254,6 +257,25 @@ class Fix:
     trial_setting: tuple[str, float | str] | None = None
     clamped_share: float | None = None
     stronger: Fix | None = None
+    keyword_edits: tuple[KeywordEdit, ...] = ()
+
+
+@dataclass(frozen=True)
+class KeywordEdit:
+    """A keyword argument of the call made by a statement, to be set to a new value.
+
+    Attributes:
+        source: the statement (its first line to its `end_line`).
+        keyword: the argument's name (`activation`).
+        values: the string values it may hold now, one of which it must hold
+            (`("relu",)`): a call passing anything else is left alone.
+        new: the new value as Python source (`'"softplus"'`).
+    """
+
+    source: SourceLine
+    keyword: str
+    values: tuple[str, ...]
+    new: str
 
 
 @dataclass(frozen=True)

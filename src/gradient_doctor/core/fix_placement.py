@@ -8,6 +8,7 @@ but gets no patch, and so can never be marked verified.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import os
@@ -26,6 +27,7 @@ from gradient_doctor.core.knowledge.rewrites import own_update, score_function, 
 from gradient_doctor.core.knowledge.rewrites import xla as xla_rewrite
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
+from gradient_doctor.core.knowledge.source import syntax_edit
 from gradient_doctor.core.knowledge.wording import format_number
 from gradient_doctor.core.patches import (
     PatchError,
@@ -107,6 +109,8 @@ def place_fixes(
             others = _other_lines(fix.edits, root, mine)
             placed = with_edits(fix, (edit, *others), root) if edit is not None else None
             fix = dataclasses.replace(fix, edits=())
+        elif fix.keyword_edits:
+            placed = _keyword_fix(fix, root, mine)
         elif fix.edits:  # edits of lines other than the origin's (the line making its input)
             placed = with_edits(fix, tuple(_other_lines(fix.edits, root, mine)), root)
             placed = placed if placed.patch is not None else None
@@ -138,6 +142,32 @@ def place_fixes(
         for item in finding.not_fixes
     )
     return dataclasses.replace(finding, fixes=tuple(fixes), not_fixes=not_fixes)
+
+
+def _keyword_fix(fix: Fix, root: str, mine: Callable[[str], bool]) -> Fix | None:
+    """`fix` with its keyword changes made edits of the statements they name, or None
+    when one cannot be made (the file not the user's, no call on those lines passing
+    the keyword one of the values it expects)."""
+    edits = []
+    for change in fix.keyword_edits:
+        source = change.source
+        lines = read_lines(os.path.join(root, source.file)) if mine(source.file) else None
+        tree, text = syntax_edit.parse(lines) if lines is not None else (None, [])
+        if tree is None:
+            return None
+        found = [
+            keyword.value
+            for call in syntax_edit.calls_on(tree, source)
+            for keyword in call.keywords
+            if keyword.arg == change.keyword
+            and isinstance(keyword.value, ast.Constant)
+            and keyword.value.value in change.values
+        ]
+        if len(found) != 1:
+            return None
+        edits.append(syntax_edit.replace_node(text, found[0], change.new, source.file))
+    placed = with_edits(dataclasses.replace(fix, keyword_edits=()), tuple(edits), root)
+    return placed if placed.patch is not None else None
 
 
 def _other_lines(edits: tuple[Edit, ...], root: str, mine: Callable[[str], bool]) -> list[Edit]:

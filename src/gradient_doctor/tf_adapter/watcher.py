@@ -32,6 +32,7 @@ from gradient_doctor.core.pipeline import (
 )
 from gradient_doctor.core.records import LAYER_STATS_EVERY, LayerRecord, StepRecord
 from gradient_doctor.core.report import Report
+from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter.hooks.compile_sites import compiled_line
 from gradient_doctor.tf_adapter.hooks.tape_hook import install_tape_hook, uninstall_tape_hook
 from gradient_doctor.tf_adapter.localize.input_scan import input_scale, target_scale
@@ -214,6 +215,25 @@ class Watcher(Adapter):
         reading = self._reading(self.guard.read(fetched_stats), steps, step_base)
         replay = _Replay(replay_call, named_inputs) if reading.failed else None
         return self.session.after_step(reading, replay, batch)
+
+    def stopped_on_loss(
+        self,
+        replay_call: Callable[[], StepCall | None],
+        named_inputs: Callable[[], list[tuple[str, object]]],
+    ) -> Finding | None:
+        """The script stopped itself on a loss it found not finite, before its update:
+        that step failed, and no update was skipped (the script made none)."""
+        reading = StepReading(failed=True, steps=1, skipped=0, updates=0)
+        return self.session.after_step(reading, _Replay(replay_call, named_inputs))
+
+    def script_ended(self, end) -> None:
+        """The script ended its own way (`run_script`'s `at_end`, given a `ScriptEnd`):
+        the step it stopped on, when it stopped on a loss it found not finite."""
+        if self._patches is not None:
+            try:
+                self._patches.script_ended(end.held)
+            except TrainingStopped:  # a failure found there: the session holds it
+                pass
 
     def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:
         """Diagnose an update asked for with `None` gradients (once per group of variables).

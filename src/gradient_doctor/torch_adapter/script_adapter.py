@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from gradient_doctor.cli.script_runner import ScriptEnd
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.gradient_paths import UNLOCATED, PathBreak
@@ -212,12 +213,12 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         failing = self._failing() if self._failing is not None else None
         return failing if failing is not None else super().failing_optimizer()
 
-    def script_ended(self) -> None:
-        """The script stopped itself on an error: check the update it never made (it
-        stopped on gradients it found not finite itself, `UpdateHooks.unmade_update`),
+    def script_ended(self, end: ScriptEnd) -> None:
+        """The script ended its own way: check the update it never made (it stopped on
+        gradients or a loss it found not finite itself, `UpdateHooks.unmade_update`),
         while its optimizers are alive (a function's, in the frames of its exception)."""
         try:
-            self.hooks.unmade_update()
+            self.hooks.unmade_update(end.error, end.held)
         except TrainingStopped:  # a failure found there: the session holds it
             pass
 

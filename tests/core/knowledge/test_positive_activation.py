@@ -95,6 +95,56 @@ def test_a_relu_keras_ran_is_named_softplus_where_its_layer_was_built(make_evide
     assert edit.new_lines == ('h = layers.Dense(4, activation="softplus")(x)',)
 
 
+_LAYER_OVER_LINES = (
+    "import keras\n"
+    "from keras import layers\n\n"
+    "scale_head = layers.Dense(\n"
+    '    4, activation="relu", kernel_initializer="zeros", name="scale"\n'
+    ")\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("script", "patched"),
+    [
+        (
+            _LAYER_OVER_LINES,
+            '+    4, activation="softplus", kernel_initializer="zeros", name="scale"',
+        ),
+        (_LAYER_OVER_LINES.replace('activation="relu"', 'activation="tanh"'), None),
+        (
+            _LAYER_OVER_LINES.replace(', kernel_initializer="zeros"', ""),
+            '+    4, activation="softplus", name="scale"',
+        ),
+    ],
+)
+def test_a_layer_built_over_several_lines_gets_its_activation_keyword_set_there(
+    make_evidence, make_stats, tmp_path, script, patched
+):
+    # The rule sees the statement's first line only: its keyword is set where the file is
+    # read, on the one call of those lines that passes activation="relu" (none: no patch).
+    producer = OpCall(
+        "Relu",
+        SourceLine("heads.py", 4, "scale_head = layers.Dense(", end_line=6),
+        (make_stats(),),
+        "layer_creation",
+    )
+    evidence = _evidence(make_evidence, make_stats, producer=producer)
+    fix = next(f for f in diagnose(evidence).fixes if f.family == "activation_change")
+    assert fix.edits == () and 'activation="softplus"' in fix.code
+    (tmp_path / "heads.py").write_text(script)
+    (placed,) = [
+        f
+        for f in place_fixes(diagnose(evidence).finding(evidence), str(tmp_path)).fixes
+        if f.family == "activation_change"
+    ]
+    if patched is None:
+        assert placed.patch is None
+        return
+    changed = [line for line in placed.patch.splitlines() if line[:1] in "+-" and line[1:2] == " "]
+    assert changed == [patched.replace("+", "-", 1).replace("softplus", "relu"), patched]
+
+
 def test_no_rewrite_for_a_relu_with_settings_or_no_producer(make_evidence, make_stats):
     capped = _relu("s = tf.nn.relu(h, max_value=6.0)", make_stats=make_stats)
     in_a_layer_object = dataclasses.replace(

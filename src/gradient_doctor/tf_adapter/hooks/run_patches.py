@@ -119,6 +119,13 @@ class RunPatches:
         self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
         eager_trace.enable()
 
+    def script_ended(self, held) -> None:
+        """The script ended its own way: when it stopped on a loss it found not finite,
+        before any `tape.gradient` (`if not math.isfinite(float(loss)): sys.exit(1)`,
+        `tf.debugging.check_numerics(loss, ...)`, a `break`), that step is the failing
+        one, run again from its trace (`_check_held_loss`)."""
+        _check_held_loss(self.watcher, held)
+
     def uninstall(self) -> None:
         eager_trace.disable()
         for owner, name, value in reversed(self._saved):
@@ -178,6 +185,42 @@ def _guarded_apply(watcher: Watcher, original_apply):
 
     setattr(apply, GUARDED, True)
     return apply
+
+
+def _check_held_loss(watcher: Watcher, held) -> None:
+    """A loss of the inline eager step in progress, not finite, that the script held when
+    it ended (`held`): the step is read as one that failed, with no update skipped (the
+    script made none), and run again from its trace to the first op that wrote a value
+    that is not finite."""
+    trace = eager_trace.current()
+    if trace is None or trace.closed or trace.dropped:
+        return
+    losses = [value for value in held if _nonfinite_loss(value) and trace.produced([value])]
+    if not losses:
+        return
+    trace = eager_trace.take()
+    named: list = []
+
+    def replay_call():
+        call, found = traced_step(trace, [], [], None, loss=losses[0])
+        named.extend(found)
+        return call
+
+    try:
+        watcher.stopped_on_loss(replay_call, lambda: named)
+    finally:
+        eager_trace.release(trace)
+
+
+def _nonfinite_loss(value) -> bool:
+    """A loss an eager step computed: a floating scalar tensor whose value is not finite."""
+    return (
+        isinstance(value, tf.Tensor)
+        and hasattr(value, "numpy")  # eager: it holds its value
+        and value.dtype.is_floating
+        and value.shape.num_elements() == 1
+        and not bool(tf.reduce_all(tf.math.is_finite(value)))
+    )
 
 
 def _check_eager_update(watcher: Watcher, trace, grads: list, variables: list) -> None:

@@ -73,6 +73,11 @@ class BackwardMarks:
 
         return gradient_function
 
+    def note_loss(self, target) -> None:
+        """A loss the step computed and never differentiated: the script stopped on it."""
+        self.losses.append(target)
+        self.note_window(None)
+
     @contextmanager
     def backward(self, target, window=None) -> Iterator[None]:
         """Mark ops run inside `tape.gradient` as backward; remember the target."""

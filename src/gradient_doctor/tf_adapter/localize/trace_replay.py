@@ -55,7 +55,7 @@ _DATA_SOURCES = frozenset({"IteratorGetNext", "IteratorGetNextSync", "OptionalGe
 
 
 def traced_step(
-    trace: EagerTrace, grads, variables, frame: FrameType | None
+    trace: EagerTrace, grads, variables, frame: FrameType | None, loss=None
 ) -> tuple[StepCall | None, list[tuple[str, object]]]:
     """How to run the traced step again for the replay, and its inputs named.
 
@@ -64,16 +64,19 @@ def traced_step(
         grads: the gradients handed to the update.
         variables: the variables they update.
         frame: the user's frame that made the update (its names name the inputs).
+        loss: for a step that made no update (the script stopped on this loss, not
+            finite, before any `tape.gradient`), that loss; `grads` is then empty.
 
     Returns:
-        (call, named_inputs); call is None when `grads` were not computed inside
-        the trace (the update is not the traced step's).
+        (call, named_inputs); call is None when `grads` (or `loss`) were not computed
+        inside the trace (the update is not the traced step's).
     """
     grads = list(grads)
-    if not grads or not trace.produced(grads):
+    made = grads or ([loss] if loss is not None else [])
+    if not made or not trace.produced(made):
         return None, []
     named = step_inputs(trace, frame)
-    rerun = TracedStepRerun(trace, grads, list(variables))
+    rerun = TracedStepRerun(trace, grads, list(variables), loss)
     # The inputs ride along as the call's arguments: the replay counts them as the
     # step's batch (the rerun itself finds them in the trace).
     return StepCall(rerun, tuple(tensor for _, tensor in named)), named
@@ -86,12 +89,14 @@ class TracedStepRerun:
         trace: the step's trace.
         grads: the gradients the step handed to its update.
         variables: the variables they update.
+        loss: the loss a step that made no update stopped on, or None.
     """
 
-    def __init__(self, trace: EagerTrace, grads: list, variables: list) -> None:
+    def __init__(self, trace: EagerTrace, grads: list, variables: list, loss=None) -> None:
         self._trace = trace
         self._grads = grads
         self._variables = variables
+        self._loss = loss
 
     def __call__(self, *inputs) -> list:
         """Run the step again; `inputs` (its batch) are already in the trace.
@@ -117,7 +122,9 @@ class TracedStepRerun:
             run.close_tapes()
         grads = [run.mapped(g) for g in self._grads]
         recorder = step_context.current_recorder()
-        if recorder is not None:
+        if recorder is not None and self._loss is not None:
+            recorder.note_loss(run.mapped(self._loss))
+        elif recorder is not None:
             recorder.record_gradients(grads, self._variables)
         return grads
 

@@ -35,7 +35,7 @@ import functools
 import math
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -165,6 +165,19 @@ class ManualUpdate:
         for leaf in leaves:
             self._order.setdefault(id(leaf), len(self._order))
         self.param_groups[0]["params"] = sorted(leaves, key=lambda t: self._order[id(t)])
+
+
+def _nonfinite_loss(value: object) -> bool:
+    """A loss the script computed: a floating scalar tensor with an autograd history,
+    holding a value that is not finite."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.grad_fn is not None
+        and value.is_floating_point()
+        and value.numel() == 1
+        and not value.is_meta
+        and not bool(torch.isfinite(value.detach()).all())
+    )
 
 
 def graph_leaves(root: torch.Tensor) -> list[torch.Tensor]:
@@ -333,34 +346,57 @@ class UpdateHooks:
                     parameter.grad.zero_()
         self.listener.after_update(update)
 
-    def unmade_update(self) -> None:
-        """When the script stopped on an error, the update it never made: gradients that
-        `backward()` wrote since the last update and no update applied, because the
-        script stopped first (its own check of them raised,
-        `clip_grad_norm_(error_if_nonfinite=True)`). When they or their losses are not
-        finite, that update is told to the listener as one skipped, for the optimizer
-        built over those parameters (the first, of several, whose gradients are not
-        finite)."""
-        if not self.roots:
+    def unmade_update(self, error: bool, held: Sequence[object] = ()) -> None:
+        """The update the script never made, because it stopped first, when what it
+        stopped on is not finite; told to the listener as one skipped.
+
+        After an error, that is the gradients `backward()` wrote since the last update
+        and no update applied (the script's own check of them raised,
+        `clip_grad_norm_(error_if_nonfinite=True)`), for the optimizer built over those
+        parameters (the first, of several, whose gradients are not finite). Not after a
+        clean end: a step skipped on purpose last (a GradScaler's, on overflowing float16
+        gradients) leaves non-finite gradients behind that no one stopped on.
+
+        After any end, it is a loss the script computed and still holds (`held`: the
+        values of its frames), not finite, with no `backward()` since (it read the loss,
+        found it not finite and stopped: `if not math.isfinite(loss.item()):
+        sys.exit(1)`, or `break`), for the optimizer over the parameters it came from.
+        """
+        if error and self.roots and self._unmade_gradients():
             return
-        for ref in self._built:
-            optimizer = ref()
-            if optimizer is None:
-                continue
+        losses = [(t, {id(leaf) for leaf in graph_leaves(t)}) for t in held if _nonfinite_loss(t)]
+        for optimizer in self._built_optimizers():
+            params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            reaching = [t for t, leaves in losses if leaves & params]
+            if reaching:
+                self.roots = reaching
+                self._tell_unmade(optimizer, check(reaching, []), [], [])
+                return
+
+    def _unmade_gradients(self) -> bool:
+        """Tell the update of the first optimizer whose pending gradients are not finite."""
+        for optimizer in self._built_optimizers():
             params, grads = dense_gradients(optimizer)
             if not grads:
                 continue
             result = check(self.roots, grads, keeps_squares(optimizer))
-            if result.finite:
-                continue
-            index = self.updates
-            self.updates += 1
-            self.listener.before_update(index, optimizer)
-            self.roots = []
-            self.listener.after_update(
-                Update(index, optimizer, result, len(grads), parameters=params, unmade=True)
-            )
-            return
+            if not result.finite:
+                self._tell_unmade(optimizer, result, params, grads)
+                return True
+        return False
+
+    def _built_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers built while the hooks were in, still alive, oldest first."""
+        return [o for o in (ref() for ref in self._built) if o is not None]
+
+    def _tell_unmade(self, optimizer, result: Check, params: list, grads: list) -> None:
+        index = self.updates
+        self.updates += 1
+        self.listener.before_update(index, optimizer)
+        self.roots = []
+        self.listener.after_update(
+            Update(index, optimizer, result, len(grads), parameters=params, unmade=True)
+        )
 
     def _pre_hook(self, optimizer, args, kwargs) -> tuple | None:
         self._optimizers_built = max(self._optimizers_built, 1)  # one built before install

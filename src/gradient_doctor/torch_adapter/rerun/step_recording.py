@@ -27,6 +27,7 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 
+from gradient_doctor.cli.script_runner import ScriptEnd
 from gradient_doctor.errors import DoctorError, TrainingStopped
 from gradient_doctor.torch_adapter.dump.step_tape import TapedRecorder
 from gradient_doctor.torch_adapter.dump.tape_files import TAPE_ERROR, write_tape
@@ -108,12 +109,12 @@ class StepRecording(UpdateListener):
             handle.remove()
         self.hooks.uninstall()
 
-    def script_ended(self) -> None:
-        """The script stopped on an error before its update `failing`: that update, one
-        the script never made on gradients it found not finite itself, is recorded as
-        the run found it (`UpdateHooks.unmade_update`)."""
+    def script_ended(self, end: ScriptEnd) -> None:
+        """The script ended before its update `failing`: that update, one the script
+        never made on gradients or a loss it found not finite itself, is recorded as the
+        run found it (`UpdateHooks.unmade_update`)."""
         try:
-            self.hooks.unmade_update()
+            self.hooks.unmade_update(end.error, end.held)
         except StepRecorded:
             pass
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 
 from gradient_doctor.core.evidence import Evidence, OpCall
-from gradient_doctor.core.findings import Edit, Fix
+from gradient_doctor.core.findings import Edit, Fix, KeywordEdit
 from gradient_doctor.core.knowledge.source.calls import find_call, find_method_call, replace_span
 
 # Op types of activations that are exactly zero on half their inputs, and the calls that
@@ -43,11 +43,35 @@ def positive_activation(
     `argument`; `generic` when no such call is known."""
     producers = evidence.input_producers
     producer = producers[argument] if argument < len(producers) else None
+    if producer is not None and _spans_lines(producer):
+        layer = _layer_activation_keyword(producer)
+        return generic if layer is None else layer
     edit = _softplus_edit(producer) if producer is not None else None
     if edit is None:
         return generic
     title = CLAMP_TITLE if producer.op in ZERO_CLAMP_CALLS else TITLE
     return Fix("activation_change", title, edit.new_lines[0], edits=(edit,))
+
+
+def _spans_lines(producer: OpCall) -> bool:
+    source = producer.source
+    return source.end_line is not None and source.end_line > source.line
+
+
+def _layer_activation_keyword(producer: OpCall) -> Fix | None:
+    """For a library layer's relu built by a statement over several lines, the fix
+    setting its `activation` keyword to softplus there (placed where the file is read);
+    None for any other producer."""
+    names = ZERO_FLOOR_CALLS.get(producer.op)
+    if names is None or producer.source_kind != "layer_creation":
+        return None
+    source = producer.source
+    change = KeywordEdit(source, "activation", names, '"softplus"')
+    code = (
+        f'activation="softplus"  # in place of activation="relu", in the layer built at '
+        f"{source.file}:{source.line}"
+    )
+    return Fix("activation_change", TITLE, code, keyword_edits=(change,))
 
 
 def _softplus_edit(producer: OpCall) -> Edit | None:

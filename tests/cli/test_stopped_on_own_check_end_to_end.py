@@ -1,0 +1,87 @@
+"""End to end through the real CLI: TensorFlow eager loops that stop themselves on a loss
+they found not finite, before any `tape.gradient` (`tf.debugging.check_numerics`, which
+raises; a `break` at module level, which ends cleanly), so no gradient is ever checked.
+The loss the script held when it ended is found, its step replayed from its trace, and
+the first op to write a non-finite value named, with a patch that holds when applied."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, line_of, run_doctor
+
+pytestmark = pytest.mark.slow
+
+
+def _run_in_copy(name: str, tmp_path: Path):
+    """The doctor's run of `tests/scripts/<name>` copied alone into a folder."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(ROOT / "tests/scripts" / name, folder / name)
+    return run_doctor(name, tmp=tmp_path, cwd=folder), folder
+
+
+def _patched_run(fix: dict, name: str, folder: Path, tmp_path: Path) -> str:
+    """What the script prints, run plainly with `fix`'s patch applied (`patch -p1`)."""
+    copy = tmp_path / "patched"
+    copy.mkdir()
+    shutil.copy(folder / name, copy / name)
+    subprocess.run(["patch", "-p1", "--batch"], input=fix["patch"], text=True, cwd=copy, check=True)
+    done = subprocess.run(
+        [sys.executable, name], cwd=copy, capture_output=True, text=True, timeout=300
+    )
+    return done.stdout
+
+
+def test_check_numerics_on_the_loss_is_diagnosed_and_the_safe_division_holds(tmp_path):
+    name = "inline_eager_check_numerics_exit.py"
+    run, folder = _run_in_copy(name, tmp_path)
+    assert run.exit_code == 1
+    assert "weighted loss : Tensor had Inf values" in run.stderr  # the script's own error
+    assert run.report["script_error"].startswith("InvalidArgumentError")
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "forward_domain",
+        "forward",
+        7,  # the 8th batch of the first epoch: the stuck sensor's rows
+    )
+    assert origin["op"] == "RealDiv"
+    code = "loss = tf.reduce_mean(tf.square(prediction - y) / spread)"
+    assert origin["line"] == line_of(f"tests/scripts/{name}", code)
+    assert origin["inputs"][1]["zeros"] == 32
+    assert problem["skipped_updates"] == 0
+    fix = problem["fixes"][0]
+    assert fix["family"] == "safe_div"
+    printed = _patched_run(fix, name, folder, tmp_path)
+    assert "epoch 2 batch 9 loss" in printed and "nan" not in printed, printed[-500:]
+
+
+def test_a_module_loop_that_breaks_on_nan_gets_softplus_where_its_layer_is_built(tmp_path):
+    # The variance head is a relu built over three lines (as a formatter writes it): the
+    # patch sets its `activation` keyword there; a guard at the log alone would leave the
+    # root beside it at 0 (its gradient infinite).
+    name = "inline_eager_breaks_on_nan.py"
+    run, folder = _run_in_copy(name, tmp_path)
+    assert "loss is not finite, stopping" in run.stdout
+    assert run.exit_code == 1 and run.report["status"] == "problem"
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "forward_domain",
+        "forward",
+        4,
+    )
+    assert (origin["op"], origin["line"]) == (
+        "Log",
+        line_of(f"tests/scripts/{name}", "kl = -0.5 * tf.reduce_mean(1 + tf.math.log(variance)"),
+    )
+    fix = problem["fixes"][0]
+    assert fix["family"] == "activation_change"
+    assert '-    4, activation="relu", kernel_initializer="zeros"' in fix["patch"]
+    assert '+    4, activation="softplus", kernel_initializer="zeros"' in fix["patch"]
+    printed = _patched_run(fix, name, folder, tmp_path)
+    assert "step 39 loss" in printed and "nan" not in printed, printed[-500:]
