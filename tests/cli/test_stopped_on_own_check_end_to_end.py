@@ -85,3 +85,23 @@ def test_a_module_loop_that_breaks_on_nan_gets_softplus_where_its_layer_is_built
     assert '+    4, activation="softplus", kernel_initializer="zeros"' in fix["patch"]
     printed = _patched_run(fix, name, folder, tmp_path)
     assert "step 39 loss" in printed and "nan" not in printed, printed[-500:]
+
+
+def test_enable_check_numerics_is_left_to_the_doctor_which_names_the_op(tmp_path):
+    # Turned on, it would stop at the doctor's own first read of the failing step's
+    # values, before any report is written. It is left off, said so, and the op named.
+    name = "fit_enable_check_numerics.py"
+    run, folder = _run_in_copy(name, tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert "enable_check_numerics() is left off while the doctor watches" in run.stderr
+    assert "Detected Infinity or NaN" not in run.stderr
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["step"], origin["op"], origin["layer"]) == (
+        "forward_domain",
+        10,  # the 11th batch: the padding rows
+        "RealDiv",
+        "row_normalize",
+    )
+    assert origin["line"] == line_of(f"tests/scripts/{name}", "return rows / tf.norm(rows")
+    assert problem["fixes"][0]["family"] == "safe_norm"

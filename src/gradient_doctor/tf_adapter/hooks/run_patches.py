@@ -117,6 +117,7 @@ class RunPatches:
 
         self._replace(keras.Model, "fit", fit)
         self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
+        self._replace(tf.debugging, "enable_check_numerics", _check_numerics_left_to_the_doctor)
         eager_trace.enable()
 
     def script_ended(self, held) -> None:
@@ -134,6 +135,24 @@ class RunPatches:
             else:
                 setattr(owner, name, value)
         self._saved.clear()
+
+
+def _check_numerics_left_to_the_doctor(*args, **kwargs) -> None:
+    """`tf.debugging.enable_check_numerics()`, not turned on while the doctor watches.
+
+    It would raise at the first op anywhere that writes a NaN or an infinity, the
+    doctor's own reads of a failing step's values included, before the doctor could
+    name the op or write its reports. The doctor stops at the first non-finite loss or
+    gradient, before it reaches the weights, and names the op that made it. (Values
+    that never reach the loss or a gradient, which it would also stop on, do not stop
+    a watched run.)"""
+    print(
+        "gradient-doctor: tf.debugging.enable_check_numerics() is left off while the "
+        "doctor watches: the doctor stops at the first non-finite loss or gradient itself "
+        "and names the op that made it (run your script without the doctor to use it)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _watched_train_on_batch(watcher: Watcher):
