@@ -105,3 +105,28 @@ def test_enable_check_numerics_is_left_to_the_doctor_which_names_the_op(tmp_path
     )
     assert origin["line"] == line_of(f"tests/scripts/{name}", "return rows / tf.norm(rows")
     assert problem["fixes"][0]["family"] == "safe_norm"
+
+
+def test_check_numerics_inside_a_compiled_step_method_is_diagnosed_and_tried(tmp_path):
+    # The check is in the step's graph: the replay and the trials run the step's Python
+    # method traced afresh with the check handing its tensor on, so the guard reads it.
+    name = "trainer_class_check_numerics.py"
+    run, folder = _run_in_copy(name, tmp_path)
+    assert run.exit_code == 1
+    assert "poisson loss : Tensor had NaN values" in run.stderr  # the script's own error
+    assert run.report["script_error"].startswith("InvalidArgumentError")
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"], origin["op"]) == (
+        "forward_domain",
+        "forward",
+        5,  # the batch far outside the rest
+        "Log",
+    )
+    code = "log_likelihood = counts * tf.math.log(rate) - rate"
+    assert origin["line"] == line_of(f"tests/scripts/{name}", code)
+    assert origin["inputs"][0]["min"] < 0
+    fix = problem["fixes"][0]
+    assert (fix["family"], fix["verified"]) == ("safe_log", True), fix["evidence"]
+    printed = _patched_run(fix, name, folder, tmp_path)
+    assert "epoch 2 step 7 loss" in printed and "nan" not in printed, printed[-500:]

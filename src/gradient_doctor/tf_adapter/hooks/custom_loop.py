@@ -10,6 +10,10 @@ import tensorflow as tf
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.input_scan import named_leaves
+from gradient_doctor.tf_adapter.localize.replay import (
+    numerics_checks_passed_through,
+    stopped_by_numerics_check,
+)
 from gradient_doctor.tf_adapter.localize.replica_steps import ReplicaSteps, watching_replicas
 from gradient_doctor.tf_adapter.localize.step_context import StepCall, StepScope, step_scope
 from gradient_doctor.tf_adapter.step.random_draws import RandomDraws
@@ -63,7 +67,13 @@ def call_watched_step(
     scope = StepScope(call=StepCall(fn, args, kwargs), draws=draws)
     with step_scope(scope), watching_replicas(replicas, scope):
         watcher.before_step()
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except tf.errors.InvalidArgumentError as error:
+            updates = scope.applied or getattr(marker, "_gradient_doctor_updates", False)
+            if updates and replicas.fn is None and stopped_by_numerics_check(error):
+                _stopped_by_own_check(watcher, fn, args, kwargs, draws, signature_of, traceable)
+            raise  # the script's own error, after the step it stopped was diagnosed
     if scope.applied:
         marker._gradient_doctor_updates = True
     if not getattr(marker, "_gradient_doctor_updates", False):
@@ -89,6 +99,30 @@ def call_watched_step(
     if finding is not None and watcher.stop_on_problem:
         raise TrainingStopped(finding)
     return result
+
+
+def _stopped_by_own_check(watcher, fn, args, kwargs, draws, signature_of, traceable) -> None:
+    """The step's own numerics check raised (`tf.debugging.check_numerics` on a NaN):
+    the guard never read it, so it is diagnosed here, as a step that made no update.
+
+    The check is in the step's compiled graph, where it would stop the replay and the
+    fix trials at the same values: they run a function traced afresh from the step's
+    Python function while the checks hand their tensor on
+    (`numerics_checks_passed_through`), so that the guard reads the step instead."""
+    traceable = getattr(fn, "python_function", None) or traceable
+    if traceable is None:
+        return
+    watcher.compiled_by = traceable
+    unchecked = tf.function(traceable)
+
+    def replay_call():
+        return StepCall(unchecked, args, kwargs, traceable, draws=draws.restore())
+
+    def named():
+        return argument_names(signature_of or fn, args, kwargs)
+
+    with numerics_checks_passed_through():
+        watcher.stopped_on_loss(replay_call, named)
 
 
 class WatchedStep:

@@ -303,11 +303,44 @@ def _instrumented(recorder: _Recorder) -> Iterator[None]:
             gradient_functions_marked(recorder),
             step_context.recording(recorder),
             _watch_numpy_exits(recorder),
+            numerics_checks_passed_through(),
         ):
             yield
     finally:
         op_callbacks.remove_op_callback(recorder.on_op)
         tf.config.run_functions_eagerly(was_eager)
+
+
+# The step's own checks of its values, which raise on a NaN or an infinity: in a replay
+# they hand their tensor on, so that it runs to the gradients and update it is replayed
+# for (a step stopped by its own check is replayed to find what made the value).
+_NUMERICS_CHECKS = ("check_numerics", "assert_all_finite")
+
+
+@contextmanager
+def numerics_checks_passed_through() -> Iterator[None]:
+    """`tf.debugging.check_numerics` and `assert_all_finite` return their tensor unchecked
+    while the block runs."""
+
+    def passed_through(tensor, *args, **kwargs):
+        return tensor
+
+    saved = {name: getattr(tf.debugging, name) for name in _NUMERICS_CHECKS}
+    for name in _NUMERICS_CHECKS:
+        setattr(tf.debugging, name, passed_through)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(tf.debugging, name, function)
+
+
+def stopped_by_numerics_check(error: BaseException) -> bool:
+    """Whether `error` is a numerics check's (`tf.debugging.check_numerics`, which says
+    "Tensor had NaN values" or "Tensor had Inf values"): the step found one itself."""
+    return isinstance(error, tf.errors.InvalidArgumentError) and (
+        "Tensor had NaN values" in str(error) or "Tensor had Inf values" in str(error)
+    )
 
 
 def replay_step(call: StepCall, ran: bool = True) -> ReplayResult:
