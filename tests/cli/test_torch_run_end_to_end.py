@@ -617,3 +617,27 @@ def test_a_module_loop_that_breaks_on_a_nan_loss_is_diagnosed(torch_run):
         line_of(f"{SCRIPTS}/{name}", "probs = torch.exp(scores) / torch.exp(scores).sum("),
     )
     assert origin["inputs"][0]["max"] > 88.72 and origin["outputs"][0]["inf"] > 0
+
+
+def test_anomaly_mode_is_left_to_the_doctor_which_names_the_root_and_its_fix(
+    torch_run, tmp_path
+):
+    # Turned on, anomaly mode stops the run inside backward(), before the update the
+    # doctor checks. Left off (said so), the doctor names the root's backward.
+    name = "anomaly_mode_pair_spread.py"
+    run, folder = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert "anomaly detection is left off while the doctor watches" in run.stderr
+    assert "returned nan values" not in run.stderr
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "backward_singularity",
+        "backward",
+        3,  # the constant block's batch
+    )
+    assert origin["gradient_of"] == "sqrt"
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", "spread = torch.sqrt(centred.pow(2)")
+    fix = problem["fixes"][0]
+    assert fix["family"] == "safe_sqrt"
+    _patch_holds(fix, name, folder, tmp_path)

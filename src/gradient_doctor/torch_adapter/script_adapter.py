@@ -37,6 +37,7 @@ from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
 from gradient_doctor.torch_adapter.dump.crash_dump import TorchCrashDump
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
+from gradient_doctor.torch_adapter.hooks.anomaly_mode import AnomalyModeLeftOff
 from gradient_doctor.torch_adapter.hooks.script_hooks import (
     ManualUpdate,
     Update,
@@ -137,10 +138,13 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         # The models are found as their forward runs (module_stats' hooks).
         schedule = None if sample_every is None else SampleSchedule.fixed(sample_every)
         self.stats = ModuleStats(lambda: self.optimizers, schedule=schedule)
+        self.anomaly_mode = AnomalyModeLeftOff()
 
     def install(self) -> None:
-        """The start a rerun repeats (taken right before the script runs), then the hooks;
-        the first step's forward is sampled."""
+        """Anomaly mode left off, the start a rerun repeats (taken right before the
+        script runs, so that its fork finds anomaly mode off too), then the hooks; the
+        first step's forward is sampled."""
+        self.anomaly_mode.install()
         self.reruns = StepReruns(self.script, self.args)
         self.sites.install()
         self.hooks.install()
@@ -154,6 +158,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         if self.reruns is not None:
             self.reruns.close()
             self.reruns = None
+        self.anomaly_mode.uninstall()
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:

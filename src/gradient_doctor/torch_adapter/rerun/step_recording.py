@@ -31,6 +31,7 @@ from gradient_doctor.cli.script_runner import ScriptEnd
 from gradient_doctor.errors import DoctorError, TrainingStopped
 from gradient_doctor.torch_adapter.dump.step_tape import TapedRecorder
 from gradient_doctor.torch_adapter.dump.tape_files import TAPE_ERROR, write_tape
+from gradient_doctor.torch_adapter.hooks.anomaly_mode import AnomalyModeLeftOff
 from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.localize.gradient_paths import PathRecorder, missing_gradients
 from gradient_doctor.torch_adapter.localize.module_scope import (
@@ -82,6 +83,7 @@ class StepRecording(UpdateListener):
         self.paths = paths
         self.tape = tape
         self.hooks = UpdateHooks(self)
+        self.anomaly_mode = AnomalyModeLeftOff()  # as in the run (`ScriptAdapter`)
         self.recorder: OpRecorder | None = None
         self._roots: list[torch.nn.Module] = []  # modules first called at depth 0
         self._depth = 0
@@ -95,6 +97,7 @@ class StepRecording(UpdateListener):
     def install(self) -> None:
         """The update hooks and the search for root modules; the window opens now for a
         failing first step."""
+        self.anomaly_mode.install()
         self.hooks.install()
         self._handles = [
             register_module_forward_pre_hook(self._entered),
@@ -108,6 +111,7 @@ class StepRecording(UpdateListener):
         for handle in self._handles:
             handle.remove()
         self.hooks.uninstall()
+        self.anomaly_mode.uninstall()
 
     def script_ended(self, end: ScriptEnd) -> None:
         """The script ended before its update `failing`: that update, one the script
