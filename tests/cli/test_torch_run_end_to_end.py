@@ -619,9 +619,7 @@ def test_a_module_loop_that_breaks_on_a_nan_loss_is_diagnosed(torch_run):
     assert origin["inputs"][0]["max"] > 88.72 and origin["outputs"][0]["inf"] > 0
 
 
-def test_anomaly_mode_is_left_to_the_doctor_which_names_the_root_and_its_fix(
-    torch_run, tmp_path
-):
+def test_anomaly_mode_is_left_to_the_doctor_which_names_the_root_and_its_fix(torch_run, tmp_path):
     # Turned on, anomaly mode stops the run inside backward(), before the update the
     # doctor checks. Left off (said so), the doctor names the root's backward.
     name = "anomaly_mode_pair_spread.py"
