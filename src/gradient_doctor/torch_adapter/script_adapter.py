@@ -36,8 +36,8 @@ from gradient_doctor.core.trial_plans import TrialPlan
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
 from gradient_doctor.torch_adapter.dump.crash_dump import TorchCrashDump
-from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.anomaly_mode import AnomalyModeLeftOff
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.script_hooks import (
     ManualUpdate,
     Update,
