@@ -1,8 +1,10 @@
-"""End to end through the real CLI: TensorFlow eager loops that stop themselves on a loss
-they found not finite, before any `tape.gradient` (`tf.debugging.check_numerics`, which
-raises; a `break` at module level, which ends cleanly), so no gradient is ever checked.
-The loss the script held when it ended is found, its step replayed from its trace, and
-the first op to write a non-finite value named, with a patch that holds when applied."""
+"""End to end through the real CLI: TensorFlow scripts whose own checks stop or skip a step
+whose loss is not finite, before any `tape.gradient` (`tf.debugging.check_numerics`,
+which raises, in an eager loop or a compiled step; a `break` at module level, which ends
+cleanly; `tf.math.is_nan` and `continue`), so no gradient is ever checked. The step is
+found where the script stopped (its test, or the loss it held when it ended), replayed,
+and the first op to write a non-finite value named, with a patch that holds when
+applied. And `enable_check_numerics()`, left to the doctor."""
 
 import shutil
 import subprocess
@@ -61,9 +63,11 @@ def test_check_numerics_on_the_loss_is_diagnosed_and_the_safe_division_holds(tmp
 
 
 def test_a_module_loop_that_breaks_on_nan_gets_softplus_where_its_layer_is_built(tmp_path):
-    # The variance head is a relu built over three lines (as a formatter writes it): the
-    # patch sets its `activation` keyword there; a guard at the log alone would leave the
-    # root beside it at 0 (its gradient infinite).
+    # The loop breaks on `not np.isfinite(float(loss))` (no test the doctor follows): the
+    # loss it holds at its clean end is found. The variance head is a relu built over
+    # three lines (as a formatter writes it): the patch sets its `activation` keyword
+    # there; a guard at the log alone would leave the root beside it at 0 (its gradient
+    # infinite).
     name = "inline_eager_breaks_on_nan.py"
     run, folder = _run_in_copy(name, tmp_path)
     assert "loss is not finite, stopping" in run.stdout
@@ -130,3 +134,46 @@ def test_check_numerics_inside_a_compiled_step_method_is_diagnosed_and_tried(tmp
     assert (fix["family"], fix["verified"]) == ("safe_log", True), fix["evidence"]
     printed = _patched_run(fix, name, folder, tmp_path)
     assert "epoch 2 step 7 loss" in printed and "nan" not in printed, printed[-500:]
+
+
+def test_a_loop_that_drops_nan_batches_is_stopped_at_its_own_test(tmp_path):
+    # `if tf.math.is_nan(loss): continue` drops the batch and trains on, ending with no
+    # error; the doctor stops at that test and names the division.
+    name = "inline_eager_skips_nan_batches.py"
+    run, folder = _run_in_copy(name, tmp_path)
+    assert run.exit_code == 1 and run.report["status"] == "problem"
+    assert "dropped" not in run.stdout  # stopped in the first epoch, at the test
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["step"], origin["op"]) == ("forward_domain", 3, "RealDiv")
+    assert origin["line"] == line_of(f"tests/scripts/{name}", "return -tf.reduce_mean(dot / norms)")
+    assert problem["skipped_updates"] == 0
+    fix = problem["fixes"][0]
+    assert fix["family"] == "safe_div"
+    printed = _patched_run(fix, name, folder, tmp_path)
+    assert "epoch 2 loss" in printed and "dropped 0" in printed, printed[-500:]
+
+
+def test_check_numerics_in_a_lazily_built_model_that_fit_trains_hands_its_tensor_on(tmp_path):
+    # In Keras's compiled loop a raising check leaves no batch to replay: the step `fit`
+    # runs is traced with the check handing its tensor on (said once), so the guard stops
+    # the step, and the trials trace it the same way.
+    name = "fit_subclassed_check_numerics.py"
+    run, folder = _run_in_copy(name, tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert "check_numerics in the step `fit` runs hands its tensor on" in run.stderr
+    assert "Tensor had NaN values" not in run.stderr
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["step"], origin["op"], origin["layer"]) == (
+        "forward_domain",
+        6,  # the batch of padding-only sequences
+        "RealDiv",
+        "masked_pooling",
+    )
+    code = "pooled = tf.reduce_sum(weights * tokens, axis=1) / tf.reduce_sum(weights, axis=1)"
+    assert origin["line"] == line_of(f"tests/scripts/{name}", code)
+    fix = problem["fixes"][0]
+    assert (fix["family"], fix["verified"]) == ("safe_div", True), fix["evidence"]
+    printed = _patched_run(fix, name, folder, tmp_path)
+    assert "Epoch 2/2" in printed and "nan" not in printed, printed[-800:]

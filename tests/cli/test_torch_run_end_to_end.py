@@ -574,13 +574,14 @@ def test_an_engine_that_exits_on_a_nonfinite_loss_item_is_diagnosed_and_its_patc
     torch_run, tmp_path
 ):
     # MAE's and DeiT's engines read the loss with `.item()` and `sys.exit(1)` before any
-    # `backward()`: no gradient is ever checked. The loss the script held when it exited
-    # is: its step is replayed and the first op to write NaN named, in the forward.
+    # `backward()`: no gradient is ever checked. Their own test of it
+    # (`math.isfinite(loss_value)`) finds it not finite: training stops right there, its
+    # step replayed and the first op to write NaN named, in the forward.
     name = "pixel_norm_pretraining_exits.py"
     run, folder = torch_run(name, confirm="never")
     assert run.exit_code == 1
-    assert "Loss is nan, stopping training" in run.stdout
-    assert run.report["script_error"] == "SystemExit: 1"
+    assert "Loss is nan, stopping training" not in run.stdout  # stopped at the test
+    assert run.report["status"] == "problem" and "script_error" not in run.report
     (problem,) = run.report["problems"]
     origin = problem["origin"]
     assert (problem["category"], problem["phase"], problem["step"]) == (
@@ -599,8 +600,9 @@ def test_an_engine_that_exits_on_a_nonfinite_loss_item_is_diagnosed_and_its_patc
 
 
 def test_a_module_loop_that_breaks_on_a_nan_loss_is_diagnosed(torch_run):
-    # The loop `break`s on a NaN loss and the script ends cleanly (status 0): the loss it
-    # still holds in its globals is found, its step replayed.
+    # The loop `break`s on a NaN loss (`loss != loss`, no test the doctor follows) and the
+    # script ends cleanly (status 0): the loss it still holds in its globals is found,
+    # its step replayed.
     name = "module_loop_breaks_on_nan.py"
     run, folder = torch_run(name, confirm="never")
     assert "loss is nan, stopping" in run.stdout
@@ -639,3 +641,25 @@ def test_anomaly_mode_is_left_to_the_doctor_which_names_the_root_and_its_fix(tor
     fix = problem["fixes"][0]
     assert fix["family"] == "safe_sqrt"
     _patch_holds(fix, name, folder, tmp_path)
+
+
+def test_a_loop_that_skips_nonfinite_batches_is_stopped_at_its_own_test(torch_run, tmp_path):
+    # `if torch.isnan(loss): continue` skips the batch and trains on: without the doctor
+    # the run ends with no error. Its own test finding the loss NaN is the failing step.
+    name = "skips_nonfinite_batches.py"
+    run, folder = torch_run(name, confirm="never")
+    assert "skipped 1" in _plain(folder / name, folder)  # the run the author sees
+    assert run.exit_code == 1 and run.report["status"] == "problem"
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"], origin["op"]) == (
+        "forward_domain",
+        "forward",
+        4,  # the fifth batch: the all-zero rows
+        "div",
+    )
+    assert origin["layer"] == "Regressor"
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", "return self.body(features / norms)")
+    fix = problem["fixes"][0]
+    _patch_holds(fix, name, folder, tmp_path)
+    assert "skipped 0" in _plain(tmp_path / "copy" / name, tmp_path / "copy")

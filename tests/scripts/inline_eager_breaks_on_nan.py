@@ -24,7 +24,7 @@ for step in range(40):
         reconstruction = decoder(z)
         kl = -0.5 * tf.reduce_mean(1 + tf.math.log(variance) - mean**2 - variance)
         loss = tf.reduce_mean(tf.square(reconstruction - batch)) + 0.01 * kl
-    if tf.math.is_nan(loss) or tf.math.is_inf(loss):
+    if not np.isfinite(float(loss)):
         print("loss is not finite, stopping")
         break
     weights = [*encoder.trainable_variables, *variance_head.trainable_variables]

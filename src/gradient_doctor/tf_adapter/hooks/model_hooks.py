@@ -8,6 +8,7 @@ import warnings
 import tensorflow as tf
 
 from gradient_doctor.tf_adapter.localize.input_scan import keras_batch_names
+from gradient_doctor.tf_adapter.localize.replay import numerics_checks_passed_through
 from gradient_doctor.tf_adapter.localize.step_context import StepCall, StepScope, step_scope
 from gradient_doctor.tf_adapter.step.batch_stash import BatchStash
 from gradient_doctor.tf_adapter.step.doctor_variables import doctor_variable
@@ -72,7 +73,9 @@ class ModelHook:
                 StepScope(
                     batch=data, stash=self.stash, draws=self.draws, call=call, step_index=index
                 )
-            ) as scope:
+            ) as scope, numerics_checks_passed_through(announce=True):
+                # Traced with the model's own numerics checks handing their tensor on:
+                # the guard, not a check raising inside Keras's loop, stops the step.
                 logs = self.original_train_step(data)
             self.steps_counter.assign_add(1)
             if isinstance(logs, dict) and scope.applied:

@@ -9,6 +9,7 @@ import sys
 import keras
 import tensorflow as tf
 
+from gradient_doctor.core.finiteness_tests import FinitenessTests, TensorTests
 from gradient_doctor.core.source_frames import is_user_file, user_frame, user_line
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter._tf_internals import (
@@ -49,6 +50,9 @@ class RunPatches:
     def __init__(self, watcher: Watcher) -> None:
         self.watcher = watcher
         self._saved: list[tuple[object, str, object]] = []
+        # The script's own finiteness tests: one that finds the loss of the eager step
+        # in progress not finite ends that step there, before the script skips or stops.
+        self._tests = FinitenessTests(functools.partial(_tested_loss, watcher), _TESTS)
 
     def _replace(self, owner, name: str, value) -> None:
         self._saved.append((owner, name, owner.__dict__.get(name, _INHERITED)))
@@ -118,6 +122,7 @@ class RunPatches:
         self._replace(keras.Model, "fit", fit)
         self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
         self._replace(tf.debugging, "enable_check_numerics", _check_numerics_left_to_the_doctor)
+        self._tests.install()
         eager_trace.enable()
 
     def script_ended(self, held) -> None:
@@ -129,6 +134,7 @@ class RunPatches:
 
     def uninstall(self) -> None:
         eager_trace.disable()
+        self._tests.uninstall()
         for owner, name, value in reversed(self._saved):
             if value is _INHERITED:
                 delattr(owner, name)
@@ -206,17 +212,44 @@ def _guarded_apply(watcher: Watcher, original_apply):
     return apply
 
 
-def _check_held_loss(watcher: Watcher, held) -> None:
+def _tested_loss(watcher: Watcher, held) -> None:
+    """The script's own test found `held` (its loss, or its caller's values) not finite:
+    the step in progress ends there, training stops as at an update."""
+    finding = _check_held_loss(watcher, held)
+    if finding is not None and watcher.stop_on_problem:
+        raise TrainingStopped(finding)
+
+
+def _eager_scalar(value) -> bool:
+    """An eager floating scalar tensor (it holds its value): a loss, maybe."""
+    return (
+        isinstance(value, tf.Tensor)
+        and hasattr(value, "numpy")
+        and value.dtype.is_floating
+        and value.shape.num_elements() == 1
+    )
+
+
+# TensorFlow's finiteness tests (graph tensors, traced inside a function, are passed over).
+_TESTS = TensorTests(
+    tests=tuple((tf.math, name, name == "is_finite") for name in ("is_nan", "is_inf", "is_finite")),
+    loss_like=_eager_scalar,
+    true=lambda answer: bool(tf.reduce_all(answer)),
+    is_user=is_user_file,
+)
+
+
+def _check_held_loss(watcher: Watcher, held):
     """A loss of the inline eager step in progress, not finite, that the script held when
     it ended (`held`): the step is read as one that failed, with no update skipped (the
     script made none), and run again from its trace to the first op that wrote a value
-    that is not finite."""
+    that is not finite; the finding, or None when `held` holds no such loss."""
     trace = eager_trace.current()
     if trace is None or trace.closed or trace.dropped:
-        return
+        return None
     losses = [value for value in held if _nonfinite_loss(value) and trace.produced([value])]
     if not losses:
-        return
+        return None
     trace = eager_trace.take()
     named: list = []
 
@@ -226,20 +259,14 @@ def _check_held_loss(watcher: Watcher, held) -> None:
         return call
 
     try:
-        watcher.stopped_on_loss(replay_call, lambda: named)
+        return watcher.stopped_on_loss(replay_call, lambda: named)
     finally:
         eager_trace.release(trace)
 
 
 def _nonfinite_loss(value) -> bool:
     """A loss an eager step computed: a floating scalar tensor whose value is not finite."""
-    return (
-        isinstance(value, tf.Tensor)
-        and hasattr(value, "numpy")  # eager: it holds its value
-        and value.dtype.is_floating
-        and value.shape.num_elements() == 1
-        and not bool(tf.reduce_all(tf.math.is_finite(value)))
-    )
+    return _eager_scalar(value) and not bool(tf.reduce_all(tf.math.is_finite(value)))
 
 
 def _check_eager_update(watcher: Watcher, trace, grads: list, variables: list) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -317,12 +318,25 @@ def _instrumented(recorder: _Recorder) -> Iterator[None]:
 _NUMERICS_CHECKS = ("check_numerics", "assert_all_finite")
 
 
+# Said once, the first time a model's step (traced for `fit`) hands a check's tensor on.
+NUMERICS_CHECKS_NOTE = (
+    "gradient-doctor: tf.debugging.check_numerics in the step `fit` runs hands its tensor "
+    "on while the doctor watches: the doctor stops at the first non-finite loss or "
+    "gradient, which the step's values reach, and names the op that made it"
+)
+_announced = False
+
+
 @contextmanager
-def numerics_checks_passed_through() -> Iterator[None]:
+def numerics_checks_passed_through(announce: bool = False) -> Iterator[None]:
     """`tf.debugging.check_numerics` and `assert_all_finite` return their tensor unchecked
-    while the block runs."""
+    while the block runs (the first such call said on stderr when `announce`)."""
 
     def passed_through(tensor, *args, **kwargs):
+        global _announced
+        if announce and not _announced:
+            _announced = True
+            print(NUMERICS_CHECKS_NOTE, file=sys.stderr, flush=True)
         return tensor
 
     saved = {name: getattr(tf.debugging, name) for name in _NUMERICS_CHECKS}

@@ -32,6 +32,7 @@ from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
 from gradient_doctor.tf_adapter._tf_internals import DistributedValues
 from gradient_doctor.tf_adapter.hooks.creation_sites import creation_line
+from gradient_doctor.tf_adapter.localize.replay import numerics_checks_passed_through
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.step import loss_scale
 from gradient_doctor.tf_adapter.step.random_draws import replaying
@@ -93,8 +94,11 @@ class TensorFlowTrials:
 
     @contextmanager
     def open(self) -> Iterator[TensorFlowTrials]:
-        """Save every variable the step touches; put them back at the end."""
+        """Save every variable the step touches; put them back at the end. The trials
+        trace the step with its numerics checks handing their tensor on, as the watched
+        step was: the guard, not the check, reads a trial's non-finite step."""
         with (
+            numerics_checks_passed_through(),
             self._guard.recording_objectives(),
             LastGoodState(
                 self._call, self._guard, self._more_batches, self._optimizers, self._xla

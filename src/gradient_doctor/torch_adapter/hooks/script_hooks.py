@@ -45,6 +45,7 @@ from torch.optim.optimizer import (
 )
 
 from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.finiteness_tests import FinitenessTests, TensorTests
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.step.step_check import (
     Check,
@@ -167,6 +168,30 @@ class ManualUpdate:
         self.param_groups[0]["params"] = sorted(leaves, key=lambda t: self._order[id(t)])
 
 
+def _loss_like(tensor: object) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None and tensor.numel() == 1
+
+
+# PyTorch's finiteness tests, as functions and as tensor methods.
+FINITENESS_TESTS = TensorTests(
+    tests=tuple(
+        (owner, name, name == "isfinite")
+        for name in ("isnan", "isinf", "isfinite")
+        for owner in (torch, torch.Tensor)
+    ),
+    loss_like=_loss_like,
+    true=lambda answer: bool(answer.all()),
+    is_user=source_lines.is_user_file,
+)
+
+
+def _each_once(values: Sequence[object]) -> list[object]:
+    seen: dict[int, object] = {}
+    for value in values:
+        seen.setdefault(id(value), value)
+    return list(seen.values())
+
+
 def _nonfinite_loss(value: object) -> bool:
     """A loss the script computed: a floating scalar tensor with an autograd history,
     holding a value that is not finite."""
@@ -237,6 +262,12 @@ class UpdateHooks:
         self._current: Update | None = None
         self._handles: list = []
         self._backward: Callable | None = None
+        # The script's own finiteness tests: one that finds its loss not finite ends
+        # the step there (`unmade_update`), before the script skips or stops.
+        self._tests = FinitenessTests(
+            lambda held: self.unmade_update(False, held), FINITENESS_TESTS
+        )
+        self._told: dict[int, weakref.ref] = {}  # the losses already told, by id
 
     def install(self) -> None:
         """Register the hooks and note the roots of `torch.autograd.backward` (which
@@ -247,6 +278,7 @@ class UpdateHooks:
             register_optimizer_step_pre_hook(self._pre_hook),
             register_optimizer_step_post_hook(self._post_hook),
         ]
+        self._tests.install()
         backward = self._backward = torch.autograd.backward
 
         @functools.wraps(backward)
@@ -299,6 +331,7 @@ class UpdateHooks:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._tests.uninstall()
         if self._backward is not None:
             torch.autograd.backward, self._backward = self._backward, None
         if self._optimizer_init is not None:
@@ -359,19 +392,32 @@ class UpdateHooks:
 
         After any end, it is a loss the script computed and still holds (`held`: the
         values of its frames), not finite, with no `backward()` since (it read the loss,
-        found it not finite and stopped: `if not math.isfinite(loss.item()):
-        sys.exit(1)`, or `break`), for the optimizer over the parameters it came from.
+        found it not finite and stopped: `if loss != loss: break`), for the optimizer
+        over the parameters it came from. So it is, before any end, when the script's
+        own test of it found it not finite (`FinitenessTests`: `if torch.isnan(loss):
+        continue`); a loss told once is not told again.
         """
         if error and self.roots and self._unmade_gradients():
             return
-        losses = [(t, {id(leaf) for leaf in graph_leaves(t)}) for t in held if _nonfinite_loss(t)]
+        losses = [
+            (t, {id(leaf) for leaf in graph_leaves(t)})
+            for t in _each_once(held)
+            if _nonfinite_loss(t) and not self._was_told(t)
+        ]
         for optimizer in self._built_optimizers():
             params = {id(p) for group in optimizer.param_groups for p in group["params"]}
             reaching = [t for t, leaves in losses if leaves & params]
             if reaching:
+                self._told.update((id(t), weakref.ref(t)) for t in reaching)
                 self.roots = reaching
                 self._tell_unmade(optimizer, check(reaching, []), [], [])
                 return
+
+    def _was_told(self, loss: torch.Tensor) -> bool:
+        """Whether `loss` was told as an unmade update already (a script that tested it,
+        then went on, still holds it when it ends)."""
+        ref = self._told.get(id(loss))
+        return ref is not None and ref() is loss
 
     def _unmade_gradients(self) -> bool:
         """Tell the update of the first optimizer whose pending gradients are not finite."""
