@@ -69,11 +69,14 @@ class ModelHook:
         def train_step(data):
             call = StepCall(self.original_train_step, (data,))
             index = self.steps_counter.read_value()
-            with step_scope(
-                StepScope(
-                    batch=data, stash=self.stash, draws=self.draws, call=call, step_index=index
-                )
-            ) as scope, numerics_checks_passed_through(announce=True):
+            with (
+                step_scope(
+                    StepScope(
+                        batch=data, stash=self.stash, draws=self.draws, call=call, step_index=index
+                    )
+                ) as scope,
+                numerics_checks_passed_through(announce=True),
+            ):
                 # Traced with the model's own numerics checks handing their tensor on:
                 # the guard, not a check raising inside Keras's loop, stops the step.
                 logs = self.original_train_step(data)
