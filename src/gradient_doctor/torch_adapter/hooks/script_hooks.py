@@ -404,6 +404,8 @@ class UpdateHooks:
             for t in _each_once(held)
             if _nonfinite_loss(t) and not self._was_told(t)
         ]
+        if not losses:  # a NaN in the data a script tests and drops, most often
+            return
         for optimizer in self._built_optimizers():
             params = {id(p) for group in optimizer.param_groups for p in group["params"]}
             reaching = [t for t, leaves in losses if leaves & params]
