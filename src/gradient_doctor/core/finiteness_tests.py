@@ -24,6 +24,10 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import FrameType
+
+from gradient_doctor.core.source_frames import user_line
+from gradient_doctor.errors import TrainingStopped
 
 _MATH_TESTS = (("isnan", False), ("isinf", False), ("isfinite", True))
 
@@ -88,7 +92,7 @@ class FinitenessTests:
             result = original(tensor, *args, **kwargs)
             if not self._busy and tensors.loss_like(tensor) and self._from_user():
                 if tensors.true(result) != says_finite:
-                    self._found([tensor])
+                    self._found([tensor], sys._getframe(1))
             return result
 
         return test
@@ -98,7 +102,8 @@ class FinitenessTests:
         def test(value):
             result = original(value)
             if (not result if says_finite else result) and not self._busy and self._from_user():
-                self._found(list(sys._getframe(1).f_locals.values()))
+                caller = sys._getframe(1)
+                self._found(list(caller.f_locals.values()), caller)
             return result
 
         return test
@@ -107,9 +112,20 @@ class FinitenessTests:
         caller = sys._getframe(2)  # the test's caller, past the wrapper
         return caller is not None and self._tensors.is_user(caller.f_code.co_filename)
 
-    def _found(self, held: list) -> None:
+    def _found(self, held: list, caller: FrameType) -> None:
+        """Hand `held` on; when that stops training, say at which of the user's lines."""
         self._busy = True  # the doctor's own tests, while it looks, are not the script's
         try:
             self._on_nonfinite(held)
+        except TrainingStopped:
+            line = user_line(caller, self._tensors.is_user)
+            if line is not None:
+                print(
+                    f"gradient-doctor: training stopped at your own test of the loss, "
+                    f"{line.file}:{line.line} `{line.code}`, which found it not finite",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            raise
         finally:
             self._busy = False
