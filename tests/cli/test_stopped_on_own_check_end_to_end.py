@@ -144,7 +144,7 @@ def test_a_loop_that_drops_nan_batches_is_stopped_at_its_own_test(tmp_path):
     assert run.exit_code == 1 and run.report["status"] == "problem"
     assert "dropped" not in run.stdout  # stopped in the first epoch, at the test
     test_line = line_of(f"tests/scripts/{name}", "if tf.math.is_nan(loss):")
-    assert f"stopped at your own test of the loss, {name}:{test_line}" in run.stderr
+    assert f"stopped at your own finiteness test, {name}:{test_line}" in run.stderr
     (problem,) = run.report["problems"]
     origin = problem["origin"]
     assert (problem["category"], problem["step"], origin["op"]) == ("forward_domain", 3, "RealDiv")

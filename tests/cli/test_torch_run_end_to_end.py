@@ -651,7 +651,7 @@ def test_a_loop_that_skips_nonfinite_batches_is_stopped_at_its_own_test(torch_ru
     assert "skipped 1" in _plain(folder / name, folder)  # the run the author sees
     assert run.exit_code == 1 and run.report["status"] == "problem"
     test_line = line_of(f"{SCRIPTS}/{name}", "if torch.isnan(loss):")
-    assert f"stopped at your own test of the loss, {name}:{test_line}" in run.stderr
+    assert f"stopped at your own finiteness test, {name}:{test_line}" in run.stderr
     (problem,) = run.report["problems"]
     origin = problem["origin"]
     assert (problem["category"], problem["phase"], problem["step"], origin["op"]) == (

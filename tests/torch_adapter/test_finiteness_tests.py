@@ -41,3 +41,56 @@ def test_only_a_test_that_finds_a_nonfinite_loss_or_number_is_handed_on():
     finally:
         tests.uninstall()
     assert _originals() == originals
+
+
+# The gradients' norm tested after backward(), the update skipped when it is not finite.
+# A batch of identical rows gives a root of 0 summed squares, whose gradient is NaN.
+_SKIPS_ON_NORM = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+SCALER
+inputs = torch.randn(32, 4)
+inputs[16:24] = 0.0
+for step in range(4):
+    out = model(inputs[step * 8 : step * 8 + 8])
+    loss = torch.sqrt((out - out.mean(dim=0)).pow(2).sum(dim=1)).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if not torch.isfinite(norm):
+        continue
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("scaler", ["", "scaler = torch.amp.GradScaler('cpu')"])
+def test_a_norm_test_after_backward_fails_the_step_unless_a_grad_scaler_skips_on_purpose(
+    scaler, tmp_path, monkeypatch
+):
+    from gradient_doctor.cli.script_runner import run_script
+    from gradient_doctor.torch_adapter.script_adapter import ScriptAdapter
+
+    script = tmp_path / "skips_on_norm.py"
+    script.write_text(_SKIPS_ON_NORM.replace("SCALER", scaler))
+    monkeypatch.chdir(tmp_path)
+    adapter = ScriptAdapter(script.name, [], trial_steps=0)
+    adapter.install()
+    try:
+        outcome = run_script(script.name, [])
+    finally:
+        adapter.uninstall()
+    if scaler:  # a GradScaler's script skips overflowing steps on purpose: not flagged
+        assert not outcome.stopped and adapter.session.problems == []
+        return
+    assert outcome.stopped
+    (finding,) = adapter.session.problems
+    assert (finding.step, finding.category, finding.phase) == (
+        2,
+        "backward_singularity",
+        "backward",
+    )
+    assert finding.origin.gradient_of == "Sqrt"

@@ -12,9 +12,10 @@ it for a loss. That step is then the failing one, found where the script found i
 training stops there as it stops at an update: before the script skips the batch,
 prints or exits.
 
-Only a test of a tensor the adapter takes for a loss (a scalar with an autograd history,
-or one the traced step made) that finds something is looked at further; a test of
-anything else (a batch, a metric, a mask of -inf scores) costs a few attribute reads.
+Only a test of a tensor the adapter takes for a value of the step (a loss: a scalar with
+an autograd history, or one the traced step made; or the gradients' norm, tested before
+their update) that finds something is looked at further; a test of anything else (a
+batch, a metric, a mask of -inf scores) costs a few attribute reads.
 """
 
 from __future__ import annotations
@@ -121,8 +122,9 @@ class FinitenessTests:
             line = user_line(caller, self._tensors.is_user)
             if line is not None:
                 print(
-                    f"gradient-doctor: training stopped at your own test of the loss, "
-                    f"{line.file}:{line.line} `{line.code}`, which found it not finite",
+                    f"gradient-doctor: training stopped at your own finiteness test, "
+                    f"{line.file}:{line.line} `{line.code}`, which found a value of that "
+                    "step not finite",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -31,6 +31,7 @@ update moves nothing, and the report says so.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import sys
@@ -262,12 +263,17 @@ class UpdateHooks:
         self._current: Update | None = None
         self._handles: list = []
         self._backward: Callable | None = None
-        # The script's own finiteness tests: one that finds its loss not finite ends
-        # the step there (`unmade_update`), before the script skips or stops.
+        # The script's own finiteness tests: one that finds its loss (or, after a
+        # `backward()`, a value of its gradients: their norm) not finite ends the step
+        # there (`_tested`), before the script skips or stops.
         self._tests = FinitenessTests(
-            lambda held: self.unmade_update(False, held), FINITENESS_TESTS
+            self._tested, dataclasses.replace(FINITENESS_TESTS, loss_like=self._testable)
         )
         self._told: dict[int, weakref.ref] = {}  # the losses already told, by id
+        # A GradScaler was built: a step whose scaled gradients overflowed is skipped on
+        # purpose, and a script may test their norm to skip it too.
+        self._scaled = False
+        self._scaler_init = None
 
     def install(self) -> None:
         """Register the hooks and note the roots of `torch.autograd.backward` (which
@@ -325,6 +331,14 @@ class UpdateHooks:
             return init(optimizer, *args, **kwargs)
 
         torch.optim.Optimizer.__init__ = counting_init
+        scaler_init = self._scaler_init = torch.amp.GradScaler.__init__
+
+        @functools.wraps(scaler_init)
+        def noting_scaler(scaler, *args, **kwargs):
+            scaler_init(scaler, *args, **kwargs)
+            self._scaled = self._scaled or bool(getattr(scaler, "_enabled", True))
+
+        torch.amp.GradScaler.__init__ = noting_scaler
 
     def uninstall(self) -> None:
         """Remove the hooks and give `torch.autograd.backward` back."""
@@ -338,7 +352,33 @@ class UpdateHooks:
             torch.optim.Optimizer.__init__, self._optimizer_init = self._optimizer_init, None
         if self._tensor_backward is not None:
             torch.Tensor.backward, self._tensor_backward = self._tensor_backward, None
+        if self._scaler_init is not None:
+            torch.amp.GradScaler.__init__, self._scaler_init = self._scaler_init, None
         self.roots = []
+
+    def _testable(self, tensor: object) -> bool:
+        """A tensor whose own test by the script is looked at: a loss, or, while the
+        gradients of a `backward()` wait for their update (no GradScaler built), any
+        floating scalar (their norm, `clip_grad_norm_`'s answer)."""
+        if _loss_like(tensor):
+            return True
+        return (
+            bool(self.roots)
+            and not self._scaled
+            and isinstance(tensor, torch.Tensor)
+            and tensor.numel() == 1
+            and tensor.is_floating_point()
+        )
+
+    def _tested(self, held: Sequence[object]) -> None:
+        """The script's own test found a value not finite: the update of its loss among
+        `held`, else (a `backward()`'s gradients waiting, no GradScaler built) the update
+        of those gradients when they are not finite, is told as one the script never
+        made."""
+        if self.unmade_update(False, held):
+            return
+        if self.roots and not self._scaled:
+            self._unmade_gradients()
 
     def _maybe_manual(self, root: torch.Tensor | None, kwargs: dict, run: Callable):
         """Run a `backward()` (`run`); in a script that built no optimizer, the update of
@@ -379,7 +419,7 @@ class UpdateHooks:
                     parameter.grad.zero_()
         self.listener.after_update(update)
 
-    def unmade_update(self, error: bool, held: Sequence[object] = ()) -> None:
+    def unmade_update(self, error: bool, held: Sequence[object] = ()) -> bool:
         """The update the script never made, because it stopped first, when what it
         stopped on is not finite; told to the listener as one skipped.
 
@@ -395,17 +435,17 @@ class UpdateHooks:
         found it not finite and stopped: `if loss != loss: break`), for the optimizer
         over the parameters it came from. So it is, before any end, when the script's
         own test of it found it not finite (`FinitenessTests`: `if torch.isnan(loss):
-        continue`); a loss told once is not told again.
+        continue`); a loss told once is not told again. True when an update was told.
         """
         if error and self.roots and self._unmade_gradients():
-            return
+            return True
         losses = [
             (t, {id(leaf) for leaf in graph_leaves(t)})
             for t in _each_once(held)
             if _nonfinite_loss(t) and not self._was_told(t)
         ]
         if not losses:  # a NaN in the data a script tests and drops, most often
-            return
+            return False
         for optimizer in self._built_optimizers():
             params = {id(p) for group in optimizer.param_groups for p in group["params"]}
             reaching = [t for t, leaves in losses if leaves & params]
@@ -413,7 +453,8 @@ class UpdateHooks:
                 self._told.update((id(t), weakref.ref(t)) for t in reaching)
                 self.roots = reaching
                 self._tell_unmade(optimizer, check(reaching, []), [], [])
-                return
+                return True
+        return False
 
     def _was_told(self, loss: torch.Tensor) -> bool:
         """Whether `loss` was told as an unmade update already (a script that tested it,
