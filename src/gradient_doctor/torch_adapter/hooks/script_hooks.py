@@ -508,6 +508,8 @@ class UpdateHooks:
         result = check(roots, grads, keeps_squares(optimizer))
         update = self._current = Update(index, optimizer, result, len(grads), parameters=params)
         if not result.finite:
+            # Its losses are told with it: a test of one after the update is no new one.
+            self._told.update((id(t), weakref.ref(t)) for t in roots)
             update.hidden = [(p, p.grad) for p in parameters_with_grads(optimizer)]
             for parameter, _ in update.hidden:
                 parameter.grad = None
