@@ -179,3 +179,18 @@ def test_check_numerics_in_a_lazily_built_model_that_fit_trains_hands_its_tensor
     assert (fix["family"], fix["verified"]) == ("safe_div", True), fix["evidence"]
     printed = _patched_run(fix, name, folder, tmp_path)
     assert "Epoch 2/2" in printed and "nan" not in printed, printed[-800:]
+
+
+def test_a_function_loop_that_breaks_on_np_isnan_and_returns_is_found_in_its_trace(tmp_path):
+    # No test the doctor follows, and the loss is gone with the function's frame by the
+    # script's clean end: the trace of the step in progress still holds it.
+    name = "inline_eager_function_breaks_on_np_isnan.py"
+    run, folder = _run_in_copy(name, tmp_path)
+    assert "stopping: loss" in run.stdout and "done" in run.stdout
+    assert run.exit_code == 1 and run.report["status"] == "problem"
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["step"], origin["op"]) == ("forward_domain", 4, "RealDiv")
+    code = "loss = tf.reduce_mean(tf.square(model(xb) - yb) / scale)"
+    assert origin["line"] == line_of(f"tests/scripts/{name}", code)
+    assert problem["fixes"][0]["family"] == "safe_div"

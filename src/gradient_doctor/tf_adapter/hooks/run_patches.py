@@ -25,6 +25,7 @@ from gradient_doctor.tf_adapter.hooks import (
 )
 from gradient_doctor.tf_adapter.hooks.callback import Doctor
 from gradient_doctor.tf_adapter.hooks.custom_loop import call_watched_step
+from gradient_doctor.tf_adapter.hooks.eager_trace import TracedOp
 from gradient_doctor.tf_adapter.hooks.model_hooks import attach
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.eager_replay import enclosing_step
@@ -127,10 +128,12 @@ class RunPatches:
 
     def script_ended(self, held) -> None:
         """The script ended its own way: when it stopped on a loss it found not finite,
-        before any `tape.gradient` (`if not math.isfinite(float(loss)): sys.exit(1)`,
-        `tf.debugging.check_numerics(loss, ...)`, a `break`), that step is the failing
-        one, run again from its trace (`_check_held_loss`)."""
-        _check_held_loss(self.watcher, held)
+        before any `tape.gradient` (`tf.debugging.check_numerics(loss, ...)` raising, a
+        `break` on `np.isnan`), that step is the failing one, run again from its trace
+        (`_check_held_loss`). The loss is looked for among what the script held, then
+        among the scalars the step in progress made, latest first (a function's loop
+        that broke and returned holds nothing any more; its trace does)."""
+        _check_held_loss(self.watcher, [*held, *_step_scalars()])
 
     def uninstall(self) -> None:
         eager_trace.disable()
@@ -218,6 +221,16 @@ def _tested_loss(watcher: Watcher, held) -> None:
     finding = _check_held_loss(watcher, held)
     if finding is not None and watcher.stop_on_problem:
         raise TrainingStopped(finding)
+
+
+def _step_scalars() -> list:
+    """The floating scalars the eager step in progress made, latest first (none when no
+    step is in progress)."""
+    trace = eager_trace.current()
+    if trace is None or trace.closed or trace.dropped:
+        return []
+    made = [t for entry in trace.entries if isinstance(entry, TracedOp) for t in entry.outputs]
+    return [t for t in reversed(made) if _eager_scalar(t)]
 
 
 def _eager_scalar(value) -> bool:
