@@ -216,13 +216,14 @@ class Watcher(Adapter):
         replay = _Replay(replay_call, named_inputs) if reading.failed else None
         return self.session.after_step(reading, replay, batch)
 
-    def stopped_on_loss(
+    def stopped_by_own_check(
         self,
         replay_call: Callable[[], StepCall | None],
         named_inputs: Callable[[], list[tuple[str, object]]],
     ) -> Finding | None:
-        """The script stopped itself on a loss it found not finite, before its update:
-        that step failed, and no update was skipped (the script made none)."""
+        """The script's own check stopped the step (a loss it found not finite, its
+        `check_numerics` raising), before its update: that step failed, and no update was
+        skipped (the script made none)."""
         reading = StepReading(failed=True, steps=1, skipped=0, updates=0)
         return self.session.after_step(reading, _Replay(replay_call, named_inputs))
 

@@ -8,12 +8,12 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from gradient_doctor.errors import TrainingStopped
-from gradient_doctor.tf_adapter.localize import step_context
-from gradient_doctor.tf_adapter.localize.input_scan import named_leaves
-from gradient_doctor.tf_adapter.localize.replay import (
+from gradient_doctor.tf_adapter.hooks.numerics_checks import (
     numerics_checks_passed_through,
     stopped_by_numerics_check,
 )
+from gradient_doctor.tf_adapter.localize import step_context
+from gradient_doctor.tf_adapter.localize.input_scan import named_leaves
 from gradient_doctor.tf_adapter.localize.replica_steps import ReplicaSteps, watching_replicas
 from gradient_doctor.tf_adapter.localize.step_context import StepCall, StepScope, step_scope
 from gradient_doctor.tf_adapter.step.random_draws import RandomDraws
@@ -122,7 +122,7 @@ def _stopped_by_own_check(watcher, fn, args, kwargs, draws, signature_of, tracea
         return argument_names(signature_of or fn, args, kwargs)
 
     with numerics_checks_passed_through():
-        watcher.stopped_on_loss(replay_call, named)
+        watcher.stopped_by_own_check(replay_call, named)
 
 
 class WatchedStep:

@@ -7,8 +7,8 @@ import warnings
 
 import tensorflow as tf
 
+from gradient_doctor.tf_adapter.hooks.numerics_checks import numerics_checks_passed_through
 from gradient_doctor.tf_adapter.localize.input_scan import keras_batch_names
-from gradient_doctor.tf_adapter.localize.replay import numerics_checks_passed_through
 from gradient_doctor.tf_adapter.localize.step_context import StepCall, StepScope, step_scope
 from gradient_doctor.tf_adapter.step.batch_stash import BatchStash
 from gradient_doctor.tf_adapter.step.doctor_variables import doctor_variable

@@ -27,6 +27,7 @@ from gradient_doctor.tf_adapter.hooks.callback import Doctor
 from gradient_doctor.tf_adapter.hooks.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.hooks.eager_trace import TracedOp
 from gradient_doctor.tf_adapter.hooks.model_hooks import attach
+from gradient_doctor.tf_adapter.hooks.numerics_checks import check_numerics_left_to_the_doctor
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.eager_replay import enclosing_step
 from gradient_doctor.tf_adapter.localize.trace_replay import traced_step
@@ -53,7 +54,7 @@ class RunPatches:
         self._saved: list[tuple[object, str, object]] = []
         # The script's own finiteness tests: one that finds the loss of the eager step
         # in progress not finite ends that step there, before the script skips or stops.
-        self._tests = FinitenessTests(functools.partial(_tested_loss, watcher), _TESTS)
+        self._tests = FinitenessTests(functools.partial(_tested_loss, watcher), _FINITENESS_TESTS)
 
     def _replace(self, owner, name: str, value) -> None:
         self._saved.append((owner, name, owner.__dict__.get(name, _INHERITED)))
@@ -122,7 +123,7 @@ class RunPatches:
 
         self._replace(keras.Model, "fit", fit)
         self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
-        self._replace(tf.debugging, "enable_check_numerics", _check_numerics_left_to_the_doctor)
+        self._replace(tf.debugging, "enable_check_numerics", check_numerics_left_to_the_doctor)
         self._tests.install()
         eager_trace.enable()
 
@@ -144,24 +145,6 @@ class RunPatches:
             else:
                 setattr(owner, name, value)
         self._saved.clear()
-
-
-def _check_numerics_left_to_the_doctor(*args, **kwargs) -> None:
-    """`tf.debugging.enable_check_numerics()`, not turned on while the doctor watches.
-
-    It would raise at the first op anywhere that writes a NaN or an infinity, the
-    doctor's own reads of a failing step's values included, before the doctor could
-    name the op or write its reports. The doctor stops at the first non-finite loss or
-    gradient, before it reaches the weights, and names the op that made it. (Values
-    that never reach the loss or a gradient, which it would also stop on, do not stop
-    a watched run.)"""
-    print(
-        "gradient-doctor: tf.debugging.enable_check_numerics() is left off while the "
-        "doctor watches: the doctor stops at the first non-finite loss or gradient itself "
-        "and names the op that made it (run your script without the doctor to use it)",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def _watched_train_on_batch(watcher: Watcher):
@@ -244,7 +227,7 @@ def _eager_scalar(value) -> bool:
 
 
 # TensorFlow's finiteness tests (graph tensors, traced inside a function, are passed over).
-_TESTS = TensorTests(
+_FINITENESS_TESTS = TensorTests(
     tests=tuple((tf.math, name, name == "is_finite") for name in ("is_nan", "is_inf", "is_finite")),
     loss_like=_eager_scalar,
     true=lambda answer: bool(tf.reduce_all(answer)),
@@ -272,7 +255,7 @@ def _check_held_loss(watcher: Watcher, held):
         return call
 
     try:
-        return watcher.stopped_on_loss(replay_call, lambda: named)
+        return watcher.stopped_by_own_check(replay_call, lambda: named)
     finally:
         eager_trace.release(trace)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -15,6 +14,7 @@ from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.core.source_frames import user_line
 from gradient_doctor.tf_adapter._tf_internals import op_callbacks, ops, resource_variable_ops
 from gradient_doctor.tf_adapter.hooks.creation_sites import op_site
+from gradient_doctor.tf_adapter.hooks.numerics_checks import numerics_checks_passed_through
 from gradient_doctor.tf_adapter.localize import step_context
 from gradient_doctor.tf_adapter.localize.backward_marks import (
     BackwardMarks,
@@ -310,51 +310,6 @@ def _instrumented(recorder: _Recorder) -> Iterator[None]:
     finally:
         op_callbacks.remove_op_callback(recorder.on_op)
         tf.config.run_functions_eagerly(was_eager)
-
-
-# The step's own checks of its values, which raise on a NaN or an infinity: in a replay
-# they hand their tensor on, so that it runs to the gradients and update it is replayed
-# for (a step stopped by its own check is replayed to find what made the value).
-_NUMERICS_CHECKS = ("check_numerics", "assert_all_finite")
-
-
-# Said once, the first time a model's step (traced for `fit`) hands a check's tensor on.
-NUMERICS_CHECKS_NOTE = (
-    "gradient-doctor: tf.debugging.check_numerics in the step `fit` runs hands its tensor "
-    "on while the doctor watches: the doctor stops at the first non-finite loss or "
-    "gradient, which the step's values reach, and names the op that made it"
-)
-_announced = False
-
-
-@contextmanager
-def numerics_checks_passed_through(announce: bool = False) -> Iterator[None]:
-    """`tf.debugging.check_numerics` and `assert_all_finite` return their tensor unchecked
-    while the block runs (the first such call said on stderr when `announce`)."""
-
-    def passed_through(tensor, *args, **kwargs):
-        global _announced
-        if announce and not _announced:
-            _announced = True
-            print(NUMERICS_CHECKS_NOTE, file=sys.stderr, flush=True)
-        return tensor
-
-    saved = {name: getattr(tf.debugging, name) for name in _NUMERICS_CHECKS}
-    for name in _NUMERICS_CHECKS:
-        setattr(tf.debugging, name, passed_through)
-    try:
-        yield
-    finally:
-        for name, function in saved.items():
-            setattr(tf.debugging, name, function)
-
-
-def stopped_by_numerics_check(error: BaseException) -> bool:
-    """Whether `error` is a numerics check's (`tf.debugging.check_numerics`, which says
-    "Tensor had NaN values" or "Tensor had Inf values"): the step found one itself."""
-    return isinstance(error, tf.errors.InvalidArgumentError) and (
-        "Tensor had NaN values" in str(error) or "Tensor had Inf values" in str(error)
-    )
 
 
 def replay_step(call: StepCall, ran: bool = True) -> ReplayResult:

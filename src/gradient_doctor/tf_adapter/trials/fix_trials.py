@@ -32,7 +32,7 @@ from gradient_doctor.core.trial_plans import NotTried, TrialPlan
 from gradient_doctor.core.trial_start import TrialStart
 from gradient_doctor.tf_adapter._tf_internals import DistributedValues
 from gradient_doctor.tf_adapter.hooks.creation_sites import creation_line
-from gradient_doctor.tf_adapter.localize.replay import numerics_checks_passed_through
+from gradient_doctor.tf_adapter.hooks.numerics_checks import numerics_checks_passed_through
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.step import loss_scale
 from gradient_doctor.tf_adapter.step.random_draws import replaying

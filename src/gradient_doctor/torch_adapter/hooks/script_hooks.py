@@ -186,21 +186,12 @@ FINITENESS_TESTS = TensorTests(
 )
 
 
-def _each_once(values: Sequence[object]) -> list[object]:
-    seen: dict[int, object] = {}
-    for value in values:
-        seen.setdefault(id(value), value)
-    return list(seen.values())
-
-
 def _nonfinite_loss(value: object) -> bool:
     """A loss the script computed: a floating scalar tensor with an autograd history,
     holding a value that is not finite."""
     return (
-        isinstance(value, torch.Tensor)
-        and value.grad_fn is not None
+        _loss_like(value)
         and value.is_floating_point()
-        and value.numel() == 1
         and not value.is_meta
         and not bool(torch.isfinite(value.detach()).all())
     )
@@ -441,7 +432,7 @@ class UpdateHooks:
             return True
         losses = [
             (t, {id(leaf) for leaf in graph_leaves(t)})
-            for t in _each_once(held)
+            for t in held
             if _nonfinite_loss(t) and not self._was_told(t)
         ]
         if not losses:  # a NaN in the data a script tests and drops, most often
