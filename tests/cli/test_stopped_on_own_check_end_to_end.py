@@ -63,14 +63,15 @@ def test_check_numerics_on_the_loss_is_diagnosed_and_the_safe_division_holds(tmp
 
 
 def test_a_module_loop_that_breaks_on_nan_gets_softplus_where_its_layer_is_built(tmp_path):
-    # The loop breaks on `not np.isfinite(float(loss))` (no test the doctor follows): the
-    # loss it holds at its clean end is found. The variance head is a relu built over
+    # The loop breaks on `not np.isfinite(float(loss))`: NumPy's test, followed, finds the
+    # failing step. The variance head is a relu built over
     # three lines (as a formatter writes it): the patch sets its `activation` keyword
     # there; a guard at the log alone would leave the root beside it at 0 (its gradient
     # infinite).
     name = "inline_eager_breaks_on_nan.py"
     run, folder = _run_in_copy(name, tmp_path)
-    assert "loss is not finite, stopping" in run.stdout
+    test_line = line_of(f"tests/scripts/{name}", "if not np.isfinite(float(loss)):")
+    assert f"stopped at your own finiteness test, {name}:{test_line}" in run.stderr
     assert run.exit_code == 1 and run.report["status"] == "problem"
     (problem,) = run.report["problems"]
     origin = problem["origin"]
@@ -181,10 +182,10 @@ def test_check_numerics_in_a_lazily_built_model_that_fit_trains_hands_its_tensor
     assert "Epoch 2/2" in printed and "nan" not in printed, printed[-800:]
 
 
-def test_a_function_loop_that_breaks_on_np_isnan_and_returns_is_found_in_its_trace(tmp_path):
+def test_a_function_loop_that_stops_on_divergence_and_returns_is_found_in_its_trace(tmp_path):
     # No test the doctor follows, and the loss is gone with the function's frame by the
     # script's clean end: the trace of the step in progress still holds it.
-    name = "inline_eager_function_breaks_on_np_isnan.py"
+    name = "inline_eager_function_stops_on_divergence.py"
     run, folder = _run_in_copy(name, tmp_path)
     assert "stopping: loss" in run.stdout and "done" in run.stdout
     assert run.exit_code == 1 and run.report["status"] == "problem"

@@ -601,7 +601,7 @@ def test_an_engine_that_exits_on_a_nonfinite_loss_item_is_diagnosed_and_its_patc
 
 
 def test_a_module_loop_that_breaks_on_a_nan_loss_is_diagnosed(torch_run):
-    # The loop `break`s on a NaN loss (`loss != loss`, no test the doctor follows) and the
+    # The loop `break`s on a NaN loss (`not loss.item() < 1e4`, no test the doctor follows) and the
     # script ends cleanly (status 0): the loss it still holds in its globals is found,
     # its step replayed.
     name = "module_loop_breaks_on_nan.py"
@@ -666,3 +666,29 @@ def test_a_loop_that_skips_nonfinite_batches_is_stopped_at_its_own_test(torch_ru
     fix = problem["fixes"][0]
     _patch_holds(fix, name, folder, tmp_path)
     assert "skipped 0" in _plain(tmp_path / "copy" / name, tmp_path / "copy")
+
+
+def test_a_function_loop_that_stops_on_numpys_test_of_the_loss_item_is_diagnosed(
+    torch_run, tmp_path
+):
+    # `if np.isnan(loss.item()): break` in a function, gradients zeroed before the
+    # forward: the failing step is found at the script's own test, and no parameter is
+    # said to lack a gradient (no backward() of that step ran).
+    name = "poisson_stops_on_np_isnan.py"
+    run, folder = torch_run(name, confirm="never")
+    test_line = line_of(f"{SCRIPTS}/{name}", "if np.isnan(loss.item()):")
+    assert f"stopped at your own finiteness test, {name}:{test_line}" in run.stderr
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"], origin["op"]) == (
+        "forward_domain",
+        "forward",
+        6,
+        "log",
+    )
+    code = "return (rate - counts * torch.log(rate)).mean()"
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", code)
+    assert origin["inputs"][0]["min"] < 0
+    fix = problem["fixes"][0]
+    assert fix["family"] == "safe_log"
+    _patch_holds(fix, name, folder, tmp_path)

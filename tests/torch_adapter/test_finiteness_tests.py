@@ -4,6 +4,7 @@ what its caller held; everything is given back after."""
 
 import math
 
+import numpy
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,7 +16,8 @@ _NAMES = ("isnan", "isinf", "isfinite")
 
 
 def _originals():
-    return [getattr(owner, name) for name in _NAMES for owner in (torch, torch.Tensor, math)]
+    owners = (torch, torch.Tensor, math, numpy)
+    return [getattr(owner, name) for name in _NAMES for owner in owners]
 
 
 def test_only_a_test_that_finds_a_nonfinite_loss_or_number_is_handed_on():
@@ -41,6 +43,33 @@ def test_only_a_test_that_finds_a_nonfinite_loss_or_number_is_handed_on():
     finally:
         tests.uninstall()
     assert _originals() == originals
+
+
+def test_a_loss_compared_with_itself_and_numpys_tests_of_a_number_are_followed():
+    found = []
+    tests = FinitenessTests(found.append, FINITENESS_TESTS)
+    tests.install()
+    try:
+        weight = torch.tensor(2.0, requires_grad=True)
+        healthy, broken = weight * 3.0, weight * math.nan
+        assert not (healthy != healthy) and bool(healthy != broken)  # not a self-test
+        assert found == []
+        assert bool(broken != broken)  # true only for NaN
+        assert found == [[broken]]
+        found.clear()
+        assert not numpy.isnan(float(healthy.detach()))
+        loss_value = broken.item()
+        assert numpy.isnan(loss_value) and not numpy.isfinite(loss_value)
+        assert len(found) == 2 and any(held is broken for held in found[0])
+        # An array's test, and the ufunc's own attributes, are NumPy's as they were.
+        found.clear()
+        answers = numpy.isnan(numpy.array([1.0, math.nan]), where=True)
+        assert answers.tolist() == [False, True] and found == []
+        assert numpy.isinf.nin == 1 and numpy.isfinite.__name__ == "isfinite"
+    finally:
+        tests.uninstall()
+    assert "__ne__" not in vars(torch.Tensor)  # inherited again, not left as an attribute
+    assert isinstance(numpy.isnan, numpy.ufunc)
 
 
 # The gradients' norm tested after backward(), the update skipped when it is not finite.

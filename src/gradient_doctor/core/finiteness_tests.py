@@ -4,8 +4,9 @@ A loop that tests its loss and skips the batch (`if torch.isnan(loss): continue`
 (`break`, `sys.exit(1)`) or raises before computing its gradients never hands the doctor
 a non-finite gradient: the update it would have checked is never asked for. So while
 the doctor watches, the framework's finiteness tests (each adapter names them: PyTorch's
-`isnan`, `isinf`, `isfinite`; TensorFlow's `is_nan`, `is_inf`, `is_finite`) and Python's
-`math.isnan`, `math.isinf` and `math.isfinite`, called from the user's own code, are
+`isnan`, `isinf`, `isfinite`; TensorFlow's `is_nan`, `is_inf`, `is_finite`), a tensor
+compared with itself (`loss != loss`, true only for NaN), and Python's and NumPy's
+`isnan`, `isinf` and `isfinite` of a number, called from the user's own code, are
 followed: when one finds a value that is not finite, what the test's caller held (the
 tested tensor itself, for a tensor's test) is handed to `on_nonfinite`, which looks among
 it for a loss. That step is then the failing one, found where the script found it, and
@@ -30,7 +31,10 @@ from types import FrameType
 from gradient_doctor.core.source_frames import user_line
 from gradient_doctor.errors import TrainingStopped
 
-_MATH_TESTS = (("isnan", False), ("isinf", False), ("isfinite", True))
+# Python's and NumPy's tests of a number: (name, True when its answer means "finite").
+_NUMBER_TESTS = (("isnan", False), ("isinf", False), ("isfinite", True))
+# A stand-in for an attribute the owner did not hold itself (it was inherited).
+_INHERITED = object()
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class TensorTests:
 
     Attributes:
         tests: (module or class, function name, True when its answer means "finite").
+        self_comparisons: (class, method name) of comparisons that, made between a
+            tensor and itself, are true only where it holds NaN (`loss != loss`).
         loss_like: whether a tested tensor may be a loss, a scalar (asked before the
             test's answer is read: reading it may cost a device sync).
         true: a scalar test's answer as a bool.
@@ -46,6 +52,7 @@ class TensorTests:
     """
 
     tests: tuple[tuple[object, str, bool], ...]
+    self_comparisons: tuple[tuple[type, str], ...]
     loss_like: Callable[[object], bool]
     true: Callable[[object], bool]
     is_user: Callable[[str], bool]
@@ -73,16 +80,29 @@ class FinitenessTests:
             return
         for owner, name, says_finite in self._tensors.tests:
             self._replace(owner, name, self._tensor_test(getattr(owner, name), says_finite))
-        for name, says_finite in _MATH_TESTS:
+        for owner, name in self._tensors.self_comparisons:
+            self._replace(owner, name, self._self_comparison(getattr(owner, name)))
+        import numpy  # here, not at the top: the core loads no numerical library itself
+
+        for name, says_finite in _NUMBER_TESTS:
             self._replace(math, name, self._number_test(getattr(math, name), says_finite))
+            ufunc = getattr(numpy, name)
+            test = self._number_test(ufunc, says_finite, depth=2)  # called by _FollowedUfunc
+            self._replace(numpy, name, _FollowedUfunc(ufunc, test))
 
     def uninstall(self) -> None:
         for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
         self._saved = []
 
     def _replace(self, owner, name: str, value) -> None:
-        self._saved.append((owner, name, getattr(owner, name)))
+        held = (
+            vars(owner).get(name, _INHERITED) if isinstance(owner, type) else getattr(owner, name)
+        )
+        self._saved.append((owner, name, held))
         setattr(owner, name, value)
 
     def _tensor_test(self, original, says_finite: bool):
@@ -91,26 +111,46 @@ class FinitenessTests:
         @functools.wraps(original)
         def test(tensor, *args, **kwargs):
             result = original(tensor, *args, **kwargs)
-            if not self._busy and tensors.loss_like(tensor) and self._from_user():
+            if not self._busy and tensors.loss_like(tensor) and self._from_user(sys._getframe(1)):
                 if tensors.true(result) != says_finite:
                     self._found([tensor], sys._getframe(1))
             return result
 
         return test
 
-    def _number_test(self, original, says_finite: bool):
+    def _self_comparison(self, original):
+        tensors = self._tensors
+
         @functools.wraps(original)
-        def test(value):
-            result = original(value)
-            if (not result if says_finite else result) and not self._busy and self._from_user():
-                caller = sys._getframe(1)
-                self._found(list(caller.f_locals.values()), caller)
+        def compare(tensor, other):
+            result = original(tensor, other)
+            if other is tensor and not self._busy and tensors.loss_like(tensor):
+                if self._from_user(sys._getframe(1)) and tensors.true(result):
+                    self._found([tensor], sys._getframe(1))
+            return result
+
+        return compare
+
+    def _number_test(self, original, says_finite: bool, depth: int = 1):
+        """A test of a number (Python's; NumPy's of a scalar, its answer a NumPy bool):
+        what its caller held is handed on, since a number holds no loss. `depth`: the
+        frames from the test up to its caller."""
+
+        @functools.wraps(original)
+        def test(value, *args, **kwargs):
+            result = original(value, *args, **kwargs)
+            if not isinstance(result, bool) and type(result).__name__ not in ("bool", "bool_"):
+                return result  # an array's test (NumPy's answer for a number: `numpy.bool`)
+            if (not result if says_finite else result) and not self._busy:
+                caller = sys._getframe(depth)
+                if self._from_user(caller):
+                    self._found([value, *caller.f_locals.values()], caller)
             return result
 
         return test
 
-    def _from_user(self) -> bool:
-        caller = sys._getframe(2)  # the test's caller, past the wrapper
+    def _from_user(self, caller: FrameType | None) -> bool:
+        """Whether a test's caller is the user's code."""
         return caller is not None and self._tensors.is_user(caller.f_code.co_filename)
 
     def _found(self, held: list, caller: FrameType) -> None:
@@ -131,3 +171,23 @@ class FinitenessTests:
             raise
         finally:
             self._busy = False
+
+
+class _FollowedUfunc:
+    """A NumPy ufunc (`numpy.isnan`) that calls `test` instead, and reads as the ufunc
+    otherwise (`numpy.isnan.nin`, `.reduce`, its name and documentation)."""
+
+    def __init__(self, ufunc, test: Callable) -> None:
+        self._ufunc = ufunc
+        self._test = test
+        self.__name__ = ufunc.__name__
+        self.__doc__ = ufunc.__doc__
+
+    def __call__(self, *args, **kwargs):
+        return self._test(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._ufunc, name)
+
+    def __repr__(self) -> str:
+        return repr(self._ufunc)

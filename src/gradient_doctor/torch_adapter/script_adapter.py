@@ -194,7 +194,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             # that follows an update whenever the step after this one is sampled.
             if self.stats.samples(self.session.steps_watched + 1):
                 self.stats.begin_sample()
-        self.cuts.observe(update.optimizer, update.present)
+        if update.present is not None:
+            self.cuts.observe(update.optimizer, update.present)
         for optimizer, cut in self.cuts.take():
             self._disconnected(update.index, optimizer, cut)
         if not update.skipped:

@@ -229,6 +229,7 @@ def _eager_scalar(value) -> bool:
 # TensorFlow's finiteness tests (graph tensors, traced inside a function, are passed over).
 _FINITENESS_TESTS = TensorTests(
     tests=tuple((tf.math, name, name == "is_finite") for name in ("is_nan", "is_inf", "is_finite")),
+    self_comparisons=((tf.Tensor, "__ne__"),),
     loss_like=_eager_scalar,
     true=lambda answer: bool(tf.reduce_all(answer)),
     is_user=is_user_file,

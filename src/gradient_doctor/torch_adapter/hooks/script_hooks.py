@@ -73,7 +73,8 @@ class Update:
             None before that.
         present: how many dense gradients the update was about to apply (with a
             closure, counted after it ran): a change tells the owner to look for
-            parameters left without one.
+            parameters left without one. None when no `backward()` of this update ran
+            (the script stopped on its loss first): its gradients were not counted.
         hidden: the gradients hidden from the optimizer while a non-finite update
             ran, `(parameter, gradient)`, put back after it.
         parameters: the parameters whose gradients were checked, in the check's order.
@@ -84,7 +85,7 @@ class Update:
     index: int
     optimizer: torch.optim.Optimizer
     check: Check | None
-    present: int = 0
+    present: int | None = 0
     hidden: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     parameters: list[torch.Tensor] = field(default_factory=list)
     closure: _ClosureStep | None = None
@@ -180,6 +181,7 @@ FINITENESS_TESTS = TensorTests(
         for name in ("isnan", "isinf", "isfinite")
         for owner in (torch, torch.Tensor)
     ),
+    self_comparisons=((torch.Tensor, "__ne__"),),
     loss_like=_loss_like,
     true=lambda answer: bool(answer.all()),
     is_user=source_lines.is_user_file,
@@ -474,8 +476,9 @@ class UpdateHooks:
         self.updates += 1
         self.listener.before_update(index, optimizer)
         self.roots = []
+        present = len(grads) if grads else None  # a loss's: no backward() ran
         self.listener.after_update(
-            Update(index, optimizer, result, len(grads), parameters=params, unmade=True)
+            Update(index, optimizer, result, present, parameters=params, unmade=True)
         )
 
     def _pre_hook(self, optimizer, args, kwargs) -> tuple | None:
