@@ -692,3 +692,27 @@ def test_a_function_loop_that_stops_on_numpys_test_of_the_loss_item_is_diagnosed
     fix = problem["fixes"][0]
     assert fix["family"] == "safe_log"
     _patch_holds(fix, name, folder, tmp_path)
+
+
+def test_a_compiled_models_division_is_named_in_the_model_it_wraps_and_its_patch_holds(
+    torch_run, tmp_path
+):
+    # The sampled steps' global forward hooks would be traced into the compiled graph
+    # (TorchDynamo failed on them): once the script compiles, forwards are not hooked.
+    name = "compiled_model_unit_norm.py"
+    run, folder = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "_orig_mod" not in run.stdout
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"]) == (
+        "forward_domain",
+        "forward",
+        4,  # the fifth batch: the all-zero rows
+    )
+    assert (origin["op"], origin["layer"]) == ("div", "UnitNormRegressor")
+    code = "return self.body(x / x.norm(dim=1, keepdim=True))"
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", code)
+    fix = problem["fixes"][0]
+    assert fix["family"] == "safe_div"
+    _patch_holds(fix, name, folder, tmp_path)

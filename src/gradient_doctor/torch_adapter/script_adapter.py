@@ -37,6 +37,7 @@ from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.adapter import PyTorchAdapter
 from gradient_doctor.torch_adapter.dump.crash_dump import TorchCrashDump
 from gradient_doctor.torch_adapter.hooks.anomaly_mode import AnomalyModeLeftOff
+from gradient_doctor.torch_adapter.hooks.compile_calls import CompileCalls
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.script_hooks import (
     ManualUpdate,
@@ -139,12 +140,14 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         schedule = None if sample_every is None else SampleSchedule.fixed(sample_every)
         self.stats = ModuleStats(lambda: self.optimizers, schedule=schedule)
         self.anomaly_mode = AnomalyModeLeftOff()
+        self.compile_calls = CompileCalls(self.stats.stop_watching_forwards)
 
     def install(self) -> None:
-        """Anomaly mode left off, the start a rerun repeats (taken right before the
-        script runs, so that its fork finds anomaly mode off too), then the hooks; the
-        first step's forward is sampled."""
+        """Anomaly mode left off and `torch.compile` noticed, the start a rerun repeats
+        (taken right before the script runs, so that its fork finds them so too), then
+        the hooks; the first step's forward is sampled."""
         self.anomaly_mode.install()
+        self.compile_calls.install()
         self.reruns = StepReruns(self.script, self.args)
         self.sites.install()
         self.hooks.install()
@@ -158,6 +161,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         if self.reruns is not None:
             self.reruns.close()
             self.reruns = None
+        self.compile_calls.uninstall()
         self.anomaly_mode.uninstall()
 
     @property

@@ -22,8 +22,11 @@ def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
 
     With several models (a GAN's two), each path starts with its root's class name so
     the two cannot be confused (a second root of the same class gets "_1", and so on).
+    A model compiled by `torch.compile` is named as the model it wraps, and so is the
+    wrapper.
     """
-    models = list(models)
+    wrappers = [model for model in models if _compiled_module(model) is not None]
+    models = list(dict.fromkeys(_compiled_module(model) or model for model in models))
     names: dict[int, str] = {}
     classes: dict[str, int] = {}
     for model in models:
@@ -38,7 +41,15 @@ def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
                 names[id(module)] = root
             else:
                 names[id(module)] = f"{root}.{path}" if len(models) > 1 else path
+    for wrapper in wrappers:
+        names.setdefault(id(wrapper), names[id(_compiled_module(wrapper))])
     return names
+
+
+def _compiled_module(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The module a `torch.compile` wrapper (`OptimizedModule`) compiles, or None."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, torch.nn.Module) else None
 
 
 def parameter_names(
@@ -50,6 +61,7 @@ def parameter_names(
     ("actor.log_std": a parameter of a module the script never calls, only its parts),
     else by place ("optimizer0.param3")."""
     names = module_names(models)
+    models = list(dict.fromkeys(_compiled_module(model) or model for model in models))
     found: dict[int, str] = {}
     for model in models:
         root = names[id(model)] if len(models) > 1 else ""

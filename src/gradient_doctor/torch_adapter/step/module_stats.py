@@ -46,6 +46,7 @@ from gradient_doctor.core.records import (
     LayerRecord,
     StepRecord,
 )
+from gradient_doctor.torch_adapter.hooks.compile_calls import compiled
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.module_scope import module_names
 from gradient_doctor.torch_adapter.step.sample_schedule import SampleSchedule
@@ -69,6 +70,8 @@ _RISKY = {
 _SUMS = frozenset({"sum", "mean", "nansum"})
 # torch's dispatch of a torch function to the modes, between the user's call and the mode.
 _OVERRIDES = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "overrides.py")
+# True while TorchDynamo traces (a constant it folds); torch before 2.3 had none.
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 # Modules whose outputs hold their units (channels) on axis 1, not the last axis.
 _CHANNELS_FIRST = (
     torch.nn.modules.conv._ConvNd,
@@ -151,6 +154,7 @@ class ModuleStats:
         self._latest: tuple[LayerRecord, ...] | None = None
         self._headroom: tuple[HeadroomSample, ...] = ()  # the last sampled step's
         self._risky_outputs: dict[int, tuple[weakref.ref, _RiskyOp]] = {}
+        self._forwards_watched = not any(compiled(model) for model in models)
 
     def samples(self, step: int) -> bool:
         """Whether `step` is a sampled step."""
@@ -188,8 +192,15 @@ class ModuleStats:
 
     # The sampled steps.
 
+    def stop_watching_forwards(self) -> None:
+        """Hook no forward from now on (the script compiles its model: `CompileCalls`);
+        the updates' statistics go on."""
+        self._forwards_watched = False
+        self._unhook()
+
     def begin_sample(self) -> None:
-        """Measure the forward that follows (hooks on until the next update starts)."""
+        """Measure the forward that follows (hooks on until the next update starts;
+        none once forwards are no longer watched)."""
         if self._sample is not None and not self._handles:
             # The last step's sample, sealed by its update but not read yet (its step ends
             # when the next one's first update comes): sampling every step, it is kept.
@@ -197,7 +208,9 @@ class ModuleStats:
             self._sample = None
         if self._sample is None:
             self._sample = _Sample()
-        if not self._handles:
+        if self._forwards_watched and _compiled_anything():
+            self._forwards_watched = False  # compiled before the doctor could be told
+        if not self._handles and self._forwards_watched:
             self._handles = [
                 register_module_forward_pre_hook(self._enter),
                 register_module_forward_hook(self._leave, always_call=True),
@@ -356,6 +369,8 @@ class ModuleStats:
                     self._owner.setdefault(id(param), id(owner))
 
     def _enter(self, module, args) -> None:
+        if _is_compiling():  # traced into compiled code: measure nothing
+            return
         if not self._stack:
             self._add_root(module)
             if self._mode is None:
@@ -364,7 +379,7 @@ class ModuleStats:
         self._stack.append(module)
 
     def _leave(self, module, args, output) -> None:
-        if not self._stack:
+        if _is_compiling() or not self._stack:
             return
         self._stack.pop()
         sample = self._sample
@@ -471,6 +486,8 @@ class _Activations(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         output = func(*args, **kwargs)
+        if _is_compiling():  # traced into compiled code: measure nothing
+            return output
         name = getattr(func, "__name__", None)
         if (name in _DEAD or name in _SATURATING) and isinstance(output, torch.Tensor):
             self.stats.activation(name, args, output)
@@ -542,6 +559,13 @@ def _headroom(
             framework_op=op.op.lower(),  # the aten name of each of `_RISKY`'s op types
         )
     return tuple(samples.values())
+
+
+def _compiled_anything() -> bool:
+    """Whether TorchDynamo compiled a graph in this process (a model compiled before
+    `watch` was called): a global hook would be traced into it from then on."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return dynamo is not None and dynamo.counters["stats"]["unique_graphs"] > 0
 
 
 def _inside_transform() -> bool:
