@@ -112,6 +112,11 @@ def _confirmed(
         if fix.patch and (fix.verified is True or untried) and reruns.left:
             to_end = runs_to_the_end(problem.category, fix.family)
             rerun, baseline = reruns.run(fix.family, fix.patch, untried, to_end)
+            gentler = None
+            if untried:
+                fix, rerun, baseline, gentler = _stronger_if_failed(
+                    fix, rerun, baseline, reruns, to_end
+                )
             if not rerun.judged:
                 fix = _not_confirmed(fix, rerun.why, untried)
             elif untried and not baseline.judged:
@@ -121,6 +126,8 @@ def _confirmed(
                 fix = _may_only_delay(fix, problem, rerun)
             else:
                 fix = _may_only_delay(_judged(fix, rerun.held, rerun.why), problem, rerun)
+            if gentler:
+                fix = dataclasses.replace(fix, evidence=f"{fix.evidence}; {gentler}")
         fixes.append(fix)
     not_fixes = []
     for item in problem.not_fixes:
@@ -138,6 +145,23 @@ def _confirmed(
             item = _borne_out(item, rerun, baseline)
         not_fixes.append(item)
     return ranked(dataclasses.replace(problem, fixes=tuple(fixes), not_fixes=tuple(not_fixes)))
+
+
+def _stronger_if_failed(
+    fix: Fix, rerun: Rerun, baseline: Rerun | None, reruns: _Reruns, to_end: bool
+) -> tuple[Fix, Rerun, Rerun | None, str | None]:
+    """A patch no trial ran whose copy did not hold, and that has a `stronger` one (the
+    learning rate lowered a decade further): the stronger patch's copy, rerun the same
+    way while reruns are left, and so on. Returns the fix judged last, its rerun, the
+    baseline, and, when a gentler patch failed before it, what its evidence adds."""
+    failed = []
+    while rerun.judged and not rerun.held and fix.stronger is not None and reruns.left:
+        if not fix.stronger.patch:
+            break
+        failed.append(f"{fix.title.rstrip('.')}: applied, {rerun.why}")
+        fix = fix.stronger
+        rerun, baseline = reruns.run(fix.family, fix.patch, True, to_end)
+    return fix, rerun, baseline, ("tried after " + "; ".join(failed)) if failed else None
 
 
 def _expected_only(item: NotFix) -> bool:

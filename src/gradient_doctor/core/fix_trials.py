@@ -250,12 +250,21 @@ class TrialOutcome:
 def diverged(losses: Sequence[float], whose: str = "the loss", alone: bool = True) -> str | None:
     """ "the loss diverged (1.57 -> 15.6)" when `losses` rose by more than
     `LOSS_RISE_ALLOWED` times their size, first tenth to last, or, `alone` (the run's
-    one loss, not one objective of several), fell below zero without bound (the tests
-    a held trial passes, for a loss seen elsewhere: a patched copy rerun from the
-    start); else None. `whose` names the loss ("objective 1's loss")."""
+    one loss, not one objective of several), from its first value to its last tenth
+    (a loss that blew up within its first tenth and stayed there: 1.0, 843, 10940, ...,
+    ~9000 has a first tenth as high as its last), or fell below zero without bound (the
+    tests a held trial passes, for a loss seen elsewhere: a patched copy rerun from the
+    start); else None. `whose` names the loss ("objective 1's loss"). Adversarial
+    objectives (not `alone`) may rise from their first value as their players learn."""
     trend = TrialOutcome(None, "", len(losses), len(losses), None, tuple(losses)).loss_trend()
     if _diverged(trend, losses):
         return f"{whose} diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
+    if alone and trend is not None and _diverged((_first_loss(losses), trend[1]), losses):
+        return (
+            f"{whose} ended far above where the run started ({_first_loss(losses):.4g} at its "
+            f"first step -> {trend[1]:.4g} over its last tenth): it blew up in its first "
+            "steps and never came back"
+        )
     if alone and _ran_below_zero(trend, losses):
         return _BELOW_ZERO.format(first=trend[0], last=trend[1])
     return None
@@ -270,6 +279,11 @@ _BELOW_ZERO = (
     "the loss fell below zero without bound ({first:.4g} -> {last:.4g}): it started at "
     "or above zero, so what the patched code computes is no longer the loss it was"
 )
+
+
+def _first_loss(losses: Sequence[float]) -> float:
+    """The first finite loss: the run's, before any update could move it."""
+    return next(v for v in losses if math.isfinite(v))
 
 
 def _first_tenth(losses: Sequence[float]) -> list[float]:
