@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from gradient_doctor.cli.patched_rerun import _judged
+from gradient_doctor.cli.patched_rerun import Rerun, _judged
 
 
 def _report(steps, *problems):
@@ -327,3 +327,54 @@ def test_only_remedies_that_may_delay_a_drift_run_their_copy_to_the_scripts_end(
     assert runs_to_the_end("forward_overflow", "normalize_input")
     assert not runs_to_the_end("forward_domain", "safe_sqrt")  # the op itself changed
     assert not runs_to_the_end("backward_singularity", "lower_learning_rate")
+
+
+def test_a_lower_rate_whose_copy_failed_is_rerun_a_decade_lower_and_says_so():
+    from gradient_doctor.cli.fix_confirmation import _confirmed
+    from gradient_doctor.core.findings import Finding, Fix
+
+    tenth_patch, hundredth_patch = (
+        "--- a/t.py\n+++ b/t.py\n(0.5)\n",
+        "--- a/t.py\n+++ b/t.py\n(0.05)\n",
+    )
+    hundredth = Fix("lower_learning_rate", "Lower the rate to 0.05", "", patch=hundredth_patch)
+    tenth = Fix(
+        "lower_learning_rate",
+        "Lower the rate to 0.5",
+        "",
+        patch=tenth_patch,
+        evidence="not tried: no step function",
+        stronger=hundredth,
+    )
+    problem = Finding("exploding_gradients", 6, None, None, "x", fixes=(tenth,))
+    ran = []
+
+    class Reruns:
+        left = True
+
+        def __init__(self, *args):
+            pass
+
+        def run(self, family, patch, untried, to_end=False):
+            ran.append(patch)
+            baseline = Rerun(False, 7, "the unchanged copy found exploding_gradients at step 6")
+            if patch == tenth_patch:
+                return Rerun(
+                    False, 14, "the patched copy found exploding_gradients at step 13"
+                ), baseline
+            return Rerun(True, 40, "the patched copy trained 40 steps"), baseline
+
+    import gradient_doctor.cli.fix_confirmation as confirmation
+
+    original, confirmation._Reruns = confirmation._Reruns, Reruns
+    try:
+        (fix,) = _confirmed(problem, "t.py", [], 60.0, 200, lambda: False).fixes
+    finally:
+        confirmation._Reruns = original
+    assert ran == [tenth_patch, hundredth_patch]
+    assert fix.patch == hundredth_patch and fix.verified is True
+    assert fix.evidence.startswith("confirmed: the patched copy trained 40 steps")
+    assert fix.evidence.endswith(
+        "; tried after Lower the rate to 0.5: applied, the patched copy found "
+        "exploding_gradients at step 13"
+    )

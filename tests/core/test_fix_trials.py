@@ -311,3 +311,57 @@ def test_a_fix_that_works_around_the_cause_ranks_after_the_one_that_removes_it()
     untried = dataclasses.replace(mixed, verified=None)
     finding = dataclasses.replace(finding, fixes=(untried, clip))
     assert [f.family for f in ranked(finding).fixes] == ["clip_by_value", "mixed_precision"]
+
+
+def test_a_verified_fix_whose_loss_ends_far_behind_anothers_is_not_verified():
+    # A recurrent net whose loss was 1.9e32 at its first step: clipping each value kept
+    # the trial finite and "falling" to 5.8e22, where a better initialisation reached
+    # 0.046 from the same start on the same batches.
+    def patched(family):
+        return Fix(family, family, "code", patch=_PATCH)
+
+    finding = dataclasses.replace(
+        _finding(),
+        fixes=(patched("clip_by_value"), patched("better_init"), patched("gradient_clipping")),
+        not_fixes=(),
+    )
+    outcomes = [
+        _outcome("clip_by_value", losses=(1.9e32, 1e30, 5e25, 5.8e22)),
+        _outcome("better_init", losses=(1.9e32, 3.0, 0.1, 0.046)),
+        _outcome("gradient_clipping", losses=(1.9e32, 40.0, 2.0, 0.9)),  # 20x behind
+    ]
+    judged = judge(finding, FAILED_BASELINE, outcomes)
+    clipped = _fix(judged, "clip_by_value")
+    assert clipped.verified is False
+    assert "its loss ended at 5.8e+22, where better_init (setting)" in clipped.evidence
+    assert "reached 0.046" in clipped.evidence
+    assert _fix(judged, "gradient_clipping").verified is True  # behind, but not far
+    assert judged.fixes[-1].family == "clip_by_value"  # failed: last
+    # Of two verified fixes the rules rank alike, one 20 times behind comes second.
+    alike = dataclasses.replace(finding, fixes=(patched("safe_log"), patched("stable_softmax")))
+    trials = [
+        _outcome("safe_log", losses=(5.0, 40.0, 2.0, 0.9)),
+        _outcome("stable_softmax", losses=(5.0, 1.0, 0.1, 0.045)),
+    ]
+    assert [f.family for f in judge(alike, FAILED_BASELINE, trials).fixes] == [
+        "stable_softmax",
+        "safe_log",
+    ]
+    # Trials from other starts are not compared.
+    elsewhere = [
+        dataclasses.replace(o, start=3) if o.remedy != "clip_by_value" else o for o in outcomes
+    ]
+    assert _fix(judge(finding, FAILED_BASELINE, elsewhere), "clip_by_value").verified is True
+
+
+def test_a_copys_loss_that_blew_up_in_its_first_steps_and_stayed_there_diverged():
+    from gradient_doctor.core.fix_trials import diverged
+
+    # A learning rate a tenth of one that exploded: 1.0 at the first step, then ~9000 to
+    # the end. Its first tenth is as high as its last.
+    said = diverged([1.003, 842.9, 10940.0, 8363.0, 12023.0, *[9000.0] * 150])
+    assert said.startswith("the loss ended far above where the run started (1.003 at its first")
+    assert diverged([2.3, 2.2, 2.0, *[1.5] * 100]) is None
+    assert diverged([0.84, 0.5, 0.1, *[-2.4] * 100]) is None  # a likelihood, falling below 0
+    # An adversarial objective may rise from its first value as the players learn.
+    assert diverged([0.69, 1.5, 2.4, *[3.0] * 100], alone=False) is None

@@ -134,7 +134,8 @@ def test_an_item_round_trip_rewrapped_by_torch_tensor_leaves_at_the_item_line():
 
 def test_a_numpy_round_trip_through_from_numpy_is_rewritten_in_torch():
     watched = _watched(numpy_round_trip_encoder.build)
-    run_until_stopped(watched, numpy_round_trip_encoder.batches(2))  # a partial cut: goes on
+    # A partial cut, reported once it held for `NEW_CUT_UPDATES` updates: training goes on.
+    run_until_stopped(watched, numpy_round_trip_encoder.batches(3))
     (problem,) = _problems(watched)
     assert problem["disconnected"]["variables"] == ["encoder.0.weight", "encoder.0.bias"]
     script = f"{SCRIPTS}/numpy_round_trip_encoder.py"
@@ -193,19 +194,42 @@ def test_topk_indices_an_integer_cast_and_a_tolist_round_trip_each_break_at_thei
     assert {b.framework for b in breaks.values()} == {"torch"}
 
 
-def test_the_cheap_check_looks_at_parameters_only_when_the_gradient_count_changes():
+def test_a_part_without_gradients_is_noted_once_it_stays_so_and_a_skipped_expert_is_not():
+    from gradient_doctor.torch_adapter.localize.gradient_paths import (
+        NEW_CUT_UPDATES,
+        PERSISTENT_UPDATES,
+    )
+
     used, unused = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD([*used.parameters(), *unused.parameters()], lr=0.1)
     watch = CutWatch()
     used(torch.ones(1, 2)).sum().backward()
-    watch.observe(optimizer, 2)
+    for _ in range(NEW_CUT_UPDATES - 1):
+        watch.observe(optimizer, 2)
+    assert watch.take() == []
+    watch.observe(optimizer, 2)  # never a gradient, NEW_CUT_UPDATES updates in a row
     ((seen, cut),) = watch.take()
     assert seen is optimizer and [id(p) for p in cut] == [id(p) for p in unused.parameters()]
-    watch.observe(optimizer, 2)  # the same count: not looked at again
-    unused.weight.grad = torch.zeros(2, 2)
-    watch.observe(optimizer, 3)  # a new set (the bias alone) is noted
-    ((_, cut),) = watch.take()
-    assert [id(p) for p in cut] == [id(unused.bias)]
-    unused.weight.grad = None
-    watch.observe(optimizer, 2)  # the first set again: already noted
+    watch.observe(optimizer, 2)
+    assert watch.take() == []  # noted once
+    # Two experts, one chosen per step (the same count of gradients each time): each
+    # trains every other step, and neither is noted.
+    experts = [torch.nn.Linear(2, 2) for _ in range(2)]
+    routed = torch.optim.SGD([p for e in experts for p in e.parameters()], lr=0.1)
+
+    def step(chosen: int) -> None:
+        routed.zero_grad(set_to_none=True)
+        experts[chosen](torch.ones(1, 2)).sum().backward()
+        watch.observe(routed, 2)
+
+    for number in range(3 * PERSISTENT_UPDATES):
+        step(number % 2)
     assert watch.take() == []
+    # The router stops choosing expert 1: it trained before, so it is noted only after
+    # PERSISTENT_UPDATES updates in a row without a gradient.
+    for _ in range(PERSISTENT_UPDATES - 1):
+        step(0)
+    assert watch.take() == []
+    step(0)
+    ((_, cut),) = watch.take()
+    assert [id(p) for p in cut] == [id(p) for p in experts[1].parameters()]

@@ -443,8 +443,57 @@ def judge(
             promoted.append(_judged_fix(fix, outcome, baseline, start, phase, loss_before, drift))
         else:
             not_fixes.append(_judged_not_fix(item, outcome, baseline, start, phase, loss_before))
-    judged = dataclasses.replace(finding, fixes=fixes + tuple(promoted), not_fixes=tuple(not_fixes))
+    fixes = _compared(fixes + tuple(promoted), by_remedy)
+    judged = dataclasses.replace(finding, fixes=fixes, not_fixes=tuple(not_fixes))
     return ranked(judged)
+
+
+# A verified fix whose trial's loss ended more than this many times the best verified
+# fix's, tried from the same start for as many steps, is not verified: it kept the
+# values finite but left training far behind (gradients clipped to a crawl, 5.8e22 where
+# a better initialisation reached 0.046). One more than `BEHIND_RANKED` times behind
+# ranks after the others.
+FAR_BEHIND = 100.0
+BEHIND_RANKED = 10.0
+
+
+def _compared(fixes: tuple[Fix, ...], by_remedy: Mapping[str, TrialOutcome]) -> tuple[Fix, ...]:
+    """The verified fixes' trials compared with each other: one whose loss ended far
+    behind the best's is not verified, one behind ranks after the rest (the order
+    within each group kept). Only trials of one loss, above zero, from the same start
+    and as long as each other are compared."""
+    ended = {}
+    for fix in fixes:
+        outcome = by_remedy.get(fix.family)
+        if fix.verified is not True or outcome is None or outcome.objectives > 1:
+            continue
+        losses = [v for v in outcome.judged_losses() if math.isfinite(v)]
+        if losses and min(losses) > 0:
+            window = max(1, len(losses) // 10)
+            key = (outcome.start, outcome.steps_run, outcome.repeated_from)
+            ended[fix.family] = (key, sum(losses[-window:]) / window, outcome.setting)
+    compared = []
+    for fix in fixes:
+        behind = 1.0
+        if fix.family in ended:
+            key, loss, _ = ended[fix.family]
+            rivals = [(v, f, s) for f, (k, v, s) in ended.items() if k == key and f != fix.family]
+            best = min(rivals, default=None)
+            if best is not None and loss > FAR_BEHIND * best[0]:
+                fix = dataclasses.replace(
+                    fix,
+                    verified=False,
+                    evidence=(
+                        f"{fix.evidence}; but its loss ended at {loss:.4g}, where "
+                        f"{best[1]} ({best[2]}), tried from the same start on the same "
+                        f"batches, reached {best[0]:.4g}: the values stayed finite, but "
+                        "training was left far behind"
+                    ),
+                )
+            elif best is not None:
+                behind = loss / best[0]
+        compared.append((behind > BEHIND_RANKED, fix))
+    return tuple(fix for _, fix in sorted(compared, key=lambda pair: pair[0]))
 
 
 def ranked(finding: Finding) -> Finding:

@@ -78,29 +78,74 @@ def trainable_count(optimizer: torch.optim.Optimizer) -> int:
     return sum(p.requires_grad for group in optimizer.param_groups for p in group["params"])
 
 
+# A part of an optimizer's parameters is reported without a gradient only once the
+# same part went without one for this many updates in a row: a mixture of experts
+# leaves an expert that no token was routed to without a gradient for a step, and
+# trains it at the next; a path that is cut stays cut. A part none of which ever had a
+# gradient (a head never called, a path cut from the start) is reported sooner, after
+# `NEW_CUT_UPDATES`; one that trained before (an expert the router stopped choosing, a
+# path cut halfway through training), after `PERSISTENT_UPDATES`.
+NEW_CUT_UPDATES = 3
+PERSISTENT_UPDATES = 10
+
+
+@dataclasses.dataclass
+class _Streak:
+    """Parameters of one optimizer left without a gradient at consecutive updates."""
+
+    key: frozenset[int]
+    cut: list[torch.Tensor]
+    needed: int
+    updates: int = 0
+
+
 class CutWatch:
-    """Notes, per optimizer, a new set of parameters left without a gradient.
+    """Notes, per optimizer, a set of parameters left without a gradient: every one of
+    its parameters at once, or a part of them at several updates in a row
+    (`NEW_CUT_UPDATES`, or `PERSISTENT_UPDATES` for a part that had gradients before).
 
     `observe` costs a dictionary look-up while the number of gradients an optimizer
-    applies stays the same; only a change (and the first update) looks at each
-    parameter. A set already noted is not noted again.
+    applies stays the same and no part is missing; only a change (and the first
+    update) looks at each parameter, and a missing part is looked at each update until
+    it is noted or gets its gradients. A set already noted is not noted again.
     """
 
     def __init__(self) -> None:
         self._present: dict[int, int] = {}  # id(optimizer) -> gradients at its last update
+        self._streaks: dict[int, _Streak] = {}  # id(optimizer) -> the part missing now
+        self._trained: set[int] = set()  # ids of parameters seen with a gradient
         self._noted: set[frozenset[int]] = set()
         self._found: list[tuple[torch.optim.Optimizer, list[torch.Tensor]]] = []
 
     def observe(self, optimizer: torch.optim.Optimizer, present: int) -> None:
         """Take in an update of `optimizer` about to apply `present` gradients."""
-        if self._present.get(id(optimizer)) == present:
+        key = id(optimizer)
+        streak = self._streaks.get(key)
+        unchanged = self._present.get(key) == present
+        if unchanged and streak is None:
             return
-        self._present[id(optimizer)] = present
-        cut = missing_gradients(optimizer)
-        key = frozenset(id(p) for p in cut)
-        if cut and key not in self._noted:
-            self._noted.add(key)
-            self._found.append((optimizer, cut))
+        if not unchanged or any(p.grad is not None for p in streak.cut):  # another set
+            self._present[key] = present
+            cut = missing_gradients(optimizer)
+            ids = frozenset(id(p) for p in cut)
+            self._trained.update(
+                id(p)
+                for group in optimizer.param_groups
+                for p in group["params"]
+                if p.grad is not None
+            )
+            if not cut or ids in self._noted:
+                self._streaks.pop(key, None)
+                return
+            if streak is None or streak.key != ids:
+                trained = not ids.isdisjoint(self._trained)
+                needed = PERSISTENT_UPDATES if trained else NEW_CUT_UPDATES
+                streak = self._streaks[key] = _Streak(ids, cut, needed)
+        streak.updates += 1
+        if streak.updates >= streak.needed or len(streak.cut) == trainable_count(optimizer):
+            self._noted.add(streak.key)
+            self._found.append((optimizer, streak.cut))
+            del self._streaks[key]
 
     def take(self) -> list[tuple[torch.optim.Optimizer, list[torch.Tensor]]]:
         """The (optimizer, parameters without a gradient) noted since the last call."""

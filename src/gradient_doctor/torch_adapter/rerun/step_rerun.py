@@ -369,10 +369,13 @@ def _fresh_interpreter(start: ScriptStart, request: dict, scratch: str, timeout:
 
 
 def _quiet() -> None:
-    """The rerun reads nothing and prints nothing (the script ran once already)."""
+    """The rerun reads nothing and prints nothing (the script ran once already): not
+    through the standard descriptors, nor through a `sys.stdout` that writes elsewhere
+    (a capture's file, a logger's stream)."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
 
 
 def _record(request: dict) -> None:
