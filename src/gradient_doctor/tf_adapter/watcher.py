@@ -81,6 +81,7 @@ def training_setup(optimizer, xla: bool = False) -> TrainingSetup:
         clipping=clipping or None,
         loss_scale=loss_scale.current_scale(optimizer),
         xla=xla,
+        optimizer=type(clipped).__name__,
     )
 
 

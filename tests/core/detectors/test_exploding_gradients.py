@@ -122,3 +122,18 @@ def test_a_layer_waking_up_while_the_global_norm_stays_flat_is_no_explosion(laye
     exploding = [record(step, 0.002 * 1.3**step, 0.6 + 0.002 * 1.3**step) for step in range(40)]
     (warning,) = run(ExplodingGradientsDetector(), exploding)[-1]
     assert "`G.0`" in warning.explanation
+
+
+def test_gradients_waking_up_far_below_any_overflow_are_no_explosion_until_they_grow_on(run):
+    # A sparse-reward agent: its gradients grow from 6.5e-5 to 0.0095 as the first
+    # rewards arrive, as fast as an explosion but nowhere near an overflow.
+    from gradient_doctor.core.records import StepRecord
+
+    waking = [StepRecord(step, grad_norm=6.5e-5 * 1.2**step) for step in range(28)]
+    assert waking[-1].grad_norm < 0.01
+    assert run(ExplodingGradientsDetector(), waking)[-1] == []
+    # Growing on at the same rate, it is warned of once it passes a norm of 1.
+    growing = [StepRecord(step, grad_norm=6.5e-5 * 1.2**step) for step in range(60)]
+    findings = run(ExplodingGradientsDetector(), growing)
+    first = next(step for step, found in enumerate(findings) if found)
+    assert growing[first].grad_norm >= 1.0 > growing[first - 1].grad_norm

@@ -21,6 +21,11 @@ from gradient_doctor.core.records import StepRecord
 # than six doublings in a row).
 WINDOW = 30
 MIN_POINTS = 10
+# A norm that grew 100x but is still below this is no explosion yet: gradients waking up
+# (the first rewards of a sparse-reward agent, 6.5e-5 -> 0.0095) grow as fast, about
+# forty orders of magnitude short of an overflow; an explosion on its way there passes
+# this mark soon after, and is warned of then.
+MIN_EXPLODING_NORM = 1.0
 # The series name of the global gradient norm (`StepRecord.grad_norm`).
 _GLOBAL = ""
 
@@ -192,6 +197,8 @@ class ExplodingGradientsDetector(CountedFindings):
     def _explosion(self, layer: str, series: _LogNorms) -> Explosion | None:
         """The series' growth across the window when it is an explosion, else None (a
         series of at least `min_points` norms spanning at least `_least_range`)."""
+        if series.values[-1] < math.log(MIN_EXPLODING_NORM):
+            return None
         trend = robust_trend(list(series.steps), list(series.values))
         if trend is None or not trend.is_clear() or trend.slope <= 0:
             return None

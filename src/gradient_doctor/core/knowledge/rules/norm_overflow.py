@@ -54,9 +54,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return _torch(evidence, norm)
     explanation = (
         f"Every gradient{at_step(evidence.step)} was finite, but their global norm was "
-        f"{format_number(norm)}: its square overflows float32 (above 3.4e38). Adam and "
-        "RMSprop square the gradients, and clipping by the norm divides by it, so the "
-        "update would have written inf or NaN into the weights; it was skipped."
+        f"{format_number(norm)}: its square overflows float32 (above 3.4e38). "
+        + _what_the_update_would_do(evidence.setup)
     ) + _largest(evidence.origin)
     explanation += _growth_note(evidence)
     fixes = (
@@ -66,6 +65,29 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         remedies.batch_normalization("each hidden layer", evidence.setup.framework),
     )
     return Diagnosis("exploding_gradients", explanation, (GLOBAL_NORM_CLIPPING,), fixes)
+
+
+# Keras optimizers that keep no square of the gradients: their update is the gradient
+# times the rate (with momentum), finite however large the gradients are.
+_NO_SQUARES = frozenset({"SGD", "Lion"})
+
+
+def _what_the_update_would_do(setup) -> str:
+    """What applying such gradients would do with the user's optimizer: inf or NaN
+    weights where it squares them or clips by their norm; else weights moved by about
+    the rate times gradients past 1e19, which no training comes back from."""
+    if setup.optimizer in _NO_SQUARES and not setup.clipping:
+        return (
+            f"{setup.optimizer} keeps no square of the gradients, so its update would have "
+            "stayed finite, but it would have moved the weights by the learning rate times "
+            "gradients past 1e19: the loss and the weights run to astronomical values that "
+            "training does not come back from (finite, so nothing stops it). The update was "
+            "skipped."
+        )
+    return (
+        "Adam and RMSprop square the gradients, and clipping by the norm divides by it, so "
+        "the update would have written inf or NaN into the weights; it was skipped."
+    )
 
 
 def _torch(evidence: Evidence, largest: float) -> Diagnosis:
