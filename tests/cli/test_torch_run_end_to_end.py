@@ -718,3 +718,30 @@ def test_a_compiled_models_division_is_named_in_the_model_it_wraps_and_its_patch
     fix = problem["fixes"][0]
     assert fix["family"] == "safe_div"
     _patch_holds(fix, name, folder, tmp_path)
+
+
+def test_a_batch_of_padding_alone_is_named_at_the_loss_and_its_counted_mean_holds(
+    torch_run, tmp_path
+):
+    # Every label of one batch is the ignored -100: cross_entropy's mean is 0 / 0.
+    name = "tagger_padding_only_batch.py"
+    run, folder = torch_run(name, confirm="never")
+    (problem,) = run.report["problems"]
+    origin = problem["origin"]
+    assert (problem["category"], problem["phase"], problem["step"], origin["op"]) == (
+        "forward_domain",
+        "forward",
+        5,  # the sixth batch: the blank lines
+        "nll_loss_forward",
+    )
+    code = "loss = F.cross_entropy(logits.view(-1, TAGS), tags.view(-1), ignore_index=PAD)"
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", code)
+    assert "every one of this batch's 8 targets was -100" in problem["explanation"]
+    assert {n["remedy"] for n in problem["not_fixes"] if n["structural"]} >= {
+        "lower_learning_rate"
+    }
+    fix = problem["fixes"][0]
+    assert fix["family"] == "safe_div" and "(tags.view(-1) != PAD).sum().clamp(min=1)" in (
+        fix["patch"]
+    )
+    _patch_holds(fix, name, folder, tmp_path)

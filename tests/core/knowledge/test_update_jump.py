@@ -13,8 +13,11 @@ def test_a_jump_at_the_last_good_steps_puts_clipping_first_and_says_why(make_evi
     assert "gradient_clipping" not in [item.remedy for item in diagnosis.not_fixes]
     assert "The update at step 15 had a gradient norm of 2.5e+17" in diagnosis.explanation
     assert "median of the 5 steps before it (65)" in diagnosis.explanation
-    # The rule's own fixes stay, after it.
+    # The rule's own fixes stay, after it; a smaller rate makes that update smaller too,
+    # so it is a fix, last, no longer a remedy said only to slow a drift.
     assert "stable_softmax" in [fix.family for fix in diagnosis.fixes[1:]]
+    assert diagnosis.fixes[-1].family == "lower_learning_rate"
+    assert "lower_learning_rate" not in [item.remedy for item in diagnosis.not_fixes]
 
 
 def test_steady_norms_leave_clipping_an_expectation_for_the_trials(make_evidence):

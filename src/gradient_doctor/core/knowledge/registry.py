@@ -24,6 +24,7 @@ from gradient_doctor.core.knowledge.rules import (
     exploding_gradients,
     float16_range,
     gamma_poles,
+    ignored_targets,
     inverse_trig,
     log_domain,
     loss_scale_collapse,
@@ -70,6 +71,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("inverse_trig", inverse_trig.diagnose, forward_ops=inverse_trig.OPS),
     Family("determinant_log", determinant_log.diagnose, forward_ops=determinant_log.OPS),
     Family("ctc_alignment", ctc_alignment.diagnose, forward_ops=ctc_alignment.OPS),
+    Family("ignored_targets", ignored_targets.diagnose, forward_ops=ignored_targets.OPS),
     Family("gamma_poles", gamma_poles.diagnose, forward_ops=gamma_poles.OPS),
     Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
     Family(

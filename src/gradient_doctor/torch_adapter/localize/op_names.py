@@ -77,6 +77,7 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "Multinomial": ("multinomial",),
     "BinaryCrossEntropy": ("binary_cross_entropy",),
     "CtcLoss": ("_ctc_loss", "ctc_loss"),
+    "NllLoss": ("nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss_nd"),
     "BinaryCrossEntropyWithLogits": ("binary_cross_entropy_with_logits",),
 }
 # Aten ops whose second argument is the dims they reduce or scatter along (an int or a

@@ -70,7 +70,8 @@ def update_jump(history: StepHistory, failing: int | None) -> UpdateJump | None:
 
 def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     """`diagnosis` with gradient clipping among its fixes (first) and the jump explained,
-    when a forward failure fed by weights follows a jump of the gradient norm.
+    when a forward failure fed by weights follows a jump of the gradient norm; a lower
+    learning rate, said only to slow a drift, becomes a fix too (after the others).
 
     Left alone for failures of the backward pass (the other rules judge clipping
     there), for inputs that come from the batch alone (no update reaches them), when
@@ -109,8 +110,22 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
             f"one update threw the weights that feed {op} this far. Clipping the gradient "
             "norm bounds such an update."
         )
-    not_fixes = tuple(item for item in diagnosis.not_fixes if item.remedy != "gradient_clipping")
+    # A smaller rate makes that update smaller too: no longer a remedy "that only slows
+    # the drift" (a temperature-scaled softmax saturated by the first update of norm 50
+    # trains clean at a tenth of the rate).
+    slower = [
+        item
+        for item in diagnosis.not_fixes
+        if item.remedy == "lower_learning_rate" and not item.structural
+    ]
+    not_fixes = tuple(
+        item
+        for item in diagnosis.not_fixes
+        if item.remedy != "gradient_clipping" and not any(item is s for s in slower)
+    )
     fixes = (remedies.gradient_clipping(evidence.setup), *diagnosis.fixes)
+    if slower and not any(fix.family == "lower_learning_rate" for fix in fixes):
+        fixes = (*fixes, remedies.lower_learning_rate(evidence.setup))
     return replace(
         diagnosis, explanation=diagnosis.explanation + note, fixes=fixes, not_fixes=not_fixes
     )
