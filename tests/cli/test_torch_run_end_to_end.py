@@ -737,11 +737,10 @@ def test_a_batch_of_padding_alone_is_named_at_the_loss_and_its_counted_mean_hold
     code = "loss = F.cross_entropy(logits.view(-1, TAGS), tags.view(-1), ignore_index=PAD)"
     assert origin["line"] == line_of(f"{SCRIPTS}/{name}", code)
     assert "every one of this batch's 8 targets was -100" in problem["explanation"]
-    assert {n["remedy"] for n in problem["not_fixes"] if n["structural"]} >= {
-        "lower_learning_rate"
-    }
+    assert {n["remedy"] for n in problem["not_fixes"] if n["structural"]} >= {"lower_learning_rate"}
     fix = problem["fixes"][0]
-    assert fix["family"] == "safe_div" and "(tags.view(-1) != PAD).sum().clamp(min=1)" in (
-        fix["patch"]
+    assert (
+        fix["family"] == "safe_div"
+        and "(tags.view(-1) != PAD).sum().clamp(min=1)" in (fix["patch"])
     )
     _patch_holds(fix, name, folder, tmp_path)
