@@ -341,6 +341,8 @@ class Evidence:
         skipped_updates: how many updates the guard skipped, the failing one and
             every one after it, before the step was read (more than 1 when nothing
             read the step's check until the end of the run); 0 when not counted.
+        step_loss: the failing step's loss as its check read it (NaN or inf when the
+            loss itself was not finite), or None when it was not read.
         stuck_units: for gradients that stayed exactly zero, the layers whose units
             all died or saturated (then there is no `path_break`), else None.
         pipeline: for non-finite values in the batch, the function of the input
@@ -388,6 +390,7 @@ class Evidence:
     broken_state: BrokenState | None = None
     update_overflow: UpdateOverflow | None = None
     skipped_updates: int = 0
+    step_loss: float | None = None
     stuck_units: StuckUnits | None = None
     pipeline: PipelineOrigin | None = None
     same_op_calls: tuple[OpCall, ...] = ()

@@ -64,3 +64,29 @@ def test_nan_the_input_pipeline_wrote_is_diagnosed_at_its_op_and_patched_there(
     assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate"]
     origin = diagnosis.finding(evidence).origin  # the finding points there
     assert (origin.op, origin.source_kind) == ("Log", "input_pipeline")
+
+
+def test_nan_labels_a_finite_loss_masked_out_get_a_finite_stand_in_inside_the_loss(
+    make_evidence, families, not_fixes
+):
+    # Missing labels stored as NaN and left out of the loss by tf.where: the step's loss
+    # was finite, its gradient NaN (0 x NaN in the branch the mask drops). Dropping or
+    # imputing the rows would lose or invent labels.
+    labels = BadInput("y", (64, 3), nan=22, inf=0, rows=(2, 3), columns=(0, 1, 2))
+    from dataclasses import replace
+
+    def evidence(bad, loss):
+        made = make_evidence(with_origin=False, phase=None, bad_inputs=(bad,))
+        return replace(made, step_loss=loss)
+
+    diagnosis = diagnose(evidence(labels, 13.6))
+    assert diagnosis.category == "bad_input"
+    assert "The step's loss was finite (13.6): your loss leaves them out" in (diagnosis.explanation)
+    assert families(diagnosis) == ["safe_where"]
+    assert "y_true = tf.where(mask, y_true, tf.zeros_like(y_true))" in diagnosis.fixes[0].code
+    assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate"]
+    # NaN features with a finite loss (a ReLU swallowed them going forward, the first
+    # layer's gradient is NaN), or a NaN loss, keep the data remedies.
+    assert families(diagnose(evidence(X_BAD, 0.8))) == ["clean_input", "skip_nonfinite_batch"]
+    nan_loss = diagnose(evidence(labels, float("nan")))
+    assert families(nan_loss) == ["clean_input", "skip_nonfinite_batch"]

@@ -207,7 +207,7 @@ class Session:
                 replayed=False,
                 unreplayable=reading.unreplayable,
             )
-        evidence = replace(evidence, skipped_updates=reading.skipped)
+        evidence = replace(evidence, skipped_updates=reading.skipped, step_loss=reading.loss)
         finding = self.record(evidence, rerun, reading.replica)
         self.adapter.write_dump(finding, evidence, rerun)
         return finding

@@ -5,13 +5,20 @@ missing value)."""
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import replace
 
 from gradient_doctor.core.evidence import BadInput, BrokenState, Evidence
 from gradient_doctor.core.findings import Fix, SourceLine
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
-from gradient_doctor.core.knowledge.wording import at_step, count, listing, op_place
+from gradient_doctor.core.knowledge.wording import (
+    at_step,
+    count,
+    format_number,
+    listing,
+    op_place,
+)
 
 _CLEAN_CODE = """\
 # drop the examples that hold NaN or Inf (tf.data):
@@ -53,6 +60,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     described = "; ".join(describe(bad) for bad in evidence.bad_inputs)
     tensors = listing([bad.label for bad in evidence.bad_inputs])
     torch = evidence.setup.framework == "torch"
+    if _masked_labels(evidence):
+        return _masked(evidence, described, tensors, torch)
     return Diagnosis(
         category="bad_input",
         explanation=f"The batch{at_step(evidence.step)} already holds non-finite values: "
@@ -68,6 +77,66 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
                 "skip_nonfinite_batch",
                 "Skip the update on a non-finite batch",
                 _TORCH_SKIP_CODE if torch else _SKIP_CODE,
+            ),
+        ),
+    )
+
+
+_MASKED_CODE = """\
+# in the loss: the mask first, then a finite stand-in for the missing values, so that the
+# branch the mask drops computes finitely (its gradient is 0 x that, not 0 x NaN)
+mask = tf.math.logical_not(tf.math.is_nan(y_true))
+y_true = tf.where(mask, y_true, tf.zeros_like(y_true))
+se = tf.where(mask, tf.square(y_pred - y_true), tf.zeros_like(y_pred))"""
+
+_TORCH_MASKED_CODE = """\
+# in the loss: the mask first, then a finite stand-in for the missing values, so that the
+# branch the mask drops computes finitely (its gradient is 0 x that, not 0 x NaN)
+mask = ~torch.isnan(target)
+target = torch.where(mask, target, torch.zeros_like(target))
+loss = torch.where(mask, (pred - target) ** 2, torch.zeros_like(pred)).sum() / mask.sum()"""
+
+
+def _masked_labels(evidence: Evidence) -> bool:
+    """Whether the non-finite values are all in the labels (`y` as `fit` names them) and
+    the step's loss was finite: labels flow into the loss alone, so a finite loss means
+    the loss left them out (features are different: a ReLU can swallow a NaN in the
+    forward pass, 0 where NaN came in, while the first layer's gradient, x^T times the
+    output's, is NaN)."""
+    loss = evidence.step_loss
+    if loss is None or not math.isfinite(loss):
+        return False
+    return all(
+        bad.read_at is None and (bad.tensor == "y" or bad.tensor.startswith("y["))
+        for bad in evidence.bad_inputs
+    )
+
+
+def _masked(evidence: Evidence, described: str, tensors: str, torch: bool) -> Diagnosis:
+    """The batch's non-finite values never reached the loss, which was finite: the loss
+    masks them (missing labels stored as NaN, left out by a select), but the branch it
+    drops computed with them, and its gradient, 0 x NaN, is NaN. Dropping or imputing
+    the data would lose or invent labels; the loss must compute finitely where it masks."""
+    explanation = (
+        f"The batch{at_step(evidence.step)} holds non-finite values: {described}. The "
+        f"step's loss was finite ({format_number(evidence.step_loss)}): your loss leaves "
+        "them out (missing values stored as NaN, masked by a select such as "
+        f"{'torch.where' if torch else 'tf.where'}), but the branch it drops was still "
+        "computed with them, and the gradient flows through both branches: 0 x NaN is "
+        "NaN. Replace the missing values by any finite number inside the loss, after "
+        "the mask is taken from them; the mask still leaves them out."
+    )
+    return Diagnosis(
+        category="bad_input",
+        explanation=explanation,
+        not_fixes=nan_gradient_not_fixes(
+            f"the data: {tensors} held it, masked out of the loss but not out of its gradient"
+        ),
+        fixes=(
+            Fix(
+                "safe_where",
+                "Give the masked values a finite stand-in inside the loss, after the mask",
+                _TORCH_MASKED_CODE if torch else _MASKED_CODE,
             ),
         ),
     )
