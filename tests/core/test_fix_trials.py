@@ -365,3 +365,36 @@ def test_a_copys_loss_that_blew_up_in_its_first_steps_and_stayed_there_diverged(
     assert diverged([0.84, 0.5, 0.1, *[-2.4] * 100]) is None  # a likelihood, falling below 0
     # An adversarial objective may rise from its first value as the players learn.
     assert diverged([0.69, 1.5, 2.4, *[3.0] * 100], alone=False) is None
+
+
+def test_a_tenth_of_the_rate_that_held_but_diverged_is_tried_a_decade_lower():
+    from gradient_doctor.core.pipeline.trials import _stronger_if_failed
+
+    hundredth = Fix("lower_learning_rate", "lr 0.005", "", patch=_PATCH)
+    tenth = Fix("lower_learning_rate", "lr 0.05", "", patch=_PATCH, stronger=hundredth)
+    finding = dataclasses.replace(_finding(), fixes=(tenth,), not_fixes=())
+
+    class Trials:
+        def plan_for(self, remedy, fix):
+            return fix.title
+
+    diverging = TrialOutcome("lower_learning_rate", "lr 0.05", 4, 4, None, (8.3, 12.0, 16.0, 19.4))
+    falling = TrialOutcome("lower_learning_rate", "lr 0.005", 4, 4, None, (8.3, 5.0, 3.0, 1.3))
+    ran = []
+
+    def run(plan):
+        ran.append(plan)
+        return falling
+
+    outcome, changed = _stronger_if_failed(
+        finding, "lower_learning_rate", diverging, Trials(), run, reference=8.0
+    )
+    assert ran == ["lr 0.005"]
+    assert changed.fixes[0] is hundredth
+    assert outcome.setting == (
+        "lr 0.005, where lr 0.05 had held, but the loss diverged (8.3 -> 19.4)"
+    )
+    # A tenth that held, learning, is not tried further.
+    ran.clear()
+    kept, same = _stronger_if_failed(finding, "lower_learning_rate", falling, Trials(), run)
+    assert ran == [] and kept is falling and same is finding

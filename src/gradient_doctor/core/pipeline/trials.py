@@ -64,6 +64,7 @@ def try_fixes(
     saved = sorted({failing, *trials.saved_steps})
     began = trouble_began(evidence.history, failing, first_warning)
     starts = {plan.remedy: trial_start(plan.remedy, finding, began, saved) for plan in plans}
+    reference = _loss_before(evidence.history, began, failing)
     if announce is not None:
         announce(len(plans), steps, finding.step)
     try:
@@ -91,6 +92,7 @@ def try_fixes(
                     outcome,
                     trials,
                     lambda p, s=start: runner.run(p, s, failing, steps),
+                    reference,
                 )
                 outcomes.append(dataclasses.replace(outcome, remedy=plan.remedy))
     except Exception as error:
@@ -102,7 +104,7 @@ def try_fixes(
         return finding
     if not baselines:
         baselines[None] = TrialOutcome(None, "", steps, 0, None, skipped=_TOO_LONG)
-    return judge(finding, baselines, outcomes, _loss_before(evidence.history, began, failing))
+    return judge(finding, baselines, outcomes, reference)
 
 
 def _stronger_if_failed(
@@ -111,27 +113,43 @@ def _stronger_if_failed(
     outcome: TrialOutcome,
     trials: FixTrials,
     run: Callable[[object], TrialOutcome],
+    reference: float | None = None,
 ) -> tuple[TrialOutcome, Finding]:
-    """When `remedy`'s trial failed and its fix has a `stronger` one (the learning rate
-    lowered a decade further), try that from the same start, and so on; the first that
-    holds stands in for the fix in the finding, its evidence saying what failed first.
+    """When `remedy`'s trial failed, or held without going on learning (a tenth of a
+    rate that still diverged, 8.3 -> 19.4), and its fix has a `stronger` one (the
+    learning rate lowered a decade further), try that from the same start, and so on;
+    the first that holds, learning (`reference`: the loss before the trouble), stands
+    in for the fix in the finding, its evidence saying what failed first.
     Returns the outcome to judge and the finding (changed only when a stronger held)."""
     fix = _fix_of(finding, remedy)
     tried = [outcome]
-    while outcome.failed_at is not None and fix is not None and fix.stronger is not None:
+    while _short(outcome, reference) and fix is not None and fix.stronger is not None:
         fix = fix.stronger
         plan = trials.plan_for(remedy, fix)
         if plan is None:
             break
         stronger = run(plan)
         tried.append(stronger)
-        if stronger.failed_at is None and stronger.skipped is None:
-            failed = "; ".join(
-                f"{o.setting} had failed at trial step {o.failed_at + 1}" for o in tried[:-1]
-            )
+        if not _short(stronger, reference):
+            failed = "; ".join(f"{o.setting} {_how_short(o, reference)}" for o in tried[:-1])
             held = dataclasses.replace(stronger, setting=f"{stronger.setting}, where {failed}")
             return held, _with_fix(finding, remedy, fix)
-    return outcome, finding
+        outcome = stronger
+    return tried[0], finding
+
+
+def _short(outcome: TrialOutcome, reference: float | None) -> bool:
+    """A trial that ran and failed, or held without going on learning."""
+    if outcome.skipped is not None:
+        return False
+    return outcome.failed_at is not None or outcome.shortfall(reference) is not None
+
+
+def _how_short(outcome: TrialOutcome, reference: float | None) -> str:
+    """ "had failed at trial step 3", or "had held, but the loss diverged (8.3 -> 19)"."""
+    if outcome.failed_at is not None:
+        return f"had failed at trial step {outcome.failed_at + 1}"
+    return f"had held, but {outcome.shortfall(reference)}"
 
 
 def _fix_of(finding: Finding, remedy: str) -> Fix | None:
