@@ -461,11 +461,14 @@ def _compared(fixes: tuple[Fix, ...], by_remedy: Mapping[str, TrialOutcome]) -> 
     """The verified fixes' trials compared with each other: one whose loss ended far
     behind the best's is not verified, one behind ranks after the rest (the order
     within each group kept). Only trials of one loss, above zero, from the same start
-    and as long as each other are compared."""
+    and as long as each other are compared, and none whose patch computes the loss in
+    other units (standardised targets)."""
     ended = {}
     for fix in fixes:
         outcome = by_remedy.get(fix.family)
         if fix.verified is not True or outcome is None or outcome.objectives > 1:
+            continue
+        if fix.family in RESCALES_THE_LOSS:
             continue
         losses = [v for v in outcome.judged_losses() if math.isfinite(v)]
         if losses and min(losses) > 0:
