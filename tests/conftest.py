@@ -187,3 +187,15 @@ def _shared_run(relative: str, tmp_path_factory) -> DoctorRun:
         made = run()
         result.write_text(json.dumps(asdict(made)))
         return made
+
+
+@pytest.fixture(autouse=True)
+def no_graph_compiled_before():
+    """Each test starts as a fresh process would: with no TorchDynamo graph counted as
+    compiled (once one is, the doctor stops hooking PyTorch forwards for the rest of the
+    process, `module_stats._compiled_anything`; a graph another test compiled in the same
+    worker must not do that)."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is not None:
+        dynamo.counters.clear()
+    yield

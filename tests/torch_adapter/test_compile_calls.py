@@ -16,11 +16,7 @@ from gradient_doctor.torch_adapter.localize.module_scope import (  # noqa: E402
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats  # noqa: E402
 
 
-def test_compiling_a_model_stops_the_sampled_steps_forward_hooks(monkeypatch):
-    from gradient_doctor.torch_adapter.step import module_stats
-
-    # A graph another test compiled in this process would turn the hooks off by itself.
-    monkeypatch.setattr(module_stats, "_compiled_anything", lambda: False)
+def test_compiling_a_model_stops_the_sampled_steps_forward_hooks():
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     stats = ModuleStats(lambda: [optimizer])
