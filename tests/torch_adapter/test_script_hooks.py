@@ -144,3 +144,59 @@ def test_a_closure_step_is_checked_after_it_ran_and_a_bad_one_undone():
     assert not any(check.finite for _, skipped_, check in seen.updates if skipped_)
     good_model, good_optimizer, _ = _lbfgs(skipped[0], 10.0)
     assert same_state(model, optimizer, good_model, good_optimizer)
+
+
+def _scaled_training(steps: int, hooks: UpdateHooks | None = None):
+    """float16 autocast with a GradScaler whose first scale overflows the scaled
+    gradients: it skips those updates and lowers its scale (its usual back-off).
+    Returns the losses and how many updates the scaler skipped, by its own scale."""
+    if hooks is not None:
+        hooks.install()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**30)
+    losses, lowered = [], 0
+    try:
+        for _ in range(steps):
+            x = torch.randn(16, 8) * 4
+            y = (x[:, 0] > 0).long()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            before = scaler.get_scale()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            lowered += scaler.get_scale() < before
+            losses.append(loss.item())
+    finally:
+        if hooks is not None:
+            hooks.uninstall()
+    return losses, lowered
+
+
+def test_the_updates_a_grad_scaler_skips_itself_are_counted_apart_and_not_checked():
+    seen, original = Seen(), torch.amp.GradScaler.step
+    hooks = UpdateHooks(seen)
+    losses, lowered = _scaled_training(10, hooks)
+    plain_losses, plain_lowered = _scaled_training(10)
+    assert losses == plain_losses and lowered == plain_lowered
+    assert lowered >= 2  # the scaler backed off several times from 2**30
+    assert hooks.scaler_skipped == lowered
+    assert len(seen.updates) == 10 - lowered
+    assert not any(skipped for _, skipped, _ in seen.updates)
+    assert torch.amp.GradScaler.step is original  # given back
+
+
+def test_a_healthy_line_counts_the_updates_a_loss_scaler_skipped():
+    from gradient_doctor.core.report import Report
+    from gradient_doctor.render.json_report import report_to_dict
+    from gradient_doctor.render.text import header_line
+
+    report = Report(script="train.py", steps_watched=57, framework="torch", scaler_skipped=7)
+    line = header_line(report)
+    assert line.startswith("healthy: 57 steps watched, no non-finite values reached an update")
+    assert "GradScaler skipped 7 more updates itself" in line
+    assert report_to_dict(report)["scaler_skipped"] == 7
+    assert "scaler_skipped" not in report_to_dict(Report(script="train.py", steps_watched=3))

@@ -28,6 +28,9 @@ class Report:
             adapter that watched it.
         optimizers: how many optimizers stepped (2 for a GAN), when the adapter counts
             them; None otherwise. A rerun judges a single loss only with one.
+        scaler_skipped: updates a dynamic loss scaler (PyTorch's `GradScaler`) skipped
+            itself because its scaled gradients overflowed: its normal back-off, which
+            never reached the weights, counted where the adapter sees it (0 otherwise).
     """
 
     script: str | None
@@ -39,6 +42,7 @@ class Report:
     interrupted: str | None = None
     framework: str = "tensorflow"
     optimizers: int | None = None
+    scaler_skipped: int = 0
 
     @property
     def status(self) -> str:

@@ -38,8 +38,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         A dict with the keys `schema`, `framework`, `status`, `script`, `steps_watched`,
         `problems` and `warnings`, plus `script_error` only when the script raised
         a non-numeric exception, `interrupted` (the signal's name) only when a signal
-        stopped the run, `optimizers` only when the adapter counted them, and `series` only
-        when the report carries series.
+        stopped the run, `optimizers` only when the adapter counted them, `scaler_skipped`
+        only when a loss scaler skipped updates itself, and `series` only when the report
+        carries series.
 
     Example:
         >>> report_to_dict(Report(script="train.py", steps_watched=3))["status"]
@@ -60,6 +61,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         result["interrupted"] = report.interrupted
     if report.optimizers is not None:
         result["optimizers"] = report.optimizers
+    if report.scaler_skipped:
+        result["scaler_skipped"] = int(report.scaler_skipped)
     if report.series:
         result["series"] = [series_to_dict(series) for series in report.series]
     return result

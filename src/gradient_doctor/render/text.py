@@ -51,7 +51,8 @@ def header_line(report: Report) -> str:
 
     Returns:
         "healthy: 1234 steps watched, no non-finite values" for a healthy run (one that
-        watched no step says nothing was checked),
+        watched no step says nothing was checked; the updates a loss scaler skipped
+        itself are counted after it),
         "interrupted by SIGTERM: train.py, 37 steps watched, nothing found before the
         signal" for a run a signal stopped, else e.g. "problem: train.py, 1831 steps
         watched, 1 problem, 2 warnings" (", interrupted by SIGTERM" when it was; "the
@@ -65,7 +66,7 @@ def header_line(report: Report) -> str:
             "script that updates its tensors itself), so nothing was checked"
         )
     if report.status == "healthy":
-        return f"healthy: {watched}, no non-finite values"
+        return f"healthy: {watched}, no non-finite values{_scaler_note(report)}"
     interrupted = report.status == "interrupted"
     if interrupted:
         found = "nothing found before the signal"
@@ -80,6 +81,18 @@ def header_line(report: Report) -> str:
         parts.append(f"interrupted by {report.interrupted}")
     label = f"interrupted by {report.interrupted}" if interrupted else "problem"
     return f"{label}: " + ", ".join(part for part in parts if part)
+
+
+def _scaler_note(report: Report) -> str:
+    """What a loss scaler skipped itself, after a healthy run's line: "; GradScaler
+    skipped 7 more updates itself, their scaled gradients past float16 (its back-off)"."""
+    if not report.scaler_skipped:
+        return ""
+    more = count(report.scaler_skipped, "more update")
+    return (
+        f" reached an update; GradScaler skipped {more} itself, their scaled gradients "
+        "past float16 (its usual back-off: it lowered its scale)"
+    )
 
 
 def finding_title(finding: Finding) -> str:

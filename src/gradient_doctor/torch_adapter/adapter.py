@@ -181,11 +181,21 @@ class PyTorchAdapter(Adapter):
         """The session's report, saying it came from PyTorch and how many optimizers
         stepped."""
         report = self.session.report(script, script_error)
-        return replace(report, framework=FRAMEWORK, optimizers=self.optimizers_stepped())
+        return replace(
+            report,
+            framework=FRAMEWORK,
+            optimizers=self.optimizers_stepped(),
+            scaler_skipped=self.scaler_skipped(),
+        )
 
     def optimizers_stepped(self) -> int:
         """How many optimizers stepped in the run."""
         return len(self.optimizers)
+
+    def scaler_skipped(self) -> int:
+        """Updates a GradScaler skipped itself (seen by the script hooks only: a guarded
+        optimizer's `step` is never called for them)."""
+        return 0
 
 
 class TorchAdapter(PyTorchAdapter):

@@ -174,6 +174,9 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         """How many optimizers stepped, those the script let go included."""
         return len(self._optimizers)
 
+    def scaler_skipped(self) -> int:
+        return self.hooks.scaler_skipped
+
     def before_update(self, index: int, optimizer: torch.optim.Optimizer) -> None:
         if all(optimizer is not known for known in self.optimizers):
             known = self.optimizers

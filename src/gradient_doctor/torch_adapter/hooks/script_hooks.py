@@ -267,6 +267,9 @@ class UpdateHooks:
         # purpose, and a script may test their norm to skip it too.
         self._scaled = False
         self._scaler_init = None
+        self._scaler_step = None
+        # Updates a GradScaler skipped itself (its scaled gradients overflowed).
+        self.scaler_skipped = 0
 
     def install(self) -> None:
         """Register the hooks and note the roots of `torch.autograd.backward` (which
@@ -332,6 +335,21 @@ class UpdateHooks:
             self._scaled = self._scaled or bool(getattr(scaler, "_enabled", True))
 
         torch.amp.GradScaler.__init__ = noting_scaler
+        scaler_step = self._scaler_step = torch.amp.GradScaler.step
+
+        @functools.wraps(scaler_step)
+        def counting_step(scaler, optimizer, *args, **kwargs):
+            before = self.updates
+            result = scaler_step(scaler, optimizer, *args, **kwargs)
+            if self.updates == before and scaler.is_enabled():
+                # It found the scaled gradients not finite and skipped the update on
+                # purpose: counted, and the scaled losses of that step are forgotten
+                # (they belong to no update the doctor checks).
+                self.scaler_skipped += 1
+                self.roots = []
+            return result
+
+        torch.amp.GradScaler.step = counting_step
 
     def uninstall(self) -> None:
         """Remove the hooks and give `torch.autograd.backward` back."""
@@ -347,6 +365,8 @@ class UpdateHooks:
             torch.Tensor.backward, self._tensor_backward = self._tensor_backward, None
         if self._scaler_init is not None:
             torch.amp.GradScaler.__init__, self._scaler_init = self._scaler_init, None
+        if self._scaler_step is not None:
+            torch.amp.GradScaler.step, self._scaler_step = self._scaler_step, None
         self.roots = []
 
     def _testable(self, tensor: object) -> bool:
