@@ -80,10 +80,11 @@ def check(
 ) -> Check:
     """Check the update's losses and gradients with one device-to-host read.
 
-    The gradients' norms come from one `torch._foreach_norm`, their global norm from
-    the vector of them; those norms, the global one and each loss are stacked and read
-    with one `tolist()`. The values are read, never written: training computes exactly
-    what it computes unwatched.
+    The gradients' norms come from one `torch._foreach_norm`; those norms and each loss
+    are stacked and read with one `tolist()`, and the global norm is the root of the
+    norms' summed squares, taken on the host in float64 (two device ops fewer a step
+    than a norm of the norms on the device). The values are read, never written:
+    training computes exactly what it computes unwatched.
 
     A global norm that is not finite is confirmed value by value before the update
     is called non-finite: finite gradients whose norm's square overflows the dtype
@@ -99,10 +100,7 @@ def check(
         squares: the optimizer keeps the squares of the gradients (`keeps_squares`).
     """
     with torch.no_grad():
-        parts = []
-        if grads:
-            parts += torch._foreach_norm(grads)
-            parts.append(torch.linalg.vector_norm(_stacked(parts)))
+        parts = list(torch._foreach_norm(grads)) if grads else []
         # A scalar loss is read as it is (a sum of it, less one op); a loss that is not
         # a scalar is summed.
         parts += [loss if loss.dim() == 0 else loss.sum() for loss in losses]
@@ -111,7 +109,7 @@ def check(
         stacked = _read(parts, all(loss.is_floating_point() for loss in losses))
         read = stacked.tolist()
     count = len(grads)
-    grad_norm = read[count] if grads else 0.0
+    grad_norm = _root_of_squares(read[:count])
     # + 0.0 makes a -0.0 loss 0.0, as summing it on the device did.
     loss = read[-1] + 0.0 if losses else None
     # A sum is finite only when every term is (an infinity or a NaN carries through);
@@ -126,6 +124,15 @@ def check(
     if norms and stacked.dtype == torch.float64:
         norms = torch.tensor(norms, dtype=torch.float32).tolist()
     return Check(True, loss, grad_norm, norms)
+
+
+def _root_of_squares(norms: Sequence[float]) -> float:
+    """The global norm of gradients whose own norms these are (inf past float64's range;
+    NaN with a NaN among them)."""
+    try:
+        return math.sqrt(math.fsum(norm * norm for norm in norms))
+    except (OverflowError, ValueError):  # an inf, or inf - inf inside the sum: NaN
+        return math.inf if all(norm == norm for norm in norms) else math.nan
 
 
 def _square_limit(dtype: torch.dtype) -> float:
@@ -158,18 +165,6 @@ def combined(checks: Sequence[Check]) -> tuple[float | None, float | None]:
     losses = [c.loss for c in checks if c.loss is not None]
     norm = math.sqrt(sum(c.grad_norm**2 for c in checks)) if checks else None
     return (losses[-1] if losses else None), norm
-
-
-def _stacked(values: Sequence[torch.Tensor]) -> torch.Tensor:
-    """0-d tensors stacked on the first one's device, in float64 when dtypes or devices
-    differ."""
-    dtype = values[0].dtype
-    if all(value.dtype is dtype for value in values):
-        try:
-            return torch.stack(values)
-        except RuntimeError:  # tensors on several devices
-            pass
-    return _in_float64(values)
 
 
 def _read(values: Sequence[torch.Tensor], floating: bool) -> torch.Tensor:
