@@ -378,3 +378,39 @@ def test_a_lower_rate_whose_copy_failed_is_rerun_a_decade_lower_and_says_so():
         "; tried after Lower the rate to 0.5: applied, the patched copy found "
         "exploding_gradients at step 13"
     )
+
+
+def _copy_report(steps: int, losses: list[float]) -> dict:
+    """A copy's report with one optimizer and a loss at each of its steps."""
+    series = [{"name": "loss", "steps": list(range(len(losses))), "values": losses}]
+    return {"steps_watched": steps, "problems": [], "series": series, "optimizers": 1}
+
+
+def test_a_copy_that_learned_far_slower_than_the_run_before_its_failure_did_not_hold():
+    # The run reached 0.004 by step 300 and failed at step 325; a rate lowered a
+    # hundredfold from the start stays finite but never leaves 0.09 (the majority class).
+    original = [(step, 0.25 * 0.985**step + 0.003) for step in range(325)]
+    slow = [0.24 - 0.15 * step / 480 for step in range(480)]
+    rerun = _judged(_copy_report(480, slow), 325, "the patched copy", reference=original)
+    assert not rerun.held
+    assert "it learned far slower than your run: over steps 293-324" in rerun.why
+    assert "so training did not go on well" in rerun.why
+    # Learning somewhat slower (a tenth of the rate, 3x behind) still holds.
+    close = [3 * loss for _, loss in original] + [0.01] * 155
+    assert _judged(_copy_report(480, close), 325, "the patched copy", reference=original).held
+    # No reference (a patch that rescales the loss) or a signed loss: not compared.
+    assert _judged(_copy_report(480, slow), 325, "the patched copy").held
+    signed = [(step, loss - 0.1) for step, loss in original]
+    assert _judged(
+        _copy_report(480, [v - 0.1 for v in slow]), 325, "the patched copy", reference=signed
+    ).held
+
+
+def test_the_runs_loss_points_come_from_its_series_finite_only():
+    from gradient_doctor.cli.patched_rerun import loss_points
+
+    series = [
+        {"name": "grad_norm/global", "steps": [0], "values": [1.0]},
+        {"name": "loss", "steps": [0, 1, 2], "values": [2.0, None, 1.5]},
+    ]
+    assert loss_points(series) == [(0, 2.0), (2, 1.5)]

@@ -185,3 +185,38 @@ def test_an_eager_update_is_checked_by_one_compiled_call_and_a_nan_is_skipped():
     assert not guard.read().tripped
     assert any(not np.array_equal(a, b.numpy()) for a, b in zip(good, watched.weights))
     assert compiled.experimental_get_tracing_count() == traces
+
+
+def test_of_two_optimizers_the_one_whose_update_failed_is_the_one_diagnosed():
+    # An actor's update fails; the critic's, applied after it in the same step, is
+    # finite: the diagnosis (its learning rate) is the actor's optimizer's.
+    keras.utils.set_random_seed(0)
+    actor = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    critic = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    actor_optimizer = keras.optimizers.SGD(0.05)
+    critic_optimizer = keras.optimizers.Adam(0.002)
+
+    @tf.function
+    def train_step(x, scale):
+        with tf.GradientTape(persistent=True) as tape:
+            actor_loss = tf.reduce_mean(tf.exp(actor(x) * scale))  # overflows at a large scale
+            critic_loss = tf.reduce_mean(tf.square(critic(x)))
+        actor_grads = tape.gradient(actor_loss, actor.trainable_variables)
+        critic_grads = tape.gradient(critic_loss, critic.trainable_variables)
+        actor_optimizer.apply_gradients(zip(actor_grads, actor.trainable_variables))
+        critic_optimizer.apply_gradients(zip(critic_grads, critic.trainable_variables))
+        return actor_loss
+
+    step = gradient_doctor.watch(
+        train_step,
+        optimizer=[critic_optimizer, actor_optimizer],
+        stop_on_problem=False,
+        verbose=False,
+        trial_steps=0,
+    )
+    step(X, tf.constant(1.0))
+    step(X, tf.constant(1e4))
+    (finding,) = step.report().problems
+    assert finding.origin.op == "Exp"
+    (lower_rate,) = [fix for fix in finding.fixes if fix.family == "lower_learning_rate"]
+    assert lower_rate.title == "Lower the learning rate 10x, from 0.05 to 0.005"  # the actor's

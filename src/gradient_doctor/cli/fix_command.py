@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from gradient_doctor.cli.fix_confirmation import runs_to_the_end
 from gradient_doctor.cli.patched_rerun import (
     doctor_report,
+    loss_points,
     relative_script,
     rerun_patched,
     untried_patch,
 )
+from gradient_doctor.core.fix_trials import RESCALES_THE_LOSS
 from gradient_doctor.errors import UsageError
 
 EXIT_FIXED, EXIT_NOT_FIXED = 0, 1
@@ -93,6 +95,7 @@ def fix_command(
         )
         return EXIT_NOT_FIXED
     baseline = None
+    losses = loss_points(report.get("series", ()))
     for candidate in candidates[:MAX_CANDIDATES]:
         if candidate.untried and baseline is None:
             _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
@@ -105,10 +108,16 @@ def fix_command(
             _say(f"{candidate.family}: not rerun: {baseline.why} too, so a rerun cannot tell")
             continue
         _say(f"{candidate.family}: rerunning a patched copy from the start ({candidate.title})")
+        # Held against the run's loss, unless the patch computes it in other units.
+        reference = () if candidate.family in RESCALES_THE_LOSS else losses
         if runs_to_the_end(problem["category"], candidate.family):
-            rerun = rerun_patched(relative, args, candidate.patch, failed_at, None, to_end_seconds)
+            rerun = rerun_patched(
+                relative, args, candidate.patch, failed_at, None, to_end_seconds, reference
+            )
         else:
-            rerun = rerun_patched(relative, args, candidate.patch, failed_at, steps_past)
+            rerun = rerun_patched(
+                relative, args, candidate.patch, failed_at, steps_past, reference=reference
+            )
         _say(f"{candidate.family}: {rerun.why}")
         if rerun.blocked:  # every rerun would write the same file of yours
             break

@@ -12,18 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gradient_doctor.cli.patched_rerun import (
     Rerun,
+    loss_points,
     relative_script,
     rerun_patched,
     untried_patch,
 )
 from gradient_doctor.core.findings import Finding, Fix, NotFix
-from gradient_doctor.core.fix_trials import DRIFTS, SLOWS_ONLY, clamp_caveat, ranked
+from gradient_doctor.core.fix_trials import (
+    DRIFTS,
+    RESCALES_THE_LOSS,
+    SLOWS_ONLY,
+    clamp_caveat,
+    ranked,
+)
 from gradient_doctor.core.report import Report
 from gradient_doctor.core.trial_start import UPDATE_REMEDIES
+from gradient_doctor.render.json_report import series_to_dict
 
 # Runs that took longer than this (wall seconds) are not run again for every fix.
 CONFIRM_MAX_SECONDS = 120.0
@@ -83,8 +91,9 @@ def confirm_fixes(
     if mode == "auto" and run_seconds > CONFIRM_MAX_SECONDS:
         return _unconfirmed(report, run_seconds)
     timeout = max(3 * run_seconds, 60.0)
+    reference = loss_points(series_to_dict(series) for series in report.series)
     problems = tuple(
-        _confirmed(problem, relative, args, timeout, steps_past, stopped)
+        _confirmed(problem, relative, args, timeout, steps_past, stopped, reference)
         for problem in report.problems
     )
     return dataclasses.replace(report, problems=problems)
@@ -97,15 +106,17 @@ def _confirmed(
     timeout: float,
     steps_past: int,
     stopped: Callable[[], bool],
+    reference: Sequence[tuple[int, float]] = (),
 ) -> Finding:
-    """Each verified patch rerun from the start; and each patch no trial inside the run
+    """Each verified patch rerun from the start (its loss held against the original's,
+    `reference`, before the original failed); and each patch no trial inside the run
     could try (module-level code, say), rerun too, against the unchanged copy rerun
     the same way (it must fail again, or the rerun cannot tell). Then, while reruns are
     left, each remedy said not to help on an expectation no trial bore out, whose patch
     exists: rerun the same way, it is borne out, or it becomes a fix if it held."""
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
-    reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped)
+    reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped, reference)
     fixes = []
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
@@ -198,8 +209,10 @@ class _Reruns:
         steps_past: int,
         timeout: float,
         signalled: Callable[[], bool],
+        reference: Sequence[tuple[int, float]] = (),
     ) -> None:
         self._script, self._args, self._step = script, args, step
+        self._reference = reference
         self._steps_past, self._timeout, self._signalled = steps_past, timeout, signalled
         self._done = 0
         self._baseline: Rerun | None = None
@@ -218,14 +231,23 @@ class _Reruns:
         if untried and self._baseline is None and self._stopped is None:
             self._baseline = self._rerun("the unchanged script", None, self._steps_past)
         if self._stopped is None:
-            return self._rerun(family, patch, None if to_end else self._steps_past), self._baseline
+            # A patch that computes the loss in other units is not held against the run's.
+            reference = () if family in RESCALES_THE_LOSS else self._reference
+            steps_past = None if to_end else self._steps_past
+            return self._rerun(family, patch, steps_past, reference), self._baseline
         return self._stopped, self._baseline
 
-    def _rerun(self, what: str, patch: str | None, steps_past: int | None) -> Rerun:
+    def _rerun(
+        self,
+        what: str,
+        patch: str | None,
+        steps_past: int | None,
+        reference: Sequence[tuple[int, float]] = (),
+    ) -> Rerun:
         copy = "a patched copy" if patch else "a copy"
         _say(f"{what}: running {copy} of your folder from the start")
         rerun = rerun_patched(
-            self._script, self._args, patch, self._step, steps_past, self._timeout
+            self._script, self._args, patch, self._step, steps_past, self._timeout, reference
         )
         _say(f"{what}: {rerun.why}")
         if rerun.blocked:

@@ -12,10 +12,12 @@ of the copy, or by an absolute path, is stopped, and judges nothing (`Rerun.bloc
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.cli.scratch_copy import copy_folder
@@ -74,6 +76,7 @@ def rerun_patched(
     failed_at: int,
     steps_past: int | None,
     timeout: float | None = None,
+    reference: Sequence[tuple[int, float]] = (),
 ) -> Rerun:
     """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
     (no trials) from the start to `steps_past` steps past `failed_at` (None: to the
@@ -82,6 +85,9 @@ def rerun_patched(
 
     `script` is relative to the working folder, which is what gets copied; `patch`
     None runs the copy unchanged (the baseline a patch is judged against).
+    `reference`: the original run's (step, loss) points (`loss_points`), which a copy
+    must not trail far behind over the steps before the original failed (`_far_behind`);
+    empty when the patch computes the loss in other units (standardised targets).
     """
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}rerun-") as scratch:
         copy = copy_folder(os.getcwd(), os.path.join(scratch, "copy"))
@@ -108,7 +114,19 @@ def rerun_patched(
         steps = report.get("steps_watched", 0) if report else 0
         return Rerun(False, steps, trespass, blocked=True)
     what = "the patched copy" if patch else "the unchanged copy"
-    return _judged(report, failed_at, what, limit, timeout)
+    return _judged(report, failed_at, what, limit, timeout, reference)
+
+
+def loss_points(series: Iterable[Mapping]) -> list[tuple[int, float]]:
+    """A run's (step, loss) points from its report's series (as dicts: `name`, `steps`,
+    `values`), the finite ones; empty with several optimizers' objectives only."""
+    return [
+        (int(step), float(value))
+        for one in series
+        if one.get("name") == "loss"
+        for step, value in zip(one.get("steps", ()), one.get("values", ()))
+        if value is not None and math.isfinite(value)
+    ]
 
 
 def _judged(
@@ -117,6 +135,7 @@ def _judged(
     what: str,
     limit: int | None = None,
     timeout: float | None = None,
+    reference: Sequence[tuple[int, float]] = (),
 ) -> Rerun:
     """How a copy's run went, from its report: `limit` is the step it was stopped at
     (None: it ran as far as the script goes), and `timeout` the seconds after which it
@@ -169,10 +188,47 @@ def _judged(
             "told",
             inconclusive=True,
         )
-    rise = _diverged_loss(report) or not_moving(_series(report).get("grad_norm/global", ()))
+    rise = (
+        _diverged_loss(report)
+        or not_moving(_series(report).get("grad_norm/global", ()))
+        or _far_behind(report, reference, failed_at)
+    )
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
     return Rerun(True, steps, trained + _stalled_note(report), to_end=not stopped)
+
+
+# A copy whose loss, over the last tenth of the steps before the original failed, was
+# on average more than this many times the original's there learned far slower than the
+# run it is to fix (a learning rate lowered a hundredfold from the start, whose model
+# never left predicting the majority class: 0.091 where the run had reached 0.0035).
+FAR_BEHIND = 10.0
+
+
+def _far_behind(report: dict, reference: Sequence[tuple[int, float]], failed_at: int) -> str | None:
+    """Whether the copy's loss trailed the original run's far behind over the steps just
+    before the original failed, in words; None when it did not, or cannot be compared
+    (no reference, several objectives, a loss that goes below zero: no ratio)."""
+    if not reference or report.get("optimizers", 1) != 1 or failed_at < 1:
+        return None
+    start = failed_at - max(1, failed_at // 10)
+
+    def window(points: Iterable[tuple[int, float]]) -> list[float]:
+        return [value for step, value in points if start <= step < failed_at]
+
+    original = window(reference)
+    copy = window(loss_points(report.get("series", ())))
+    if not original or not copy or min(original + copy) < 0:
+        return None
+    theirs, mine = sum(original) / len(original), sum(copy) / len(copy)
+    if mine <= FAR_BEHIND * max(theirs, 1e-12):
+        return None
+    steps = f"step {start}" if start == failed_at - 1 else f"steps {start}-{failed_at - 1}"
+    return (
+        f"it learned far slower than your run: over {steps}, before the original failed, "
+        f"its loss averaged {mine:.4g} where your run's averaged {theirs:.4g} "
+        f"({mine / max(theirs, 1e-12):.0f}x)"
+    )
 
 
 def _series(report: dict) -> dict[str, list]:

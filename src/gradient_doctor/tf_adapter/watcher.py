@@ -175,6 +175,8 @@ class Watcher(Adapter):
         )
         self._optimizer = None
         self._optimizers: list[weakref.ref] = []  # every optimizer seen, for the snapshots
+        # The optimizer whose update failed, until training goes on (`diagnosed`).
+        self._failing = None
         # Earlier good states, for fix trials that must start before the trouble.
         self.snapshots = SnapshotRing()
         self.on_problem = on_problem
@@ -284,7 +286,11 @@ class Watcher(Adapter):
         self.session.finish(self._reading(self.guard.read()))
 
     def _reading(self, stats: StepStats, steps: int = 1, step_base: int | None = None):
-        """The guard's statistics as the session reads them."""
+        """The guard's statistics as the session reads them. After a failure, the
+        optimizer whose update failed is the one the diagnosis and trials are of (an
+        actor's, though the critic's update ran after it)."""
+        if stats.tripped and self._failing is None:
+            self._failing = self.guard.numbered(stats.trip_by)
         failed_at = None
         if stats.tripped and step_base is not None and 0 <= stats.trip_at - step_base < steps:
             failed_at = stats.trip_at - step_base
@@ -338,6 +344,12 @@ class Watcher(Adapter):
         """The optimizer of the latest update (its settings go into the diagnosis)."""
         return self._optimizer
 
+    @property
+    def diagnosed(self):
+        """The optimizer the diagnosis and trials are of: the one whose update failed
+        (a replay of the step applies the others after it), else the latest update's."""
+        return self._failing if self._failing is not None else self._optimizer
+
     @optimizer.setter
     def optimizer(self, optimizer) -> None:
         self._optimizer = optimizer
@@ -371,7 +383,7 @@ class Watcher(Adapter):
 
     def training_setup(self) -> TrainingSetup:
         """The latest optimizer's learning rate, clipping and loss scale."""
-        return training_setup(self.optimizer)
+        return training_setup(self.diagnosed)
 
     def is_user_file(self, filename: str) -> bool:
         """Not the standard library's, an installed package's (TensorFlow, Keras) or the
@@ -447,7 +459,7 @@ class Watcher(Adapter):
     def fix_sites(self, evidence: Evidence) -> FixSites:
         """The lines that built the optimizer and the layers, and the `fit` line."""
         compiled = compiled_line(self.compiled_by) if evidence.setup.xla else None
-        return fix_sites(self.optimizer, evidence, self.fit_call, compiled)
+        return fix_sites(self.diagnosed, evidence, self.fit_call, compiled)
 
     def fix_trials(
         self, finding: Finding, evidence: Evidence, rerun: FailedStep
@@ -462,7 +474,7 @@ class Watcher(Adapter):
             finding,
             evidence,
             call,
-            self.optimizer,
+            self.diagnosed,
             self.guard,
             more_batches=self.trial_batches,
             snapshots=self.snapshots,
@@ -485,6 +497,7 @@ class Watcher(Adapter):
     def resume(self) -> None:
         """Open the guard's latch again."""
         self.guard.reset()
+        self._failing = None
 
     def write_dump(self, finding: Finding, evidence: Evidence, rerun: FailedStep | None) -> None:
         """Hand the failing step to `on_problem` (the crash dump of `--dump`)."""

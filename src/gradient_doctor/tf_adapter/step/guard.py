@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,8 +26,19 @@ from gradient_doctor.tf_adapter.step.xla_branches import (
 from gradient_doctor.tf_adapter.step.zero_streaks import ZeroStreaks
 
 # Layout of the guard's one statistics variable, read back once per step.
-(_TRIPPED, _GRAD_NORM, _LOSS, _ZERO_STREAK, _TRIP_AT, _XLA, _REPLICA, _SKIPPED, _UPDATES) = range(9)
-_STATS_SIZE = 9
+(
+    _TRIPPED,
+    _GRAD_NORM,
+    _LOSS,
+    _ZERO_STREAK,
+    _TRIP_AT,
+    _XLA,
+    _REPLICA,
+    _SKIPPED,
+    _UPDATES,
+    _TRIP_BY,
+) = range(10)
+_STATS_SIZE = 10
 # Set while a guarded update runs: an optimizer applied inside it (the inner optimizer
 # of a LossScaleOptimizer) is part of that update, not a step of its own.
 _updating = threading.local()
@@ -45,6 +57,7 @@ class StepStats:
     replica: int = -1  # under tf.distribute, the first replica whose values were not finite
     skipped: int = 0  # updates the guard skipped since the latch was last opened
     updates: int = 0  # updates asked for (applied or skipped) since then
+    trip_by: int = 0  # the number of the optimizer whose update tripped (`Guard.numbered`)
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,8 @@ class Guard:
         self.zero_streaks = ZeroStreaks()
         # The optimizers whose updates were asked for (by id): a GAN has two.
         self.optimizers: set[int] = set()
+        # Each guarded optimizer, by its number in the statistics (`_number_of`).
+        self._numbers: list[weakref.ref] = []
         # Per traced graph, the risky ops already measured; and every measuring site:
         # (probes, variable holding their latest values).
         self._probed: dict[int, set[str]] = {}
@@ -145,7 +160,23 @@ class Guard:
             int(values[_REPLICA]),
             int(values[_SKIPPED]),
             int(values[_UPDATES]),
+            int(values[_TRIP_BY]),
         )
+
+    def numbered(self, number: int):
+        """The optimizer a step's statistics number (`StepStats.trip_by`), or None: 0, or
+        one let go since."""
+        if not 0 < number <= len(self._numbers):
+            return None
+        return self._numbers[number - 1]()
+
+    def _number_of(self, optimizer) -> int:
+        """The optimizer's number in the statistics, 1 up, in the order first guarded."""
+        for number, ref in enumerate(self._numbers, start=1):
+            if ref() is optimizer:
+                return number
+        self._numbers.append(weakref.ref(optimizer))
+        return len(self._numbers)
 
     @contextmanager
     def recording_objectives(self):
@@ -456,6 +487,9 @@ class Guard:
         before = check.before
         newly_tripped = tf.logical_and(tf.logical_not(ok), check.latch_open)
         trip_at = tf.where(newly_tripped, tf.cast(index, tf.float32), before[_TRIP_AT])
+        # Which optimizer's update tripped (of an actor's and a critic's, say).
+        number = float(self._number_of(update.optimizer))
+        trip_by = tf.where(newly_tripped, tf.constant(number), before[_TRIP_BY])
         skipped = before[_SKIPPED] + 1.0 - tf.cast(ok, tf.float32)
         norm, loss = tf.sqrt(check.sum_of_squares), check.loss
         if check.scale is not None:  # the user's loss and gradients, not the scaled ones
@@ -473,6 +507,7 @@ class Guard:
                     failed_replica,
                     skipped,
                     before[_UPDATES] + 1.0,
+                    trip_by,
                 ]
             )
         )
