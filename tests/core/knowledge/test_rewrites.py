@@ -32,6 +32,22 @@ from gradient_doctor.core.knowledge.source.operands import risky_operand
             "n = keras.ops.norm(h, axis=-1)",
             "n = keras.ops.sqrt(keras.ops.sum(keras.ops.square(h), axis=-1) + 1e-12)",
         ),
+        # Every Euclidean norm of the line: either may be of a zero vector.
+        (
+            "return dot / (tf.norm(u, axis=1) * tf.norm(v, axis=1))",
+            "return dot / (tf.sqrt(tf.reduce_sum(tf.square(u), axis=1) + 1e-12) * "
+            "tf.sqrt(tf.reduce_sum(tf.square(v), axis=1) + 1e-12))",
+        ),
+        # PyTorch's keywords kept: the norm over `dim` stays over `dim`; `p=1` is no
+        # Euclidean norm and stays as it is.
+        (
+            "d = torch.norm(a - b, dim=1) + torch.norm(a, p=1)",
+            "d = torch.sqrt(torch.sum(torch.square(a - b), dim=1) + 1e-12) + torch.norm(a, p=1)",
+        ),
+        (
+            "n = torch.linalg.norm(g, dim=-1, keepdim=True)",
+            "n = torch.sqrt(torch.sum(torch.square(g), dim=-1, keepdim=True) + 1e-12)",
+        ),
     ],
 )
 def test_safe_norm_rewrites_the_users_norm(code, fixed):
