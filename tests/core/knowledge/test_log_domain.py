@@ -111,3 +111,16 @@ def test_from_logits_is_spelled_in_the_framework_of_the_users_line(make_evidence
     assert torch_code == "loss = -(y * torch.nn.functional.logsigmoid(z)).mean()"
     tf_code = from_logits("loss = -tf.reduce_mean(y * tf.math.log(tf.sigmoid(z)))")
     assert tf_code == "loss = -tf.reduce_mean(y * tf.math.log_sigmoid(z))"
+
+
+def test_a_likelihood_is_no_probability_to_clip_at_one(make_evidence, make_stats, families):
+    # A mixture density network's likelihood is a density: it passes 1 once its
+    # variances shrink, so no clip into [1e-7, 1] (and no from_logits) is proposed.
+    code = "nll = -tf.reduce_mean(tf.math.log(likelihood))"
+    diagnosis = diagnose(log_evidence(make_evidence, make_stats, code))
+    assert "clip_input_domain" not in families(diagnosis)
+    assert "from_logits" not in families(diagnosis)
+    assert (
+        diagnosis.fixes[0].code
+        == "nll = -tf.reduce_mean(tf.math.log(tf.maximum(likelihood, 1e-7)))"
+    )
