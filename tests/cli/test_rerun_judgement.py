@@ -414,3 +414,39 @@ def test_the_runs_loss_points_come_from_its_series_finite_only():
         {"name": "loss", "steps": [0, 1, 2], "values": [2.0, None, 1.5]},
     ]
     assert loss_points(series) == [(0, 2.0), (2, 1.5)]
+
+
+def test_a_confirmed_copy_far_behind_the_best_one_ranks_after_it(monkeypatch):
+    # A Gaussian likelihood crosses zero: clipping's copy held but its loss ended at 100
+    # from 10.2, where a lower rate's ended at -0.07; a clamp's, at 2.7, is not far behind.
+    from gradient_doctor.cli import fix_confirmation
+    from gradient_doctor.core.findings import Finding, Fix
+
+    endings = {"gradient_clipping": 100.0, "clip_input_domain": 2.7, "lower_learning_rate": -0.07}
+    fixes = tuple(
+        Fix(family, family, "", verified=True, evidence="tried", patch=f"--- a/t.py\n{family}\n")
+        for family in ("clip_input_domain", "gradient_clipping", "lower_learning_rate")
+    )
+    problem = Finding("forward_overflow", 5, None, None, "x", fixes=fixes)
+
+    class Reruns:
+        left = True
+
+        def __init__(self, *args):
+            pass
+
+        def run(self, family, patch, untried, to_end=False):
+            ending = endings[family]
+            return Rerun(True, 480, "held", first_loss=10.2, final_loss=ending), None
+
+    monkeypatch.setattr(fix_confirmation, "_Reruns", Reruns)
+    confirmed = fix_confirmation._confirmed(problem, "t.py", [], 60.0, 200, lambda: False)
+    assert [f.family for f in confirmed.fixes][-1] == "gradient_clipping"
+    clipping = confirmed.fixes[-1]
+    assert clipping.verified is True
+    assert clipping.evidence.endswith(
+        "; ranked after lower_learning_rate: this copy's loss ended at 100 (its last "
+        "tenth's mean, from 10.2 at its first step), where lower_learning_rate's copy, run "
+        "as long, ended at -0.07"
+    )
+    assert all("ranked after" not in f.evidence for f in confirmed.fixes[:-1])

@@ -23,6 +23,7 @@ from gradient_doctor.cli.patched_rerun import (
 )
 from gradient_doctor.core.findings import Finding, Fix, NotFix
 from gradient_doctor.core.fix_trials import (
+    BEHIND_RANKED,
     DRIFTS,
     RESCALES_THE_LOSS,
     SLOWS_ONLY,
@@ -118,6 +119,7 @@ def _confirmed(
         return problem
     reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped, reference)
     fixes = []
+    held: dict[int, Rerun] = {}  # fix index -> the rerun that confirmed it
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
         if fix.patch and (fix.verified is True or untried) and reruns.left:
@@ -139,7 +141,10 @@ def _confirmed(
                 fix = _may_only_delay(_judged(fix, rerun.held, rerun.why), problem, rerun)
             if gentler:
                 fix = dataclasses.replace(fix, evidence=f"{fix.evidence}; {gentler}")
+            if fix.verified is True and rerun.held and fix.family not in RESCALES_THE_LOSS:
+                held[len(fixes)] = rerun
         fixes.append(fix)
+    fixes, behind = _behind_the_best(fixes, held)
     not_fixes = []
     for item in problem.not_fixes:
         patch = item.fix.patch if item.fix is not None else None
@@ -155,7 +160,55 @@ def _confirmed(
             item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
             item = _borne_out(item, rerun, baseline)
         not_fixes.append(item)
-    return ranked(dataclasses.replace(problem, fixes=tuple(fixes), not_fixes=tuple(not_fixes)))
+    problem = ranked(dataclasses.replace(problem, fixes=tuple(fixes), not_fixes=tuple(not_fixes)))
+    ahead = [f for f in problem.fixes if f.verified is True and id(f) not in behind]
+    rest = [f for f in problem.fixes if f.verified is not True]
+    trailing = [f for f in problem.fixes if id(f) in behind]
+    return dataclasses.replace(problem, fixes=(*ahead, *trailing, *rest))
+
+
+def _behind_the_best(fixes: list[Fix], held: dict[int, Rerun]) -> tuple[list[Fix], set[int]]:
+    """`fixes` with the evidence of each confirmed one whose copy ended far behind the
+    best confirmed copy of the same length saying by how much, and the ids of those
+    fixes (ranked after the other verified ones).
+
+    Far behind: with both losses above zero, a final loss more than `BEHIND_RANKED`
+    times the best's; else (a loss that crosses zero, a Gaussian's negative
+    log-likelihood) a fall from the first loss less than a `BEHIND_RANKED`th of the
+    best's fall (clipping that left a copy's loss at 100 where a lower rate trained it
+    from 10.2 to -0.07). Both stay verified: each copy held; the order says which to
+    apply.
+    """
+    ended = {i: r for i, r in held.items() if r.final_loss is not None and r.first_loss is not None}
+    behind: dict[int, str] = {}
+    for index, rerun in ended.items():
+        rivals = [
+            (r.final_loss, i) for i, r in ended.items() if i != index and r.steps == rerun.steps
+        ]
+        if not rivals:
+            continue
+        best_loss, best = min(rivals)
+        best_rerun = ended[best]
+        if min(rerun.final_loss, best_loss) > 0:
+            far = rerun.final_loss > BEHIND_RANKED * best_loss
+        else:
+            fell, best_fell = (
+                rerun.first_loss - rerun.final_loss,
+                best_rerun.first_loss - best_loss,
+            )
+            far = best_fell > 0 and fell < best_fell / BEHIND_RANKED
+        if far:
+            behind[index] = (
+                f"; ranked after {fixes[best].family}: this copy's loss ended at "
+                f"{rerun.final_loss:.4g} (its last tenth's mean, from {rerun.first_loss:.4g} "
+                f"at its first step), where {fixes[best].family}'s copy, run as long, ended at "
+                f"{best_loss:.4g}"
+            )
+    told = [
+        dataclasses.replace(fix, evidence=f"{fix.evidence}{behind[i]}") if i in behind else fix
+        for i, fix in enumerate(fixes)
+    ]
+    return told, {id(fix) for i, fix in enumerate(told) if i in behind}
 
 
 def _stronger_if_failed(

@@ -43,6 +43,9 @@ class Rerun:
             time ran out before it reached the original failing step: it judges
             nothing either way; `why` says so.
         to_end: it held to the end of the script.
+        first_loss, final_loss: the copy's first loss and the mean of its last tenth's,
+            with one optimizer (None otherwise): held copies of one problem's fixes
+            are ranked by them (`fix_confirmation._behind_the_best`).
     """
 
     held: bool
@@ -52,6 +55,8 @@ class Rerun:
     failed_step: int | None = None
     inconclusive: bool = False
     to_end: bool = False
+    first_loss: float | None = None
+    final_loss: float | None = None
 
     @property
     def judged(self) -> bool:
@@ -195,7 +200,24 @@ def _judged(
     )
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
-    return Rerun(True, steps, trained + _stalled_note(report), to_end=not stopped)
+    first, final = _first_and_final(report)
+    return Rerun(
+        True,
+        steps,
+        trained + _stalled_note(report),
+        to_end=not stopped,
+        first_loss=first,
+        final_loss=final,
+    )
+
+
+def _first_and_final(report: dict) -> tuple[float | None, float | None]:
+    """The copy's first loss and its last tenth's mean, with one optimizer; else Nones."""
+    losses = [value for _, value in loss_points(report.get("series", ()))]
+    if report.get("optimizers", 1) != 1 or not losses:
+        return None, None
+    tail = losses[-max(1, len(losses) // 10) :]
+    return losses[0], sum(tail) / len(tail)
 
 
 # A copy whose loss, over the last tenth of the steps before the original failed, was
