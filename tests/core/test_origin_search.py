@@ -164,3 +164,25 @@ def test_a_nonfinite_value_the_step_was_fed_is_bad_input_read_at_its_first_reade
     assert (bad.shape, bad.nan, bad.label) == ((640, 6), 1, "the data read at train.py:1")
     # A non-finite tensor that is not the step's data is no bad input (a constant).
     assert not trace_evidence(events, [4], step=6).evidence.bad_inputs
+
+
+def test_minus_infinity_minus_a_masks_minus_infinity_is_the_subtractions_own_nan():
+    # logits - logsumexp(logits) over a row masked everywhere: -inf - -inf. The fill's
+    # -inf is on purpose; the NaN is the subtraction's (and the log of the row's sum of
+    # 0, inside the log-sum-exp, is not blamed).
+    events = [
+        event(0, "MaskedFill", [(1, FINITE), (2, FINITE)], [(3, MINUS_INF)]),
+        event(1, "Exp", [(3, MINUS_INF)], [(4, FINITE)]),
+        event(2, "Sum", [(4, FINITE)], [(5, FINITE)]),
+        event(3, "Log", [(5, FINITE)], [(6, MINUS_INF)]),
+        event(4, "Sub", [(3, MINUS_INF), (6, MINUS_INF)], [(7, NAN)]),
+        event(5, "Mean", [(7, NAN)], [(8, NAN)]),
+    ]
+    assert find_origin(events, [8]).origin.op_type == "Sub"
+    # 0 * log(0): the -inf is a log's, no fill's: the log is the origin.
+    events = [
+        event(0, "Log", [(1, FINITE)], [(3, MINUS_INF)]),
+        event(1, "Mul", [(2, FINITE), (3, MINUS_INF)], [(4, NAN)]),
+        event(2, "Mean", [(4, NAN)], [(5, NAN)]),
+    ]
+    assert find_origin(events, [5]).origin.op_type == "Log"

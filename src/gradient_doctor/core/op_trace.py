@@ -286,6 +286,13 @@ def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, O
 # Ops that pick values from one of two branches (a `where`): a non-finite value in the
 # branch not taken does not reach their output, but still poisons the gradient.
 SELECT_OPS = frozenset({"Select", "SelectV2"})
+# Arithmetic whose NaN is its own when one input's only non-finite values are -inf a
+# fill wrote on purpose (a mask): -inf - -inf (scores normalised by the log-sum-exp of a
+# row masked everywhere), 0 * -inf (a masked entry's log-probability times its
+# probability 0). The same -inf from a log of 0 explains the NaN: the walk goes on to it.
+MEETS_A_MASK = frozenset({"Sub", "Mul"})
+# Ops that write a constant where a condition holds (a mask's -inf).
+FILLS = SELECT_OPS | frozenset({"MaskedFill", "Fill", "Full", "FullLike"})
 # Ops that sum entries (a softmax's normaliser; the sum inside a logsumexp).
 _SUMS = frozenset({"Sum", "UnsortedSegmentSum", "SegmentSum", "SparseSegmentSum", "ScatterAdd"})
 # Ops a summed value passes through on its way to a log, unchanged but for its shape or

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from gradient_doctor.core.evidence import BadInput, Evidence, OpCall, TargetScale
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
+    FILLS,
+    MEETS_A_MASK,
     SELECT_OPS,
     OpEvent,
     feeding_op_types,
@@ -82,7 +84,7 @@ def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
         bad_inputs = [
             i for i, stats in zip(event.input_ids, event.inputs) if _explains(event, stats)
         ]
-        if bad_inputs:
+        if bad_inputs and not _meets_a_mask(event, producer):
             pending.extend(bad_inputs)
         else:
             creators.append(event)
@@ -105,6 +107,24 @@ def find_origin(events: list[OpEvent], bad_ids: list[int]) -> OriginSearch:
 # op) cannot explain their non-finite output (a softmax's NaN is its own: 0 / 0 in a row
 # masked everywhere).
 _FINITE_AT_MINUS_INF = frozenset({"Exp", "Expm1", "Softplus", "Softmax"})
+# Ops whose -inf inputs explain -inf outputs (a masked entry keeps its -inf in a
+# log-softmax), but whose NaN (a row with no finite entry: -inf - -inf) or -inf out of
+# a reduction over the row (a log-sum-exp of a row masked everywhere) is their own.
+_OWN_NAN_AT_MINUS_INF = frozenset({"LogSoftmax"})
+_OWN_MINUS_INF_AT_MINUS_INF = frozenset({"Logsumexp"})
+
+
+def _meets_a_mask(event: OpEvent, producer: dict[int, OpEvent]) -> bool:
+    """Whether `event` made NaN from an input whose only non-finite values are a fill's -inf."""
+    if event.op_type not in MEETS_A_MASK or not any(out.nan for out in event.outputs):
+        return False
+    return any(
+        not stats.finite
+        and stats.nan == 0
+        and stats.pos_inf == 0
+        and getattr(producer.get(key), "op_type", None) in FILLS
+        for key, stats in zip(event.input_ids, event.inputs)
+    )
 
 
 def _explains(event: OpEvent, stats) -> bool:
@@ -112,7 +132,11 @@ def _explains(event: OpEvent, stats) -> bool:
     if stats.finite:
         return False
     only_minus_inf = stats.nan == 0 and stats.pos_inf == 0 and stats.neg_inf > 0
-    return not (only_minus_inf and event.op_type in _FINITE_AT_MINUS_INF)
+    if not only_minus_inf:
+        return True
+    if event.op_type in _OWN_NAN_AT_MINUS_INF:
+        return not any(output.nan for output in event.outputs)
+    return event.op_type not in _FINITE_AT_MINUS_INF | _OWN_MINUS_INF_AT_MINUS_INF
 
 
 def _feeds_select_while_nonfinite(events: list[OpEvent], forward_op: OpEvent) -> bool:

@@ -60,3 +60,33 @@ def test_a_softmax_handed_a_nan_or_an_inf_is_not_a_masked_row(make_evidence, mak
     for bad in ({"nan": 3}, {"pos_inf": 2}):
         evidence = _softmax_evidence(make_evidence, stats, None, **bad)
         assert all(fix.family != "finite_mask" for fix in diagnose(evidence).fixes)
+
+
+def test_scores_minus_their_log_sum_exp_over_a_row_masked_everywhere(make_evidence, make_stats):
+    # torch.distributions.Categorical(logits=...) normalises the logits by their
+    # log-sum-exp: -inf - -inf in a state whose every action is masked. The fill is a
+    # method of an expression's value, so the lowest value is the dtype the replay saw.
+    stats = _stats_with(make_stats)
+    logits = stats(min=-1.0, max=0.6, inf=137, neg_inf=137)
+    evidence = make_evidence(
+        op="Sub",
+        code="return Categorical(logits=logits, validate_args=False)",
+        inputs=(logits, stats(min=-0.5, max=1.7, inf=1, neg_inf=1)),
+        outputs=(stats(min=-2.3, max=0.0, nan=5, inf=132, neg_inf=132),),
+    )
+    fill = 'logits = self.pi(h).masked_fill(~mask, float("-inf"))'
+    producer = OpCall("MaskedFill", SourceLine("policy.py", 29, fill, 9, 53), ())
+    evidence = replace(
+        evidence,
+        input_producers=(producer, None),
+        setup=replace(evidence.setup, framework="torch"),
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "forward_domain"
+    assert "-inf - -inf is NaN" in diagnosis.explanation
+    assert "policy.py:29" in diagnosis.explanation
+    (fix,) = diagnosis.fixes
+    (edit,) = fix.edits
+    assert edit.new_lines == (
+        "logits = self.pi(h).masked_fill(~mask, torch.finfo(torch.float32).min)",
+    )

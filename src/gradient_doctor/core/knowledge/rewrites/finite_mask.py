@@ -15,7 +15,12 @@ import re
 
 from gradient_doctor.core.evidence import OpCall
 from gradient_doctor.core.findings import Edit, Fix
-from gradient_doctor.core.knowledge.source.calls import Call, find_call, replace_span
+from gradient_doctor.core.knowledge.source.calls import (
+    Call,
+    find_call,
+    find_method_call,
+    replace_span,
+)
 
 TITLE = (
     "Mask with the dtype's lowest finite value instead of -inf, so that a row whose every "
@@ -34,23 +39,36 @@ _MASKED_FILLS = ("masked_fill", "masked_fill_")
 _FILLS = (*_MASKED_FILLS, "where")
 
 
-def finite_mask(producer: OpCall | None, framework: str) -> Fix | None:
+def finite_mask(producer: OpCall | None, framework: str, dtype: str | None = None) -> Fix | None:
     """A `finite_mask` fix of the line whose mask call wrote the -inf a softmax read, or
-    None when that line has no such call with a -inf spelled in it."""
+    None when that line has no such call with a -inf spelled in it. The lowest value is
+    the filled tensor's dtype's, or, when that tensor is no plain name
+    (`self.pi(h).masked_fill(...)`), the dtype the replay saw (`dtype`: "float32")."""
     if producer is None or producer.source_kind != "op" or not producer.source.code:
         return None
     source = producer.source
     code = source.code.strip()
     call = find_call(code, _FILLS, source.span)
-    if call is None:
+    if call is not None:
+        start, end, filled = call.start, call.end, _filled_tensor(call)
+    else:  # a fill of an expression's value: `self.pi(h).masked_fill(~mask, -inf)`
+        method = find_method_call(code, _MASKED_FILLS, source.span)
+        if method is None:
+            return None
+        start, end = method.start, method.end
+        filled = method.receiver if re.fullmatch(r"[A-Za-z_][\w.]*", method.receiver) else None
+    text = code[start:end]
+    fill = _MINUS_INF.search(text)
+    if fill is None or (filled is None and not dtype):
         return None
-    filled = _filled_tensor(call)
-    fill = _MINUS_INF.search(call.text)
-    if filled is None or fill is None:
-        return None
-    lowest = f"torch.finfo({filled}.dtype).min" if framework == "torch" else f"{filled}.dtype.min"
-    text = call.text[: fill.start()] + lowest + call.text[fill.end() :]
-    new = replace_span(code, call.start, call.end, text)
+    if filled is None:
+        lowest = f"torch.finfo(torch.{dtype}).min" if framework == "torch" else f"tf.{dtype}.min"
+    elif framework == "torch":
+        lowest = f"torch.finfo({filled}.dtype).min"
+    else:
+        lowest = f"{filled}.dtype.min"
+    text = text[: fill.start()] + lowest + text[fill.end() :]
+    new = replace_span(code, start, end, text)
     edit = Edit(source.file, source.line, source.line, (new,), (code,))
     return Fix("finite_mask", TITLE, new, edits=(edit,))
 

@@ -1,4 +1,5 @@
-"""A softmax over a row whose every entry is -inf (a mask hiding every key): 0 / 0 = NaN."""
+"""A softmax, log-softmax or log-sum-exp over a row whose every entry is -inf (a mask hiding
+every key, or every action): 0 / 0 or -inf - -inf = NaN."""
 
 from __future__ import annotations
 
@@ -15,7 +16,33 @@ from gradient_doctor.core.knowledge.wording import (
     quoted_line,
 )
 
-OPS = frozenset({"Softmax"})
+OPS = frozenset({"Softmax", "LogSoftmax", "Logsumexp"})
+# What each op makes of a row with no finite entry, and what follows from it.
+_ROW_WITH_NONE = {
+    "Softmax": (
+        "A softmax maps -inf to 0 in a row that keeps one finite entry, but a row with "
+        "none is 0 / 0, NaN in the forward pass and in the gradient."
+    ),
+    "LogSoftmax": (
+        "A log-softmax keeps -inf for a masked entry of a row that keeps one finite entry, "
+        "but a row with none is -inf - -inf, NaN in the forward pass and in the gradient."
+    ),
+    "Sub": (
+        "Subtracting a row's log-sum-exp from it (scores - logsumexp(scores), as "
+        "torch.distributions.Categorical(logits=...) and a hand-written log-softmax do) "
+        "leaves -inf for a masked entry of a row that keeps one finite entry, but in a row "
+        "with none the log-sum-exp is -inf too, and -inf - -inf is NaN."
+    ),
+    "Mul": (
+        "A masked entry's -inf weighted by 0 (its probability, in an entropy's p * log p) "
+        "is 0 * -inf, NaN, in the forward pass and in the gradient."
+    ),
+    "Logsumexp": (
+        "A log-sum-exp of a row that keeps one finite entry is finite, but of a row with "
+        "none it is -inf, and the log-probabilities made from it (scores - logsumexp, as "
+        "torch.distributions.Categorical(logits=...) normalises them) are -inf - -inf, NaN."
+    ),
+}
 
 # No mask fill of the user's to rewrite: the fill as it should be written, and, for a
 # library's attention that fills the mask itself, a mask that leaves each row a key.
@@ -35,19 +62,29 @@ _GENERIC = {
 
 
 def diagnose(evidence: Evidence) -> Diagnosis | None:
-    """Explain a softmax that wrote NaN from an input whose only non-finite values are
-    -inf; decline any other softmax failure (a NaN it was handed, say)."""
+    """Explain a softmax (log-softmax, log-sum-exp) that wrote NaN (a log-sum-exp: -inf)
+    from an input whose only non-finite values are -inf, or arithmetic that met a mask's
+    -inf (`origin_search.MEETS_A_MASK`, called by the arithmetic's own rule); decline any
+    other failure (a NaN it was handed, say)."""
     origin = evidence.origin
     if origin is None or evidence.phase != "forward" or not origin.inputs:
         return None
-    scores = origin.inputs[0]
-    if scores.nan or scores.pos_inf or not scores.neg_inf:
+    if any(stats.nan or stats.pos_inf for stats in origin.inputs):
         return None
-    if not any(stats.nan for stats in origin.outputs):
+    index = next((i for i, stats in enumerate(origin.inputs) if stats.neg_inf), None)
+    if index is None:
+        return None
+    scores = origin.inputs[index]
+    own = (
+        any(stats.nan or stats.neg_inf for stats in origin.outputs)
+        if origin.op == "Logsumexp"
+        else any(stats.nan for stats in origin.outputs)
+    )
+    if not own:
         return None
     framework = framework_of(evidence)
     producers = evidence.input_producers
-    producer = producers[0] if producers else None
+    producer = producers[index] if index < len(producers) else None
     written = ""
     if producer is not None and producer.source_kind == "op" and producer.source.code:
         name = producer.framework_op or producer.op
@@ -56,11 +93,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         f"{op_place(origin)}{at_step(evidence.step)} wrote {nonfinite_counts(origin)} from "
         f"an input whose only non-finite values were {count(scores.neg_inf, '-inf value')}: "
         "some of its rows are -inf in every entry, a mask that hides every key of a query "
-        "(an empty or all-padding sequence). A softmax maps -inf to 0 in a row that keeps "
-        "one finite entry, but a row with none is 0 / 0, NaN in the forward pass and in "
-        f"the gradient.{written}"
+        "(an empty or all-padding sequence), or every action of a state. "
+        f"{_ROW_WITH_NONE.get(origin.op, _ROW_WITH_NONE['Softmax'])}{written}"
     )
-    fix = finite_mask(producer, framework) or Fix(
+    fix = finite_mask(producer, framework, scores.dtype) or Fix(
         "finite_mask", TITLE, _GENERIC.get(framework, _GENERIC["tf"])
     )
     return Diagnosis(

@@ -9,6 +9,7 @@ from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, outputs_inf
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.rules import masked_softmax
 from gradient_doctor.core.knowledge.rules.exploding_gradients import exploding_fixes
 from gradient_doctor.core.knowledge.wording import (
     at_step,
@@ -19,7 +20,7 @@ from gradient_doctor.core.knowledge.wording import (
     op_place,
     value_range,
 )
-from gradient_doctor.core.op_trace import REGRESSION_LOSSES
+from gradient_doctor.core.op_trace import MEETS_A_MASK, REGRESSION_LOSSES
 
 OPS = frozenset(
     {
@@ -38,6 +39,10 @@ OPS = frozenset(
 def diagnose(evidence: Evidence) -> Diagnosis | None:
     """Explain an arithmetic op that overflowed; decline when it wrote no inf."""
     origin = evidence.origin
+    if origin is not None and origin.op in MEETS_A_MASK:
+        met = masked_softmax.diagnose(evidence)  # -inf - -inf or 0 * -inf: a mask's
+        if met is not None:
+            return met
     if origin is None or not outputs_inf(origin):
         return None
     if evidence.phase == "forward":
