@@ -124,3 +124,23 @@ def test_a_likelihood_is_no_probability_to_clip_at_one(make_evidence, make_stats
         diagnosis.fixes[0].code
         == "nll = -tf.reduce_mean(tf.math.log(tf.maximum(likelihood, 1e-7)))"
     )
+
+
+def test_most_predictions_below_zero_in_a_compiled_loss_ask_for_a_positive_output(
+    make_evidence, make_stats, families
+):
+    # A Poisson loss on a linear Dense head: 47 of 50 predictions below 0 are no signed
+    # value by design, they are a rate that nothing keeps positive.
+    evidence = make_evidence(
+        op="Log",
+        code='hist = model.fit([user, item], {"click": clicked, "visits": visits}, epochs=5,',
+        layer="compile_loss/poisson",
+        inputs=(make_stats(min=-1.655, max=0.88, size=50),),
+        outputs=(make_stats(min=-0.5, max=-0.12, nan=47, size=50),),
+        weights_upstream=True,
+    )
+    diagnosis = diagnose(evidence)
+    assert "47 of 50 values (94%) were below 0" in diagnosis.explanation
+    assert "negative by design" not in diagnosis.explanation
+    assert 'activation="softplus"' in diagnosis.explanation
+    assert families(diagnosis)[0] == "activation_change"

@@ -223,6 +223,11 @@ def diagnose_domain(
         # The generic snippet of the same remedy gives way to the patch of the line.
         others = [f for f in extra_fixes if f.family != positive.family or f.edits]
         fixes = (positive, replace(guard, clamped_share=share), *others)
+    elif share is not None and share > BY_DESIGN_SHARE and _of_a_prediction(origin):
+        explanation += prediction_note(origin, evidence.step, share)
+        activations = [f for f in extra_fixes if f.family == "activation_change"]
+        others = [f for f in extra_fixes if f.family != "activation_change"]
+        fixes = (*activations, replace(guard, clamped_share=share), *others)
     elif share is not None and share > BY_DESIGN_SHARE:
         explanation += by_design_note(origin, evidence.step, share)
         fixes = (replace(guard, clamped_share=share), *extra_fixes)
@@ -303,6 +308,29 @@ def unconstrained_note(origin: Origin, step: int | None, share: float, signed: b
         f"{_below_zero(origin, step, share)}: the value is a layer's output, which nothing "
         "keeps positive; a clamp would set each of them to the edge of the domain, with "
         f"gradient 0 there, so those examples stop training the layer{magnitude}."
+    )
+
+
+# The layer Keras runs a compiled loss in: its ops read the model's predictions.
+_COMPILED_LOSS = "compile_loss"
+
+
+def _of_a_prediction(origin: Origin) -> bool:
+    """Whether the op ran inside a library loss, on the model's predictions (Keras's
+    compiled loss: a Poisson loss's log of `y_pred`)."""
+    return (origin.layer or "").split("/")[0] == _COMPILED_LOSS
+
+
+def prediction_note(origin: Origin, step: int | None, share: float) -> str:
+    """Say that so many predictions below the domain of the loss's op are a positive
+    quantity predicted by an output that nothing keeps positive."""
+    return (
+        f"{_below_zero(origin, step, share)}: the loss takes them from the model's "
+        "predictions, which must be positive for it (a count's rate, a scale), and the "
+        "output layer has nothing that keeps them so (a Dense layer with no activation); "
+        "a clamp would set each of them to the edge of the domain, with gradient 0 there, "
+        "so those examples stop training the model. Give the output layer a positive "
+        'activation (activation="softplus", or "exponential" for a log-linear rate).'
     )
 
 
