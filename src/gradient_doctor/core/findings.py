@@ -103,6 +103,9 @@ FIX_FAMILIES = (
     # Added: log|det| by slogdet for the log of a determinant that came out negative (an
     # invertible layer's change of variables needs the magnitude's log).
     "log_abs_determinant",
+    # Added: a normalization layer's epsilon above 0 (a constant slice normalised with
+    # eps=0 is 0 / 0).
+    "layer_epsilon",
 )
 
 

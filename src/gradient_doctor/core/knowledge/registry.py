@@ -31,6 +31,7 @@ from gradient_doctor.core.knowledge.rules import (
     masked_softmax,
     nonfinite_constant,
     norm_overflow,
+    normalization,
     optimizer_overflow,
     overflow_generic,
     sqrt_domain,
@@ -74,6 +75,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("ignored_targets", ignored_targets.diagnose, forward_ops=ignored_targets.OPS),
     Family("gamma_poles", gamma_poles.diagnose, forward_ops=gamma_poles.OPS),
     Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
+    Family("normalization", normalization.diagnose, forward_ops=normalization.OPS),
     Family(
         "backward_singularity",
         backward_singularity.diagnose,
