@@ -408,7 +408,8 @@ def test_a_nan_in_the_loaders_data_is_bad_input_read_where_the_batch_is_fetched(
     assert run.exit_code == 1, run.stderr[-3000:]
     problem = run.problem
     assert (problem["category"], problem["step"]) == ("bad_input", 6)
-    assert "the data read at missing_value_loader.py:" in problem["explanation"]
+    assert "the tensor read at missing_value_loader.py:" in problem["explanation"]
+    assert "made before this step began: by the data pipeline" in problem["explanation"]
     assert "(640x6) has 1 NaN" in problem["explanation"]
     clean = problem["fixes"][0]
     assert clean["family"] == "clean_input" and "torch.isfinite(x)" in clean["code"]

@@ -161,7 +161,7 @@ def test_a_nonfinite_value_the_step_was_fed_is_bad_input_read_at_its_first_reade
         event(1, "MatMul", [(2, NAN), (3, FINITE)], [(4, NAN)]),
     ]
     (bad,) = trace_evidence(events, [4], step=6, data_ids=frozenset({1})).evidence.bad_inputs
-    assert (bad.shape, bad.nan, bad.label) == ((640, 6), 1, "the data read at train.py:1")
+    assert (bad.shape, bad.nan, bad.label) == ((640, 6), 1, "the tensor read at train.py:1")
     # A non-finite tensor that is not the step's data is no bad input (a constant).
     assert not trace_evidence(events, [4], step=6).evidence.bad_inputs
 

@@ -32,9 +32,10 @@ class BadInput:
 
     @property
     def label(self) -> str:
-        """How a sentence names it: "`x`", or "the data read at train.py:10"."""
+        """How a sentence names it: "`x`", or "the tensor read at train.py:10" (one no op
+        of the step made: its batch, or a value computed before the step)."""
         if self.read_at is not None:
-            return f"the data read at {self.read_at.file}:{self.read_at.line}"
+            return f"the tensor read at {self.read_at.file}:{self.read_at.line}"
         return f"`{self.tensor}`"
 
 

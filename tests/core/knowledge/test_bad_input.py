@@ -90,3 +90,30 @@ def test_nan_labels_a_finite_loss_masked_out_get_a_finite_stand_in_inside_the_lo
     assert families(diagnose(evidence(X_BAD, 0.8))) == ["clean_input", "skip_nonfinite_batch"]
     nan_loss = diagnose(evidence(labels, float("nan")))
     assert families(nan_loss) == ["clean_input", "skip_nonfinite_batch"]
+
+
+def test_a_tensor_made_before_the_step_is_not_called_the_batch_and_its_inf_is_named():
+    # A PPO rollout's log-probabilities, computed once under no_grad and reused over
+    # several updates, hold -inf: no op of the failing step made them.
+    from gradient_doctor.core.evidence import BadInput, Evidence, TrainingSetup
+    from gradient_doctor.core.findings import SourceLine
+    from gradient_doctor.core.knowledge import diagnose
+
+    read = SourceLine("ppo.py", 43, "ratio = torch.exp(logp - old_logp[mb])")
+    evidence = Evidence(
+        626,
+        "forward",
+        None,
+        bad_inputs=(BadInput("", (256,), 0, 1, (), (), read_at=read),),
+        setup=TrainingSetup(framework="torch"),
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "bad_input"
+    assert diagnosis.explanation.startswith(
+        "Step 626 read tensors it did not compute that already held non-finite values: the "
+        "tensor read at ppo.py:43 `ratio = torch.exp(logp - old_logp[mb])` (256) has 1 Inf."
+    )
+    assert "a rollout's log-probabilities" in diagnosis.explanation
+    clipping = diagnosis.not_fixes[0]
+    assert clipping.why.startswith("The inf comes from values made before the step")
+    assert "torch.nn.utils.clip_grad_norm_" in clipping.why

@@ -62,11 +62,29 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     torch = evidence.setup.framework == "torch"
     if _masked_labels(evidence):
         return _masked(evidence, described, tensors, torch)
+    nan = sum(bad.nan for bad in evidence.bad_inputs)
+    kind = "NaN" if nan else "inf" if any(bad.inf for bad in evidence.bad_inputs) else "NaN"
+    framework = evidence.setup.framework
+    if all(bad.read_at is not None for bad in evidence.bad_inputs):
+        # Tensors the step read that no op of it made: the batch, or a value the script
+        # computed before the step (a rollout's log-probabilities, a running statistic).
+        explanation = (
+            f"Step {evidence.step} read tensors it did not compute that already held "
+            f"non-finite values: {described}. They were made before this step began: by "
+            "the data pipeline (the batch), or by your own code outside the step (a value "
+            "computed once and reused over several updates, such as a rollout's "
+            "log-probabilities or a running statistic): look at where they are computed."
+        )
+        cause = f"values made before the step: {tensors} held it before any op of it ran"
+    else:
+        explanation = (
+            f"The batch{at_step(evidence.step)} already holds non-finite values: {described}."
+        )
+        cause = f"the data: {tensors} held it before any op ran"
     return Diagnosis(
         category="bad_input",
-        explanation=f"The batch{at_step(evidence.step)} already holds non-finite values: "
-        f"{described}.",
-        not_fixes=nan_gradient_not_fixes(f"the data: {tensors} held it before any op ran"),
+        explanation=explanation,
+        not_fixes=nan_gradient_not_fixes(cause, kind, framework),
         fixes=(
             Fix(
                 "clean_input",
