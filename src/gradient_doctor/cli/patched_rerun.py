@@ -224,7 +224,7 @@ def _first_and_final(report: dict) -> tuple[float | None, float | None]:
 # on average more than this many times the original's there learned far slower than the
 # run it is to fix (a learning rate lowered a hundredfold from the start, whose model
 # never left predicting the majority class: 0.091 where the run had reached 0.0035).
-FAR_BEHIND = 10.0
+SLOWER_THAN_THE_RUN = 10.0
 
 
 def _far_behind(report: dict, reference: Sequence[tuple[int, float]], failed_at: int) -> str | None:
@@ -243,7 +243,7 @@ def _far_behind(report: dict, reference: Sequence[tuple[int, float]], failed_at:
     if not original or not copy or min(original + copy) < 0:
         return None
     theirs, mine = sum(original) / len(original), sum(copy) / len(copy)
-    if mine <= FAR_BEHIND * max(theirs, 1e-12):
+    if mine <= SLOWER_THAN_THE_RUN * max(theirs, 1e-12):
         return None
     steps = f"step {start}" if start == failed_at - 1 else f"steps {start}-{failed_at - 1}"
     return (
