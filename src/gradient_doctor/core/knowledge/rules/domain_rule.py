@@ -223,7 +223,7 @@ def diagnose_domain(
         # The generic snippet of the same remedy gives way to the patch of the line.
         others = [f for f in extra_fixes if f.family != positive.family or f.edits]
         fixes = (positive, replace(guard, clamped_share=share), *others)
-    elif share is not None and share > BY_DESIGN_SHARE and _of_a_prediction(origin):
+    elif share is not None and share > BY_DESIGN_SHARE and _of_a_prediction(evidence):
         explanation += prediction_note(origin, evidence.step, share)
         activations = [f for f in extra_fixes if f.family == "activation_change"]
         others = [f for f in extra_fixes if f.family != "activation_change"]
@@ -313,12 +313,17 @@ def unconstrained_note(origin: Origin, step: int | None, share: float, signed: b
 
 # The layer Keras runs a compiled loss in: its ops read the model's predictions.
 _COMPILED_LOSS = "compile_loss"
+# Ops that make a signed difference (of the predictions and the targets).
+_DIFFERENCES = frozenset({"Sub", "SquaredDifference", "Neg"})
 
 
-def _of_a_prediction(origin: Origin) -> bool:
-    """Whether the op ran inside a library loss, on the model's predictions (Keras's
-    compiled loss: a Poisson loss's log of `y_pred`)."""
-    return (origin.layer or "").split("/")[0] == _COMPILED_LOSS
+def _of_a_prediction(evidence: Evidence) -> bool:
+    """Whether the op ran inside a library loss on the model's predictions themselves
+    (Keras's compiled loss: a Poisson loss's log of `y_pred`), not on a difference of
+    them and the targets (a root of `y_true - y_pred`, signed by design)."""
+    layer = evidence.origin.layer or ""
+    differences = evidence.feeding_ops & _DIFFERENCES
+    return layer.split("/")[0] == _COMPILED_LOSS and not differences
 
 
 def prediction_note(origin: Origin, step: int | None, share: float) -> str:
