@@ -58,6 +58,7 @@ from gradient_doctor.torch_adapter.step.guarded_step import StepGuard  # noqa: E
 from gradient_doctor.torch_adapter.step.sample_schedule import WARMUP_STEPS  # noqa: E402
 from gradient_doctor.torch_adapter.step.step_check import (  # noqa: E402
     Check,
+    _root_of_squares,
     check,
     dense_gradients,
 )
@@ -104,9 +105,9 @@ def _switch_off() -> None:
     by versions that do nothing while their setup's blocks run (`_OFF`)."""
     real_check, constants = guarded_step.check, {}
 
-    def maybe_check(losses, grads):
+    def maybe_check(losses, grads, squares=False):
         if "the check" not in _OFF:
-            return real_check(losses, grads)
+            return real_check(losses, grads, squares)
         if len(grads) not in constants:  # what a finite check reads, everything after it as before
             constants[len(grads)] = Check(True, 2.0, 1.0, [0.5] * len(grads))
         return constants[len(grads)]
@@ -267,8 +268,7 @@ def pieces_alone(watched, batches, rounds: int, rows: Rows) -> None:
 
     with torch.no_grad():
         norms = torch._foreach_norm(grads)
-        stacked = torch.stack(norms)
-        global_norm = torch.linalg.vector_norm(stacked)
+    read = torch.stack([*norms, loss]).tolist()
     pieces: dict[str, Callable[[], object]] = {
         "rng state (`rng_state.save`)": rng_state.save,
         "a tiny backward (baseline of the next row)": tiny_backward,
@@ -277,11 +277,10 @@ def pieces_alone(watched, batches, rounds: int, rows: Rows) -> None:
         "the guard, no update, no loss (`StepGuard._step`, its check included)": guarded,
         "check (`step_check.check`)": lambda: check(losses, grads),
         "- `torch._foreach_norm`": lambda: torch._foreach_norm(grads),
-        "- `torch.stack` of the norms": lambda: torch.stack(norms),
-        "- `torch.linalg.vector_norm` of them": lambda: torch.linalg.vector_norm(stacked),
-        "- one `torch.stack` of norms, global norm and loss, `tolist()`": lambda: torch.stack(
-            [*norms, global_norm, loss]
+        "- one `torch.stack` of the norms and the loss, `tolist()`": lambda: torch.stack(
+            [*norms, loss]
         ).tolist(),
+        "- the global norm on the host (`_root_of_squares`)": lambda: _root_of_squares(read[:-1]),
     }
     tiny_steps = _tiny_steps()
     for index in range(rounds):
