@@ -450,3 +450,37 @@ def test_a_confirmed_copy_far_behind_the_best_one_ranks_after_it(monkeypatch):
         "as long, ended at -0.07"
     )
     assert all("ranked after" not in f.evidence for f in confirmed.fixes[:-1])
+
+
+def test_a_remedy_a_rerun_turned_into_a_fix_is_ranked_with_the_confirmed_ones(monkeypatch):
+    # Clipping was listed as not expected to help; its rerun held, but far behind the
+    # lower rate's copy, which held too: it comes after it.
+    from gradient_doctor.cli import fix_confirmation
+    from gradient_doctor.core.findings import Finding, Fix, NotFix
+
+    endings = {"lower_learning_rate": -0.06, "gradient_clipping": 100.0}
+    patch = "--- a/t.py\n"
+    lower = Fix("lower_learning_rate", "lower", "", verified=True, evidence="tried", patch=patch)
+    clipping = NotFix(
+        "gradient_clipping",
+        "expected only to delay it",
+        structural=False,
+        fix=Fix("gradient_clipping", "clip", "", patch=patch),
+    )
+    problem = Finding("forward_overflow", 5, None, None, "x", fixes=(lower,), not_fixes=(clipping,))
+
+    class Reruns:
+        left = True
+
+        def __init__(self, *args):
+            pass
+
+        def run(self, family, patch, untried, to_end=False):
+            baseline = Rerun(False, 6, "the unchanged copy found forward_overflow at step 5")
+            rerun = Rerun(True, 480, "held", first_loss=10.2, final_loss=endings[family])
+            return rerun, baseline
+
+    monkeypatch.setattr(fix_confirmation, "_Reruns", Reruns)
+    confirmed = fix_confirmation._confirmed(problem, "t.py", [], 60.0, 200, lambda: False)
+    assert [f.family for f in confirmed.fixes] == ["lower_learning_rate", "gradient_clipping"]
+    assert "ranked after lower_learning_rate" in confirmed.fixes[1].evidence

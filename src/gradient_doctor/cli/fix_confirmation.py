@@ -119,7 +119,7 @@ def _confirmed(
         return problem
     reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped, reference)
     fixes = []
-    held: dict[int, Rerun] = {}  # fix index -> the rerun that confirmed it
+    held: dict[int, Rerun] = {}  # index in `fixes` -> the rerun that confirmed it
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
         if fix.patch and (fix.verified is True or untried) and reruns.left:
@@ -144,7 +144,6 @@ def _confirmed(
             if fix.verified is True and rerun.held and fix.family not in RESCALES_THE_LOSS:
                 held[len(fixes)] = rerun
         fixes.append(fix)
-    fixes, behind = _behind_the_best(fixes, held)
     not_fixes = []
     for item in problem.not_fixes:
         patch = item.fix.patch if item.fix is not None else None
@@ -155,11 +154,14 @@ def _confirmed(
             told = rerun.judged and baseline.judged
             judged = _rerun_only(fix, rerun.held, rerun.why, baseline) if told else fix
             if judged.verified is True:  # it helps after all: a fix, proved by the rerun
+                if item.remedy not in RESCALES_THE_LOSS:
+                    held[len(fixes)] = rerun
                 fixes.append(_may_only_delay(judged, problem, rerun, item.why))
                 continue
             item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
             item = _borne_out(item, rerun, baseline)
         not_fixes.append(item)
+    fixes, behind = _behind_the_best(fixes, held)
     problem = ranked(dataclasses.replace(problem, fixes=tuple(fixes), not_fixes=tuple(not_fixes)))
     ahead = [f for f in problem.fixes if f.verified is True and id(f) not in behind]
     rest = [f for f in problem.fixes if f.verified is not True]
