@@ -25,7 +25,7 @@ def test_a_nan_left_by_adapt_names_the_statistic_and_the_adapt_line(tmp_path):
     assert "`adapt` learns its statistics from the data" in problem["explanation"]
     fix = problem["fixes"][0]
     assert fix["family"] == "clean_input"
-    assert "normalizer.adapt(table[finite])" in fix["code"]
+    assert "table = table[finite]" in fix["code"] and "normalizer.adapt(table)" in fix["code"]
     assert {n["remedy"] for n in problem["not_fixes"]} == {
         "gradient_clipping",
         "lower_learning_rate",

@@ -207,7 +207,10 @@ def describe(bad: BadInput) -> str:
 # Why each state-writing call left non-finite values.
 _WHY_WRITTEN = {
     "adapt": "`adapt` learns its statistics from the data it is given, and that data held "
-    "NaN or Inf (a missing value): the statistics are NaN, and so is every output",
+    "NaN or Inf (a missing value): the statistics are NaN, and so is every value the layer "
+    "normalises with them (a ReLU after it may turn them into 0 on the CPU: the loss then "
+    "stays finite and flat, and nothing learns); the rows that held them are in the "
+    "training data too",
     "set_weights": "the arrays passed to `set_weights` held them",
     "load_weights": "the checkpoint held them: it was saved from weights that had already "
     "gone non-finite",
@@ -258,10 +261,11 @@ def _state_fix(state: BrokenState, names: str) -> Fix:
         receiver, data = call or ("layer", "data")
         return Fix(
             "clean_input",
-            "Adapt on the examples without missing values",
+            "Drop (or impute) the examples with missing values, for `adapt` and for training",
             f"finite = np.isfinite({data}).reshape(len({data}), -1).all(axis=1)\n"
-            f"{receiver}.adapt({data}[finite])  # or impute the missing values first\n"
-            "# a tf.data.Dataset: .filter(lambda x: tf.reduce_all(tf.math.is_finite(x)))",
+            f"{data} = {data}[finite]  # and the same rows of the targets: y = y[finite]\n"
+            f"{receiver}.adapt({data})  # or impute the missing values first\n"
+            "# a tf.data.Dataset: .filter(lambda x, y: tf.reduce_all(tf.math.is_finite(x)))",
         )
     if state.written_by == "load_weights":
         receiver, path = call or ("model", "path")
