@@ -186,3 +186,20 @@ def test_minus_infinity_minus_a_masks_minus_infinity_is_the_subtractions_own_nan
         event(2, "Mean", [(4, NAN)], [(5, NAN)]),
     ]
     assert find_origin(events, [5]).origin.op_type == "Log"
+
+
+def test_the_features_fed_to_the_first_layer_give_the_input_scale():
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    pixels = TensorStats("float32", (50, 100), 0.0, 255.0, nan=0, inf=0, zeros=0)
+    mask = TensorStats("float32", (50, 50), -1e9, 0.0, nan=0, inf=0, zeros=0)
+    events = [
+        event(0, "AddV2", [(9, mask), (1, FINITE)], [(2, FINITE)]),  # a mask: not features
+        event(1, "MatMul", [(3, pixels), (4, FINITE)], [(5, FINITE)]),
+        event(2, "Exp", [(5, FINITE)], [(6, INF)]),
+    ]
+    evidence = trace_evidence(events, [6], 3, data_ids=frozenset({3, 9})).evidence
+    assert evidence.input_scale == ("read at train.py:2", 255.0)
+    # No dense or convolution op read a fed tensor: no scale.
+    evidence = trace_evidence(events[:1] + events[2:], [6], 3, data_ids=frozenset({9})).evidence
+    assert evidence.input_scale is None

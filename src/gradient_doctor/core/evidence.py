@@ -329,7 +329,9 @@ class Evidence:
         growth: for a forward overflow of values that were already huge, where they
             first grew past 1e6 on the way: (layer, op type, magnitude it reached).
         input_scale: the batch's input features' largest magnitude, as (the input's
-            name, that magnitude), when the step's first input is floating point.
+            name, that magnitude), when the step's first input is floating point; from
+            an op trace, ("read at train.py:42", magnitude) of the features the step fed
+            its first dense or convolution op.
         target_scale: the batch's regression targets (floating-point labels that are
             not class ids), when the adapter can tell them from the features.
         overflowed_norm: when every gradient of the failing update was finite but

@@ -242,6 +242,7 @@ def trace_evidence(
         else None,
         same_op_calls=same_op_calls(events, event) if event is not None else (),
         target_scale=_target_scale(events),
+        input_scale=_input_scale(events, data_ids),
         bad_inputs=_fed_nonfinite(events, search, data_ids) if event is None else (),
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}, variable_values),
     )
@@ -295,6 +296,31 @@ def _fed_nonfinite(
             continue
         found.append(BadInput("", stats.shape, stats.nan, stats.inf, (), (), read_at=reader.source))
     return tuple(found)
+
+
+# The ops a model's first layer reads its features with (a dense layer, a convolution).
+_FIRST_LAYER_OPS = frozenset(
+    {"MatMul", "BatchMatMulV2", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2dNative"}
+)
+
+
+def _input_scale(events: Sequence[OpEvent], data_ids: frozenset[int]) -> tuple[str, float] | None:
+    """(where it was read, largest finite magnitude) of the features the step fed its
+    first layer: the first dense or convolution op's input that no op of the step made
+    and no weight read gave, in floating point; None when there is none (a mask or a
+    table made before the step is read by other ops, and is not the features)."""
+    for event in events:
+        if event.phase != "forward" or event.op_type not in _FIRST_LAYER_OPS:
+            continue
+        for key, stats in zip(event.input_ids, event.inputs):
+            if key not in data_ids or not stats.dtype.startswith(("float", "bfloat", "half")):
+                continue
+            largest = stats.largest_magnitude
+            if largest is None:
+                continue
+            place = f" at {event.source.file}:{event.source.line}" if event.source else ""
+            return f"read{place}", largest
+    return None
 
 
 def _target_scale(events: Sequence[OpEvent]) -> TargetScale | None:

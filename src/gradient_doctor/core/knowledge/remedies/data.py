@@ -51,10 +51,12 @@ def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     framework = evidence.setup.framework
     if unscaled(evidence):
         name, scale = evidence.input_scale
+        # A name (`x`), or where the features were read ("read at train.py:42").
+        shown = name if name.startswith("read") else f"`{name}`"
         diagnosis = _first(
             diagnosis,
             remedies.normalize_input(framework),
-            f" The input `{name}` reaches {format_number(scale)}: features that far from "
+            f" The input {shown} reaches {format_number(scale)}: features that far from "
             "unit scale make the first layers' outputs and gradients that large.",
         )
     if unscaled_targets(evidence):
