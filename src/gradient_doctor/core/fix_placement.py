@@ -56,6 +56,9 @@ class FixSites:
             `backward()` line: its file holds the updates whose rate a fix lowers.
         dtype_policy: the line that set a half-precision dtype policy (`keras.config.
             set_dtype_policy("float16")`), which the mixed policy replaces.
+        rate_set_by: what sets the learning rate at each epoch's start (a Keras
+            `LearningRateScheduler` callback), named: the optimizer's own rate is
+            overwritten there, so a lower rate is written for the schedule, unpatched.
     """
 
     optimizer: OptimizerSite | None = None
@@ -67,6 +70,7 @@ class FixSites:
     compiled: SourceLine | None = None
     own_update: SourceLine | None = None
     dtype_policy: SourceLine | None = None
+    rate_set_by: str | None = None
 
 
 def place_fixes(
@@ -114,6 +118,8 @@ def place_fixes(
         elif fix.edits:  # edits of lines other than the origin's (the line making its input)
             placed = with_edits(fix, tuple(_other_lines(fix.edits, root, mine)), root)
             placed = placed if placed.patch is not None else None
+        elif fix.family == "lower_learning_rate" and sites.rate_set_by is not None:
+            placed = _scheduled_rate_fix(fix, sites.rate_set_by)
         elif fix.family in _OPTIMIZER_FIXES and sites.optimizer is not None:
             placed = _optimizer_fix(fix, sites.optimizer, root, history)
         elif fix.family in _LAYER_FIXES:
@@ -142,6 +148,27 @@ def place_fixes(
         for item in finding.not_fixes
     )
     return dataclasses.replace(finding, fixes=tuple(fixes), not_fixes=not_fixes)
+
+
+# A lower rate for a schedule a callback applies: its function's values, scaled down.
+_SCHEDULED_RATE = (
+    "keras.callbacks.LearningRateScheduler(lambda epoch, lr: schedule(epoch, lr) / 10)\n"
+    "# your schedule's rates, 10x lower: the rate the optimizer is built with is replaced\n"
+    "# at the start of each epoch, so lowering it there changes nothing after the first"
+)
+
+
+def _scheduled_rate_fix(fix: Fix, setter: str) -> Fix:
+    """A lower learning rate where `setter` sets the rate at each epoch's start: said for
+    the schedule, with no patch of the optimizer's line (which the setter overwrites)."""
+    return dataclasses.replace(
+        fix,
+        title=f"Lower the learning rates that {setter} sets (the optimizer's own is "
+        "overwritten at each epoch's start)",
+        code=_SCHEDULED_RATE,
+        edits=(),
+        patch=None,
+    )
 
 
 def _keyword_fix(fix: Fix, root: str, mine: Callable[[str], bool]) -> Fix | None:

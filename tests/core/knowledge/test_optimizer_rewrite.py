@@ -115,3 +115,24 @@ def test_loss_scaling_wraps_the_users_own_optimizer_call():
         "adam = tf.keras.optimizers.LossScaleOptimizer("
         "tf.keras.optimizers.Adam(learning_rate=0.003))  # tuned"
     ) in _patched((edit,))
+
+
+def test_a_rate_a_scheduler_callback_sets_gets_no_patch_of_the_optimizer(tmp_path):
+    # A LearningRateScheduler passed to fit sets the rate at each epoch's start: the
+    # optimizer's own rate, patched, would be overwritten there.
+    from gradient_doctor.core.findings import Finding, Fix, Origin
+    from gradient_doctor.core.fix_placement import FixSites, place_fixes
+
+    (tmp_path / "train.py").write_text("".join(SCRIPT))
+    lower = Fix("lower_learning_rate", "Lower the learning rate 10x", "lr / 10")
+    origin = Origin("Exp", "Exp", None, SourceLine("train.py", 4, "opt = ..."), None, (), ())
+    finding = Finding("forward_overflow", 3, "forward", origin, "x", fixes=(lower,))
+    site = _site("args.lr, momentum", "SGD", 0.05)
+    sites = FixSites(optimizer=site, rate_set_by="the `LearningRateScheduler` callback")
+    (placed,) = place_fixes(finding, str(tmp_path), sites).fixes
+    assert placed.patch is None and placed.edits == ()
+    assert placed.title.startswith("Lower the learning rates that the `LearningRateScheduler`")
+    assert "schedule(epoch, lr) / 10" in placed.code
+    # Without the callback, the optimizer's line is patched.
+    (patched,) = place_fixes(finding, str(tmp_path), FixSites(optimizer=site)).fixes
+    assert patched.patch is not None

@@ -101,6 +101,7 @@ class RunPatches:
         def fit(model, *args, **kwargs):
             bound = fit_signature.bind(model, *args, **kwargs)
             callbacks = list(bound.arguments.get("callbacks") or [])
+            scripts = tuple(callbacks)
             doctors = [c for c in callbacks if isinstance(c, Doctor)]
             for doctor in doctors:  # the script's own Doctor reports to this run
                 doctor.adopt(watcher)
@@ -114,6 +115,7 @@ class RunPatches:
                 data.get("y"),
                 data.get("sample_weight"),
                 data.get("batch_size"),
+                tuple(c for c in scripts if not isinstance(c, Doctor)),
             )
             watcher.trial_batches = watcher.fit_call.batches()
             try:

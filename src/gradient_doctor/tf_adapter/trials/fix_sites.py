@@ -40,7 +40,17 @@ def fix_sites(
         path_break=evidence.path_break,
         compiled=compiled,
         dtype_policy=overflow.policy_site if (overflow := evidence.update_overflow) else None,
+        rate_set_by=_rate_setter(fit_call),
     )
+
+
+def _rate_setter(fit_call) -> str | None:
+    """The callback passed to `fit` that sets the learning rate at each epoch's start
+    (`LearningRateScheduler`), named, or None."""
+    for callback in fit_call.callbacks if fit_call is not None else ():
+        if isinstance(callback, keras.callbacks.LearningRateScheduler):
+            return "the `LearningRateScheduler` callback passed to `fit`"
+    return None
 
 
 def optimizer_site(optimizer) -> OptimizerSite | None:

@@ -39,6 +39,7 @@ class FitCall:
     Attributes:
         source: the user's `fit(...)` line, or None when not known.
         x, y, sample_weight, batch_size: as given to `fit`.
+        callbacks: the callbacks the script passed to `fit` (the doctor's not among them).
     """
 
     source: SourceLine | None
@@ -46,6 +47,7 @@ class FitCall:
     y: object = None
     sample_weight: object = None
     batch_size: int | None = None
+    callbacks: tuple = ()
 
     def batches(self) -> Callable[[], Iterator] | None:
         """Fresh iterators over the call's batches, or None (see `fit_batches`)."""
