@@ -203,7 +203,7 @@ def test_parameters_cut_where_no_rerun_can_reach_are_still_reported(tmp_path, mo
     # went PERSISTENT_UPDATES (10) updates in a row without a gradient, at step 17.
     assert (problem["category"], problem["step"]) == ("disconnected_gradients", 17)
     assert problem["disconnected"] == {
-        "variables": ["Sequential.0.weight", "Sequential.0.bias"],
+        "variables": ["encoder.0.weight", "encoder.0.bias"],  # the script's own names
         "all": False,
         "break": None,
     }

@@ -20,20 +20,22 @@ from torch.utils._pytree import tree_leaves
 def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
     """Module id -> its path ("encoder.layers.3.attn"); a root is named by its class.
 
-    With several models (a GAN's two), each path starts with its root's class name so
-    the two cannot be confused (a second root of the same class gets "_1", and so on).
-    A model compiled by `torch.compile` is named as the model it wraps, and so is the
-    wrapper.
+    With several models (a GAN's two), each path starts with its root's name so the two
+    cannot be confused: the script's own global name for it (`generator`, `encoder`),
+    else its class name (a second root of the same class gets "_1", and so on). A model
+    compiled by `torch.compile` is named as the model it wraps, and so is the wrapper.
     """
     wrappers = [model for model in models if _compiled_module(model) is not None]
     models = list(dict.fromkeys(_compiled_module(model) or model for model in models))
     names: dict[int, str] = {}
     classes: dict[str, int] = {}
+    bound = _bound_names() if len(models) > 1 else {}
     for model in models:
         root = type(model).__name__
         seen = classes.get(root, 0)
         classes[root] = seen + 1
         root = f"{root}_{seen}" if seen and id(model) not in names else root
+        root = bound.get(id(model), root)
         for path, module in model.named_modules():
             if id(module) in names:
                 continue
@@ -83,6 +85,14 @@ def parameter_names(
         for group in optimizer.param_groups:
             for number, parameter in enumerate(group["params"]):
                 found.setdefault(id(parameter), f"optimizer{index}.param{number}")
+    return found
+
+
+def _bound_names() -> dict[int, str]:
+    """Module id -> the first global name the running script bound it to."""
+    found: dict[int, str] = {}
+    for name, module in _script_modules():
+        found.setdefault(id(module), name)
     return found
 
 
