@@ -171,8 +171,9 @@ def test_a_partial_cut_is_recorded_once_and_training_goes_on_as_unwatched(
     assert len(adapter.rerun_seconds) == 1  # the same set every step: one rerun
     (problem,) = _problems(adapter)
     # Reported at the third update (a part never trained is noted after NEW_CUT_UPDATES),
-    # when both roots (two `Linear`s called apart) are known: each named under its class.
-    assert problem["disconnected"]["variables"] == ["Linear.weight", "Linear.bias"]
+    # when both roots (two `Linear`s called apart) are known: each named by the script's
+    # own name for it (not "Linear" and "Linear_1").
+    assert problem["disconnected"]["variables"] == ["stem.weight", "stem.bias"]
     assert problem["disconnected"]["all"] is False
     point = problem["disconnected"]["break"]
     assert (point["op"], point["line"]) == (

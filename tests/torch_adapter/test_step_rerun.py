@@ -191,7 +191,7 @@ def test_two_models_ops_are_named_by_their_module_path(tmp_path, monkeypatch):
     assert finding.step == 2  # one step per round of the two optimizers
     origin = finding.origin
     line = _line(_TWO_MODELS, "return torch.log(torch.sigmoid(self.linear(h)))")
-    assert (origin.op, origin.layer, origin.source.line) == ("Log", "Critic.head", line)
+    assert (origin.op, origin.layer, origin.source.line) == ("Log", "critic.head", line)
     assert origin.inputs[0].zeros == 8 and origin.outputs[0].neg_inf == 8
 
 

@@ -64,7 +64,7 @@ _GENERIC = {
 def diagnose(evidence: Evidence) -> Diagnosis | None:
     """Explain a softmax (log-softmax, log-sum-exp) that wrote NaN (a log-sum-exp: -inf)
     from an input whose only non-finite values are -inf, or arithmetic that met a mask's
-    -inf (`origin_search.MEETS_A_MASK`, called by the arithmetic's own rule); decline any
+    -inf (`op_trace.MEETS_A_MASK`, called by the arithmetic's own rule); decline any
     other failure (a NaN it was handed, say)."""
     origin = evidence.origin
     if origin is None or evidence.phase != "forward" or not origin.inputs:
