@@ -231,7 +231,7 @@ def test_a_softmax_over_an_empty_sequences_masked_row_is_named_and_its_fill_patc
     origin = problem["origin"]
     assert (origin["op"], origin["layer"], origin["line"]) == (
         "_softmax",
-        "Mixer",
+        "mixer",  # the script's own name: it calls three modules apart (embed, mixer, head)
         line_of(f"{SCRIPTS}/{name}", "weights = torch.softmax(scores, dim=-1)"),
     )
     assert "-inf in every entry" in problem["explanation"]
