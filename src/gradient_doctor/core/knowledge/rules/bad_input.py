@@ -62,9 +62,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     torch = evidence.setup.framework == "torch"
     if _masked_labels(evidence):
         return _masked(evidence, described, tensors, torch)
-    nan = sum(bad.nan for bad in evidence.bad_inputs)
-    kind = "NaN" if nan else "inf" if any(bad.inf for bad in evidence.bad_inputs) else "NaN"
-    framework = evidence.setup.framework
+    # What the not-fixes name: "inf" when the tensors held infinities and no NaN.
+    inf_only = not any(bad.nan for bad in evidence.bad_inputs)
+    kind = "inf" if inf_only and any(bad.inf for bad in evidence.bad_inputs) else "NaN"
     if all(bad.read_at is not None for bad in evidence.bad_inputs):
         # Tensors the step read that no op of it made: the batch, or a value the script
         # computed before the step (a rollout's log-probabilities, a running statistic).
@@ -84,7 +84,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     return Diagnosis(
         category="bad_input",
         explanation=explanation,
-        not_fixes=nan_gradient_not_fixes(cause, kind, framework),
+        not_fixes=nan_gradient_not_fixes(cause, kind, evidence.setup.framework),
         fixes=(
             Fix(
                 "clean_input",
