@@ -163,6 +163,27 @@ def test_a_run_that_never_learns_ends_problem(tmp_path, script, category):
     assert f"problem 1: {category} at step {problem['step']}" in run.stderr
 
 
+def test_raw_outputs_read_as_probabilities_end_problem_with_fixes_proved_by_reruns(tmp_path):
+    script = "tests/scripts/logits_read_as_probabilities.py"
+    run = run_doctor(script, tmp=tmp_path, options=("--confirm", "auto"))
+    assert run.exit_code == 1, run.stderr[-3000:]
+    (problem,) = run.report["problems"]
+    assert problem["category"] == "logits_as_probabilities", problem["explanation"]
+    assert (problem["step"], problem["phase"], problem["origin"]) == (0, None, None)
+    assert "raw output of layer `dense_1`" in problem["explanation"]
+    assert [fix["family"] for fix in problem["fixes"]] == ["activation_change", "from_logits"]
+    layer, logits = problem["fixes"]
+    assert '+        layers.Dense(4, activation="softmax"),' in layer["patch"]
+    assert "keras.losses.CategoricalCrossentropy(from_logits=True)" in logits["patch"]
+    for fix in (layer, logits):  # each copy learned more than the run, the unchanged one not
+        assert fix["verified"] is True, fix["evidence"]
+        assert (
+            "averaging" in fix["evidence"] and "found logits_as_probabilities" in (fix["evidence"])
+        )
+    # The run's own losses are untouched: the plain script's accuracy is printed again.
+    assert _python(script).stdout.splitlines()[-1] in run.stdout
+
+
 @pytest.mark.parametrize(
     ("script", "args", "warned"),
     [

@@ -31,6 +31,11 @@ _ATTRIBUTES = {
     "KerasVariable": ("assign",),
     "BaseOptimizer": ("__init__", "apply", "apply_gradients"),
     "keras_backend": ("name_scope",),
+    "keras_nn": (
+        "binary_crossentropy",
+        "categorical_crossentropy",
+        "sparse_categorical_crossentropy",
+    ),
 }
 
 

@@ -34,6 +34,9 @@ from gradient_doctor.core.report import Report
 from gradient_doctor.core.trial_start import UPDATE_REMEDIES
 from gradient_doctor.render.json_report import series_to_dict
 
+# Problems of learning, not of a value: nothing went non-finite, so a patched copy that
+# stays finite proves nothing; it must learn more than the run did.
+LEARNING_FAILURES = frozenset({"logits_as_probabilities"})
 # Runs that took longer than this (wall seconds) are not run again for every fix.
 CONFIRM_MAX_SECONDS = 120.0
 # At most this many verified fixes of one problem are run again.
@@ -118,6 +121,7 @@ def _confirmed(
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
     reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped, reference)
+    reruns.learn_more = problem.category in LEARNING_FAILURES
     fixes = []
     held: dict[int, Rerun] = {}  # index in `fixes` -> the rerun that confirmed it
     for fix in problem.fixes:
@@ -270,6 +274,9 @@ class _Reruns:
         self._reference = reference
         self._steps_past, self._timeout, self._signalled = steps_past, timeout, signalled
         self._done = 0
+        # The problem is one of learning (a silent failure): a patched copy holds only
+        # when its loss ends clearly below the run's (`patched_rerun._learned_more`).
+        self.learn_more = False
         self._baseline: Rerun | None = None
         self._stopped: Rerun | None = None
 
@@ -302,7 +309,14 @@ class _Reruns:
         copy = "a patched copy" if patch else "a copy"
         _say(f"{what}: running {copy} of your folder from the start")
         rerun = rerun_patched(
-            self._script, self._args, patch, self._step, steps_past, self._timeout, reference
+            self._script,
+            self._args,
+            patch,
+            self._step,
+            steps_past,
+            self._timeout,
+            reference,
+            learn_more=self.learn_more and patch is not None,
         )
         _say(f"{what}: {rerun.why}")
         if rerun.blocked:

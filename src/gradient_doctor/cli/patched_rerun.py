@@ -82,6 +82,7 @@ def rerun_patched(
     steps_past: int | None,
     timeout: float | None = None,
     reference: Sequence[tuple[int, float]] = (),
+    learn_more: bool = False,
 ) -> Rerun:
     """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
     (no trials) from the start to `steps_past` steps past `failed_at` (None: to the
@@ -93,6 +94,8 @@ def rerun_patched(
     `reference`: the original run's (step, loss) points (`loss_points`), which a copy
     must not trail far behind over the steps before the original failed (`_far_behind`);
     empty when the patch computes the loss in other units (standardised targets).
+    `learn_more`: the problem is one of learning, not of a value (a silent failure):
+    the copy holds only when its loss ends clearly below the run's at the same steps.
     """
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}rerun-") as scratch:
         copy = copy_folder(os.getcwd(), os.path.join(scratch, "copy"))
@@ -119,7 +122,7 @@ def rerun_patched(
         steps = report.get("steps_watched", 0) if report else 0
         return Rerun(False, steps, trespass, blocked=True)
     what = "the patched copy" if patch else "the unchanged copy"
-    return _judged(report, failed_at, what, limit, timeout, reference)
+    return _judged(report, failed_at, what, limit, timeout, reference, learn_more)
 
 
 def loss_points(series: Iterable[Mapping]) -> list[tuple[int, float]]:
@@ -141,10 +144,13 @@ def _judged(
     limit: int | None = None,
     timeout: float | None = None,
     reference: Sequence[tuple[int, float]] = (),
+    learn_more: bool = False,
 ) -> Rerun:
     """How a copy's run went, from its report: `limit` is the step it was stopped at
     (None: it ran as far as the script goes), and `timeout` the seconds after which it
-    was stopped (its report then says `interrupted`), so a copy that held says how far."""
+    was stopped (its report then says `interrupted`), so a copy that held says how far.
+    With `learn_more` (a silent failure) it holds only when it learned more than the run
+    (`_learned_more`)."""
     if report is None:
         why = f"{what} wrote no report (it crashed, or ran too long to stop cleanly)"
         return Rerun(False, 0, why, inconclusive=True)
@@ -175,15 +181,13 @@ def _judged(
     trained = (
         f"{what} of your files trained {steps} steps from the start"
         f"{'' if stopped else ', to the end of your script,'} with every loss and gradient "
-        f"finite, past step {failed_at} where the original failed"
+        "finite" + ("" if learn_more else f", past step {failed_at} where the original failed")
     )
     if timed_out:
         trained += f" (the copy is stopped after {timeout:.0f} s: your script had more to run)"
     elif stopped:
-        trained += (
-            f" (the copy is stopped {steps - failed_at - 1} steps past it: your script "
-            "had more to run)"
-        )
+        where = f"after {steps} steps" if learn_more else f"{steps - failed_at - 1} steps past it"
+        trained += f" (the copy is stopped {where}: your script had more to run)"
     if not _losses_seen(report):
         return Rerun(
             False,
@@ -200,6 +204,13 @@ def _judged(
     )
     if rise is not None:
         return Rerun(False, steps, f"{trained}, but {rise}, so training did not go on well")
+    if learn_more:
+        learned, compared = _learned_more(report, reference)
+        if learned is None:
+            return Rerun(False, steps, f"{trained}, but {compared}", inconclusive=True)
+        if not learned:
+            return Rerun(False, steps, f"{trained}, but {compared}, so it learned no better")
+        trained += f", {compared}"
     first, final = _first_and_final(report)
     return Rerun(
         True,
@@ -251,6 +262,32 @@ def _far_behind(report: dict, reference: Sequence[tuple[int, float]], failed_at:
         f"its loss averaged {mine:.4g} where your run's averaged {theirs:.4g} "
         f"({mine / max(theirs, 1e-12):.0f}x)"
     )
+
+
+# A copy that fixes a silent failure must end with its loss at most this share of the
+# run's at the same steps (the run that read raw outputs as probabilities ended at 8.07,
+# each patched copy at 0.0036).
+LEARNED_MORE = 0.9
+
+
+def _learned_more(report: dict, reference: Sequence[tuple[int, float]]) -> tuple[bool | None, str]:
+    """Whether the copy's loss, over the last tenth of its steps, averaged clearly below
+    the run's over the same steps, and the comparison in words; None when the two cannot
+    be compared (no loss of the run there, several objectives, a loss below zero)."""
+    untold = "so whether it learned more cannot be told"
+    copy = loss_points(report.get("series", ()))
+    if not copy or not reference or report.get("optimizers", 1) != 1:
+        return None, f"its loss cannot be compared with your run's, {untold}"
+    last = copy[-1][0]
+    start = last - max(1, (last + 1) // 10)
+    mine = [value for step, value in copy if start < step <= last]
+    theirs = [value for step, value in reference if start < step <= last]
+    if not mine or not theirs or min(mine + theirs) < 0:
+        return None, f"your run has no loss at its last steps to compare, {untold}"
+    ours, yours = sum(mine) / len(mine), sum(theirs) / len(theirs)
+    steps = f"steps {start + 1}-{last}" if last > start + 1 else f"step {last}"
+    compared = f"its loss over {steps} averaging {ours:.4g} where your run's averaged {yours:.4g}"
+    return ours <= LEARNED_MORE * yours, compared
 
 
 def _series(report: dict) -> dict[str, list]:

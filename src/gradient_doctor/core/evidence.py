@@ -163,6 +163,40 @@ class TargetScale:
 
 
 @dataclass(frozen=True)
+class LossInput:
+    """A loss that reads probabilities, fed values that are not (no op made them one).
+
+    Attributes:
+        loss: the loss as the framework names it, e.g. "categorical_crossentropy".
+        expects: what the loss reads its predictions as: "probabilities".
+        activation: the activation whose output it expects, "softmax" or "sigmoid".
+        producer: the op that made the predictions, e.g. "BiasAdd" (a layer's raw
+            output), or None when only their values are known.
+        layer: the layer whose raw output they are, when known (e.g. "dense_1").
+        layer_class: that layer's class, e.g. "Dense", as its creation line calls it.
+        layer_site: the user's line that built that layer, when known.
+        loss_site: the user's line that named or built the loss, when known.
+        loss_argument: how `loss_site` passes the loss, which its fix rewrites:
+            ("call", name) for a call of the loss class or function `name`
+            (`CategoricalCrossentropy()`, `categorical_crossentropy(y, p)`), or
+            ("name", text) for the loss named by the string `text` in a `compile`
+            call; None when the line passes it some other way.
+        values: the smallest and largest prediction seen, when they were read.
+    """
+
+    loss: str
+    expects: str
+    activation: str
+    producer: str | None = None
+    layer: str | None = None
+    layer_class: str | None = None
+    layer_site: SourceLine | None = None
+    loss_site: SourceLine | None = None
+    loss_argument: tuple[str, str] | None = None
+    values: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
 class StepHistory:
     """Recent per-step statistics, oldest first; None where a value was not finite."""
 
@@ -363,6 +397,8 @@ class Evidence:
         sigmoid_input: for a forward origin, the sigmoid whose output its first input
             is, itself or through one subtraction (`log(1 - p)` of `p = sigmoid(z)`),
             looked for through views; None when there is none or its line is unknown.
+        loss_input: a probability loss fed values that are not probabilities (a
+            silent failure: no value is non-finite); None otherwise.
     """
 
     step: int | None
@@ -400,3 +436,4 @@ class Evidence:
     input_producers: tuple[OpCall | None, ...] = ()
     log_of_sum: OpCall | None = None
     sigmoid_input: OpCall | None = None
+    loss_input: LossInput | None = None

@@ -25,6 +25,10 @@ CATEGORIES = (
     # gradients were finite (Adam's square of a gradient past float16's 65504): the guard
     # checks what goes into an update, so the update ran and wrote inf or NaN.
     "optimizer_overflow",
+    # Added: a loss that reads probabilities (Keras's cross-entropies without
+    # `from_logits=True`) fed a layer's raw output. Keras clips the values into its
+    # range, so nothing goes non-finite: the run learns little or nothing, silently.
+    "logits_as_probabilities",
 )
 
 FIX_FAMILIES = (
@@ -273,12 +277,23 @@ class KeywordEdit:
         values: the string values it may hold now, one of which it must hold
             (`("relu",)`): a call passing anything else is left alone.
         new: the new value as Python source (`'"softplus"'`).
+        callee: only a call of this name is edited (`Dense` of `Dense(5)(h)`);
+            None: any call on the lines.
+        position: where the argument stands when passed without its name
+            (`compile("adam", "mse")` passes `loss` second); None: by name only.
+        add: pass the keyword when the call does not pass it at all.
+        keras_path: `new` is a path under keras (`losses.BinaryCrossentropy()`),
+            spelled as the file imports keras (`keras.` or `tf.keras.`).
     """
 
     source: SourceLine
     keyword: str
-    values: tuple[str, ...]
+    values: tuple[object, ...]
     new: str
+    callee: str | None = None
+    position: int | None = None
+    add: bool = False
+    keras_path: bool = False
 
 
 @dataclass(frozen=True)

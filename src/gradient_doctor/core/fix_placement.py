@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Edit, Finding, Fix, SourceLine
+from gradient_doctor.core.findings import Edit, Finding, Fix, KeywordEdit, SourceLine
 from gradient_doctor.core.gradient_paths import PathBreak
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
@@ -173,8 +173,9 @@ def _scheduled_rate_fix(fix: Fix, setter: str) -> Fix:
 
 def _keyword_fix(fix: Fix, root: str, mine: Callable[[str], bool]) -> Fix | None:
     """`fix` with its keyword changes made edits of the statements they name, or None
-    when one cannot be made (the file not the user's, no call on those lines passing
-    the keyword one of the values it expects)."""
+    when one cannot be made (the file not the user's, not exactly one call on those
+    lines passing the argument one of the values it expects, or leaving it out where
+    the change may add it)."""
     edits = []
     for change in fix.keyword_edits:
         source = change.source
@@ -182,19 +183,48 @@ def _keyword_fix(fix: Fix, root: str, mine: Callable[[str], bool]) -> Fix | None
         tree, text = syntax_edit.parse(lines) if lines is not None else (None, [])
         if tree is None:
             return None
-        found = [
-            keyword.value
-            for call in syntax_edit.calls_on(tree, source)
-            for keyword in call.keywords
-            if keyword.arg == change.keyword
-            and isinstance(keyword.value, ast.Constant)
-            and keyword.value.value in change.values
-        ]
-        if len(found) != 1:
+        edit = _keyword_edit(change, tree, text)
+        if edit is None:
             return None
-        edits.append(syntax_edit.replace_node(text, found[0], change.new, source.file))
+        edits.append(edit)
     placed = with_edits(dataclasses.replace(fix, keyword_edits=()), tuple(edits), root)
     return placed if placed.patch is not None else None
+
+
+def _keyword_edit(change: KeywordEdit, tree: ast.Module, text: list[str]) -> Edit | None:
+    """The edit making `change` in the one call it can apply to on its lines, or None."""
+    source = change.source
+    new = change.new
+    if change.keras_path:
+        new = syntax_edit.keras_spelling(tree, new)
+        if new is None:
+            return None
+    calls = [
+        call
+        for call in syntax_edit.calls_on(tree, source)
+        if change.callee is None or syntax_edit.callee(call.func) == change.callee
+    ]
+    if change.callee is not None and source.span is not None and len(calls) > 1:
+        indent = len(text[source.line - 1]) - len(text[source.line - 1].lstrip())
+        calls = [c for c in calls if c.col_offset - indent == source.span[0]] or calls
+    matches = []
+    for call in calls:
+        value = syntax_edit.argument(call, change.position, change.keyword)
+        if value is None and change.add:
+            matches.append((call, None))
+        elif isinstance(value, ast.Constant) and _holds(value.value, change.values):
+            matches.append((call, value))
+    if len(matches) != 1:
+        return None
+    call, value = matches[0]
+    if value is None:
+        return syntax_edit.add_keyword(text, call, f"{change.keyword}={new}", source.file)
+    return syntax_edit.replace_node(text, value, new, source.file)
+
+
+def _holds(value: object, values: tuple[object, ...]) -> bool:
+    """`value` is one of `values`, of the same type (a `False` is not a 0)."""
+    return any(type(value) is type(item) and value == item for item in values)
 
 
 def _other_lines(edits: tuple[Edit, ...], root: str, mine: Callable[[str], bool]) -> list[Edit]:

@@ -58,6 +58,8 @@ What each is for (and the modules that use it):
   (hooks/creation_sites).
 - `iteration_counter`: the variable an optimizer's `apply` counts its updates in (its
   `iterations` is a quotient of it under gradient accumulation) (step/iteration_count).
+- `keras_nn`: Keras's TensorFlow cross-entropies, where a loss that reads probabilities
+  is handed its predictions (hooks/loss_inputs).
 - `mapped_functions`: the Python functions a `tf.data` pipeline maps over its elements,
   each with the dataset it reads (localize/pipeline_scan).
 """
@@ -70,6 +72,7 @@ import tensorflow as tf
 from keras.src import backend as keras_backend
 from keras.src.backend.common import global_state
 from keras.src.backend.common.variables import Variable as KerasVariable
+from keras.src.backend.tensorflow import nn as keras_nn
 from keras.src.optimizers.base_optimizer import BaseOptimizer
 from keras.src.trainers.data_adapters import get_data_adapter
 from tensorflow.python import pywrap_tfe
@@ -113,6 +116,7 @@ __all__ = [
     "global_state",
     "gradient_registry",
     "keras_backend",
+    "keras_nn",
     "learning_rate_variable",
     "op_callbacks",
     "op_def_registry",

@@ -27,6 +27,7 @@ from gradient_doctor.core.knowledge.rules import (
     ignored_targets,
     inverse_trig,
     log_domain,
+    loss_input,
     loss_scale_collapse,
     masked_softmax,
     nonfinite_constant,
@@ -126,8 +127,9 @@ def family_for(evidence: Evidence) -> Family | None:
 def diagnose(evidence: Evidence) -> Diagnosis:
     """Turn the evidence of a failing step into a diagnosis.
 
-    Rules are asked in order of precedence: zero gradients behind stuck units (a
-    layer's ReLUs all dead), a broken gradient path (variables with no gradient),
+    Rules are asked in order of precedence: a probability loss fed raw outputs, zero
+    gradients behind stuck units (a layer's ReLUs all dead), a broken gradient path
+    (variables with no gradient),
     weights the optimizer's own update wrote non-finite, bad input, a non-finite
     constant, a value only XLA made non-finite, finite gradients whose norm overflows,
     the tf.where trap, a collapsed loss scale, exploding gradients
@@ -151,6 +153,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     family = family_for(evidence)
     singular = (family is not None and family.singular) or mentions_norm(source_code(evidence))
     rules: list[Rule] = [
+        loss_input.diagnose,
         stuck_units.diagnose,
         disconnected.diagnose,
         optimizer_overflow.diagnose,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gradient_doctor.core.detectors.suite import DetectorSuite, default_detectors
-from gradient_doctor.core.evidence import Evidence, StepHistory
+from gradient_doctor.core.evidence import Evidence, LossInput, StepHistory
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import place_fixes
 from gradient_doctor.core.gradient_paths import ZERO_GRADIENT, PathBreak
@@ -115,6 +115,9 @@ class Session:
         # hook read skips every later update unseen (`finish`).
         self._failure_diagnosed = False
         self._said_stopped_again = False
+        # Probability losses handed raw outputs, seen as the loss was computed (each
+        # with the step it was in), diagnosed when that step is over.
+        self._loss_inputs: list[tuple[int, LossInput]] = []
 
     def before_step(self) -> None:
         """Called by the hooks before each step runs."""
@@ -139,6 +142,7 @@ class Session:
         Raises:
             StepLimitReached: `max_steps` steps were watched.
         """
+        self._diagnose_loss_inputs()
         step = self.steps_watched + reading.steps - 1
         self.steps_watched += reading.steps
         pending, self._pending_stop = self._pending_stop, None
@@ -249,6 +253,25 @@ class Session:
             self.on_finding(finding)
         return finding
 
+    def loss_input_seen(self, found: LossInput) -> None:
+        """A loss that reads probabilities was handed values that are not (the adapter
+        saw it as the loss was computed, maybe while the framework traced the step): it
+        is diagnosed once that step is over, outside the trace."""
+        self._loss_inputs.append((self.steps_watched, found))
+
+    def _diagnose_loss_inputs(self) -> None:
+        pending, self._loss_inputs = self._loss_inputs, []
+        for step, found in pending:
+            self.record(
+                Evidence(
+                    step=step,
+                    phase=None,
+                    origin=None,
+                    loss_input=found,
+                    setup=self.adapter.training_setup(),
+                )
+            )
+
     def disconnected_first_seen(self, names: Iterable[str]) -> bool:
         """True the first time this group of variables is reported without gradients
         (missing or exactly zero); later reports of the same group are dropped."""
@@ -296,6 +319,7 @@ class Session:
             reading: what the adapter measures now, or None when it measures nothing.
         """
         self._feed()
+        self._diagnose_loss_inputs()
         if reading is not None and reading.failed and not self._failure_diagnosed:
             self.steps_watched = max(reading.updates - reading.skipped, 0)
             self.after_step(replace(reading, steps=1, failed_at=None), None)

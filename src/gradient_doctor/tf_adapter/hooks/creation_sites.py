@@ -158,6 +158,11 @@ def _remember_running(layer_path: str | None) -> None:
         _running[layer_path] = caller
 
 
+def recorded_layers() -> list:
+    """Every layer (models included) built under `gradient-doctor run` and still alive."""
+    return [obj for obj in list(_recorded.keys()) if isinstance(obj, keras.Layer)]
+
+
 def layer_at(path: str | None):
     """The Keras layer whose ops run under `path` (e.g. "sequential/dense"), or None.
 
@@ -169,8 +174,8 @@ def layer_at(path: str | None):
     layer = _running.get(path)
     if layer is not None:
         return layer
-    for obj in list(_recorded.keys()):
-        if isinstance(obj, keras.Layer) and getattr(obj, "path", None) == path:
+    for obj in recorded_layers():
+        if getattr(obj, "path", None) == path:
             return obj
     return None
 

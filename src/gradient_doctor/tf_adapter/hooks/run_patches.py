@@ -26,6 +26,7 @@ from gradient_doctor.tf_adapter.hooks import (
 from gradient_doctor.tf_adapter.hooks.callback import Doctor
 from gradient_doctor.tf_adapter.hooks.custom_loop import call_watched_step
 from gradient_doctor.tf_adapter.hooks.eager_trace import TracedOp
+from gradient_doctor.tf_adapter.hooks.loss_inputs import LossInputs
 from gradient_doctor.tf_adapter.hooks.model_hooks import attach
 from gradient_doctor.tf_adapter.hooks.numerics_checks import check_numerics_left_to_the_doctor
 from gradient_doctor.tf_adapter.localize import step_context
@@ -62,12 +63,14 @@ class RunPatches:
 
     def install(self) -> None:
         watcher = self.watcher
-        # Where each layer, model and optimizer is built, and which of the user's calls
-        # left NaN or Inf in a layer's state: recorded as they happen, for the diagnosis.
+        # Where each layer, model and optimizer is built, which of the user's calls left
+        # NaN or Inf in a layer's state, and which probability loss was handed a layer's
+        # raw output: recorded as they happen, for the diagnosis.
         for owner, name, value in [
             *creation_sites.recording_patches(),
             *compile_sites.recording_patches(),
             *state_writes.recording_patches(),
+            *LossInputs(watcher.session.loss_input_seen).patches(),
         ]:
             self._replace(owner, name, value)
         # A LossScaleOptimizer overrides `apply`: it is guarded as a whole (it decides

@@ -1,0 +1,135 @@
+"""A probability loss fed a layer's raw output: the diagnosis says what the loss does with
+such values and why a lower rate or clipping cannot help, and its fixes are patches of
+the user's lines: the layer given the activation the loss expects (added where the call
+passes none, on the one layer of several the creation line's columns name), the loss
+told from_logits=True (a class's call, a function's call, a name in `compile`, first
+or second argument), spelled as the file imports keras."""
+
+import dataclasses
+
+import pytest
+
+from gradient_doctor.core.evidence import Evidence, LossInput
+from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.fix_placement import place_fixes
+from gradient_doctor.core.knowledge import diagnose
+
+MODEL = 'model = keras.Sequential([layers.Dense(32, activation="relu"), layers.Dense(4)])'
+COMPILE = 'model.compile("adam", "categorical_crossentropy", metrics=["accuracy"])'
+SCRIPT = f"import keras\nfrom keras import layers\n\n{MODEL}\n{COMPILE}\n"
+
+
+def _site(code: str, line: int, call: str | None = None) -> SourceLine:
+    if call is None:
+        return SourceLine("train.py", line, code)
+    start = code.rindex(call)
+    return SourceLine("train.py", line, code, column=start, end_column=code.index(")", start) + 1)
+
+
+def _fed(**changes) -> LossInput:
+    fed = LossInput(
+        loss="categorical_crossentropy",
+        expects="probabilities",
+        activation="softmax",
+        producer="BiasAdd",
+        layer="dense_1",
+        layer_class="Dense",
+        layer_site=_site(MODEL, 4, "layers.Dense(4)"),
+        loss_site=_site(COMPILE, 5),
+        loss_argument=("name", "categorical_crossentropy"),
+    )
+    return dataclasses.replace(fed, **changes)
+
+
+def _placed(tmp_path, fed: LossInput, script: str = SCRIPT):
+    (tmp_path / "train.py").write_text(script)
+    finding = diagnose(Evidence(step=0, phase=None, origin=None, loss_input=fed)).finding(
+        Evidence(step=0, phase=None, origin=None, loss_input=fed)
+    )
+    return place_fixes(finding, root=str(tmp_path))
+
+
+def _added(patch: str) -> list[str]:
+    return [line[1:] for line in patch.splitlines() if line.startswith("+") and line[1:2] != "+"]
+
+
+def test_the_layer_gets_the_activation_and_the_named_loss_is_told_from_logits(tmp_path):
+    finding = _placed(tmp_path, _fed())
+    assert finding.category == "logits_as_probabilities"
+    assert (finding.step, finding.phase, finding.origin) == (0, None, None)
+    assert "raw output of layer `dense_1`" in finding.explanation
+    assert "divides them by their sum and clips" in finding.explanation
+    assert [fix.family for fix in finding.fixes] == ["activation_change", "from_logits"]
+    layer, logits = finding.fixes
+    # Only the second Dense of the line, the one the creation line's columns name.
+    assert _added(layer.patch) == [
+        'model = keras.Sequential([layers.Dense(32, activation="relu"), '
+        'layers.Dense(4, activation="softmax")])'
+    ]
+    assert _added(logits.patch) == [
+        'model.compile("adam", keras.losses.CategoricalCrossentropy(from_logits=True), '
+        'metrics=["accuracy"])'
+    ]
+    assert {item.remedy for item in finding.not_fixes} == {
+        "lower_learning_rate",
+        "gradient_clipping",
+    }
+    assert all("not what the loss reads" in item.why for item in finding.not_fixes)
+    assert all(fix.verified is None for fix in finding.fixes)  # no trial inside the run
+
+
+def test_a_loss_named_by_keyword_in_a_tf_keras_file_is_spelled_tf_keras(tmp_path):
+    compile_line = 'model.compile(optimizer="sgd", loss="binary_crossentropy")'
+    script = f"import tensorflow as tf\nlayers = tf.keras.layers\n\n{MODEL}\n{compile_line}\n"
+    fed = _fed(
+        loss="binary_crossentropy",
+        activation="sigmoid",
+        loss_site=_site(compile_line, 5),
+        loss_argument=("name", "binary_crossentropy"),
+    )
+    layer, logits = _placed(tmp_path, fed, script).fixes
+    assert 'layers.Dense(4, activation="sigmoid")' in _added(layer.patch)[0]
+    assert _added(logits.patch) == [
+        'model.compile(optimizer="sgd", loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))'
+    ]
+    assert "threshold=0.0" in logits.title  # a binary accuracy of logits needs it
+
+
+@pytest.mark.parametrize(
+    "code, call, expected",
+    [
+        (
+            "loss_fn = keras.losses.SparseCategoricalCrossentropy()",
+            "SparseCategoricalCrossentropy",
+            "loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)",
+        ),
+        (
+            "loss = ops.mean(keras.losses.categorical_crossentropy(y, p, from_logits=False))",
+            "categorical_crossentropy",
+            "loss = ops.mean(keras.losses.categorical_crossentropy(y, p, from_logits=True))",
+        ),
+    ],
+    ids=["loss_class", "loss_function"],
+)
+def test_the_call_that_builds_or_computes_the_loss_is_told_from_logits(
+    tmp_path, code, call, expected
+):
+    script = f"import keras\nfrom keras import layers, ops\n\n{MODEL}\n{code}\n"
+    fed = _fed(layer=None, layer_class=None, layer_site=None, producer=None, values=(-3.25, 4.5))
+    fed = dataclasses.replace(fed, loss_site=_site(code, 5), loss_argument=("call", call))
+    finding = _placed(tmp_path, fed, script)
+    assert "values no softmax made: any real number, here from -3.25 to 4.5" in (
+        finding.explanation
+    )
+    (logits,) = finding.fixes  # no layer known: no activation to give it
+    assert _added(logits.patch) == [expected]
+
+
+def test_a_layer_with_an_activation_of_its_own_gets_no_patch(tmp_path):
+    model = "model = keras.Sequential([layers.Dense(4, activation=act)])"
+    script = f"import keras\nfrom keras import layers\n\n{model}\n{COMPILE}\n"
+    fed = _fed(layer_site=_site(model, 4, "layers.Dense(4"))
+    layer, logits = _placed(tmp_path, fed, script).fixes
+    assert layer.patch is None  # `act` may be anything: the line is not rewritten
+    assert 'Dense(..., activation="softmax")' in layer.code
+    assert logits.patch is not None
