@@ -745,3 +745,33 @@ def test_a_batch_of_padding_alone_is_named_at_the_loss_and_its_counted_mean_hold
         and "(tags.view(-1) != PAD).sum().clamp(min=1)" in (fix["patch"])
     )
     _patch_holds(fix, name, folder, tmp_path)
+
+
+def test_a_softmax_handed_to_cross_entropy_is_named_and_its_removal_learns_more(
+    torch_run, tmp_path
+):
+    name = "softmax_head_cross_entropy.py"
+    run, folder = torch_run(name, confirm="auto")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    (problem,) = run.report["problems"]
+    assert problem["category"] == "probabilities_as_logits", problem["explanation"]
+    assert (problem["step"], problem["origin"]) == (0, None)
+    softmax = line_of(f"{SCRIPTS}/{name}", "return F.softmax(")
+    assert f"the output of a softmax at {name}:{softmax}" in problem["explanation"]
+    (fix,) = problem["fixes"]
+    assert fix["family"] == "from_logits"
+    assert "+        return self.body(x)" in fix["patch"]
+    assert fix["verified"] is True and "averaging" in fix["evidence"], fix["evidence"]
+    _patch_holds(fix, name, folder, tmp_path)
+
+
+def test_raw_scores_handed_to_nll_loss_get_its_module_made_cross_entropy(torch_run):
+    name = "nll_of_raw_scores.py"
+    run, _ = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    (problem,) = run.report["problems"]
+    assert problem["category"] == "logits_as_probabilities", problem["explanation"]
+    assert "`nll_loss` reads its input as log-probabilities" in problem["explanation"]
+    (fix,) = problem["fixes"]
+    assert "-criterion = nn.NLLLoss()" in fix["patch"]
+    assert "+criterion = nn.CrossEntropyLoss()" in fix["patch"]

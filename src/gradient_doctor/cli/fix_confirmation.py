@@ -36,7 +36,7 @@ from gradient_doctor.render.json_report import series_to_dict
 
 # Problems of learning, not of a value: nothing went non-finite, so a patched copy that
 # stays finite proves nothing; it must learn more than the run did.
-LEARNING_FAILURES = frozenset({"logits_as_probabilities"})
+LEARNING_FAILURES = frozenset({"logits_as_probabilities", "probabilities_as_logits"})
 # Runs that took longer than this (wall seconds) are not run again for every fix.
 CONFIRM_MAX_SECONDS = 120.0
 # At most this many verified fixes of one problem are run again.

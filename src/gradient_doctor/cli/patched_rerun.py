@@ -282,12 +282,27 @@ def _learned_more(report: dict, reference: Sequence[tuple[int, float]]) -> tuple
     start = last - max(1, (last + 1) // 10)
     mine = [value for step, value in copy if start < step <= last]
     theirs = [value for step, value in reference if start < step <= last]
+    if theirs and min(theirs) < 0 <= min(mine, default=-1.0):
+        return _learned_from_its_start(report, untold)
     if not mine or not theirs or min(mine + theirs) < 0:
         return None, f"your run has no loss at its last steps to compare, {untold}"
     ours, yours = sum(mine) / len(mine), sum(theirs) / len(theirs)
     steps = f"steps {start + 1}-{last}" if last > start + 1 else f"step {last}"
     compared = f"its loss over {steps} averaging {ours:.4g} where your run's averaged {yours:.4g}"
     return ours <= LEARNED_MORE * yours, compared
+
+
+def _learned_from_its_start(report: dict, untold: str) -> tuple[bool | None, str]:
+    """For a copy whose loss cannot be held against the run's (the run's fell below zero,
+    which the copy's, a loss with a floor, cannot): whether the copy's own loss fell from
+    its first step to at most `LEARNED_MORE` of it over its last tenth, in words."""
+    first, final = _first_and_final(report)
+    if first is None or final is None or first <= 0:
+        return None, f"its loss cannot be compared with your run's, {untold}"
+    return final <= LEARNED_MORE * first, (
+        f"its loss falling from {first:.4g} to {final:.4g} over its last tenth of steps (your "
+        "run's fell below zero, where a loss with a floor cannot: the two are not compared)"
+    )
 
 
 def _series(report: dict) -> dict[str, list]:

@@ -182,6 +182,8 @@ class LossInput:
             ("name", text) for the loss named by the string `text` in a `compile`
             call; None when the line passes it some other way.
         values: the smallest and largest prediction seen, when they were read.
+        made_at: for a loss that applies its own softmax or sigmoid (it reads logits),
+            the user's line whose softmax or sigmoid made the values it was handed.
     """
 
     loss: str
@@ -194,6 +196,7 @@ class LossInput:
     loss_site: SourceLine | None = None
     loss_argument: tuple[str, str] | None = None
     values: tuple[float, float] | None = None
+    made_at: SourceLine | None = None
 
 
 @dataclass(frozen=True)

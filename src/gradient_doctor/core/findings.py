@@ -29,6 +29,10 @@ CATEGORIES = (
     # `from_logits=True`) fed a layer's raw output. Keras clips the values into its
     # range, so nothing goes non-finite: the run learns little or nothing, silently.
     "logits_as_probabilities",
+    # Added: the reverse, in PyTorch: a loss that applies its own softmax or sigmoid
+    # (`cross_entropy`, `binary_cross_entropy_with_logits`) handed a softmax's or a
+    # sigmoid's output, squashed twice: the loss stalls near log(C), silently.
+    "probabilities_as_logits",
 )
 
 FIX_FAMILIES = (

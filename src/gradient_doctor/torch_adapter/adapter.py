@@ -216,7 +216,11 @@ class TorchAdapter(PyTorchAdapter):
     ) -> None:
         self.optimizers = tuple(optimizers)
         self.models = tuple(models)
-        self.stats = ModuleStats(lambda: self.optimizers, self.models)
+        self.stats = ModuleStats(
+            lambda: self.optimizers,
+            self.models,
+            on_loss_input=lambda found: self.session.loss_input_seen(found),
+        )
         self.guard = StepGuard(self.optimizers, self.stats)
         self.session = Session(self, **session)
 

@@ -138,7 +138,11 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self._path_reruns = 0
         # The models are found as their forward runs (module_stats' hooks).
         schedule = None if sample_every is None else SampleSchedule.fixed(sample_every)
-        self.stats = ModuleStats(lambda: self.optimizers, schedule=schedule)
+        self.stats = ModuleStats(
+            lambda: self.optimizers,
+            schedule=schedule,
+            on_loss_input=lambda found: self.session.loss_input_seen(found),
+        )
         self.anomaly_mode = AnomalyModeLeftOff()
         self.compile_calls = CompileCalls(self.stats.stop_watching_forwards)
 

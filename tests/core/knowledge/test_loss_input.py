@@ -133,3 +133,66 @@ def test_a_layer_with_an_activation_of_its_own_gets_no_patch(tmp_path):
     assert layer.patch is None  # `act` may be anything: the line is not rewritten
     assert 'Dense(..., activation="softmax")' in layer.code
     assert logits.patch is not None
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("return F.softmax(self.fc(x), dim=1)", "return self.fc(x)"),
+        ("probs = scores.softmax(-1)", "probs = scores"),
+        (
+            "loss = F.cross_entropy(torch.softmax(a + b, dim=1), y)",
+            "loss = F.cross_entropy((a + b), y)",
+        ),
+    ],
+    ids=["function", "method", "inline_in_the_loss"],
+)
+def test_a_softmax_handed_to_cross_entropy_is_removed_where_it_is_made(tmp_path, code, expected):
+    script = (
+        f"import torch\nimport torch.nn.functional as F\n\n\ndef forward(self, x):\n    {code}\n"
+    )
+    site = SourceLine("train.py", 6, code)
+    fed = LossInput(
+        loss="cross_entropy",
+        expects="logits",
+        activation="softmax",
+        loss_site=site,
+        loss_argument=("call", "cross_entropy"),
+        made_at=site,
+    )
+    finding = _placed(tmp_path, fed, script)
+    assert finding.category == "probabilities_as_logits"
+    assert "handed the output of a softmax at train.py:6" in finding.explanation
+    assert "below log(C)" in finding.explanation
+    (fix,) = finding.fixes
+    assert fix.family == "from_logits"
+    assert _added(fix.patch) == [f"    {expected}"]
+
+
+@pytest.mark.parametrize(
+    "code, call, expected",
+    [
+        ("loss = F.nll_loss(model(x), y)", "nll_loss", "loss = F.cross_entropy(model(x), y)"),
+        (
+            "criterion = nn.NLLLoss(reduction='sum')",
+            "NLLLoss",
+            "criterion = nn.CrossEntropyLoss(reduction='sum')",
+        ),
+    ],
+    ids=["function", "module"],
+)
+def test_raw_scores_handed_to_nll_loss_make_it_cross_entropy(tmp_path, code, call, expected):
+    script = f"import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n{code}\n"
+    fed = LossInput(
+        loss="nll_loss",
+        expects="log-probabilities",
+        activation="log_softmax",
+        loss_site=SourceLine("train.py", 5, code),
+        loss_argument=("call", call),
+        values=(-0.5, 2.25),
+    )
+    finding = _placed(tmp_path, fed, script)
+    assert finding.category == "logits_as_probabilities"
+    assert "handed raw scores, here from -0.5 to 2.25" in finding.explanation
+    (fix,) = finding.fixes
+    assert _added(fix.patch) == [expected]

@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradient_doctor.core import source_frames
 from gradient_doctor.core.dtype_limits import dtype_limits
+from gradient_doctor.core.evidence import LossInput
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.records import (
     SIGMOID_FLAT,
@@ -49,6 +50,7 @@ from gradient_doctor.core.records import (
 from gradient_doctor.torch_adapter.hooks.compile_calls import compiled
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.module_scope import module_names
+from gradient_doctor.torch_adapter.step.loss_inputs import LOSSES, SQUASHES, LossInputs
 from gradient_doctor.torch_adapter.step.sample_schedule import SampleSchedule
 
 # The activations whose units can die (0 for the whole batch) or saturate, by the name of
@@ -128,6 +130,8 @@ class ModuleStats:
         models: the models trained, when known; others are found as their forward runs.
         schedule: the steps to sample. Defaults to a `SampleSchedule()`: one in ten,
             then as its time budget allows.
+        on_loss_input: called with each loss of a sampled step handed scores of the
+            wrong kind (`loss_inputs`); None looks at no loss.
     """
 
     def __init__(
@@ -135,8 +139,10 @@ class ModuleStats:
         optimizers: Callable[[], Sequence[torch.optim.Optimizer]],
         models: Iterable[torch.nn.Module] = (),
         schedule: SampleSchedule | None = None,
+        on_loss_input: Callable[[LossInput], None] | None = None,
     ) -> None:
         self.schedule = schedule or SampleSchedule()
+        self.loss_inputs = LossInputs(on_loss_input) if on_loss_input is not None else None
         self._optimizers = optimizers
         self._roots: list[weakref.ref] = []
         self._owner: dict[int, int] = {}  # parameter id -> id of the module owning it
@@ -473,11 +479,14 @@ class ModuleStats:
         self._stack.clear()
         self._produced.clear()
         self._risky_outputs.clear()
+        if self.loss_inputs is not None:
+            self.loss_inputs.clear()
 
 
 class _Activations(TorchFunctionMode):
     """Hands each ReLU / tanh / sigmoid call of a sampled forward, and each risky op of
-    the step until its update (the loss code too), to the stats."""
+    the step until its update (the loss code too), to the stats; each squash and each
+    loss that reads logits or log-probabilities to the stats' `loss_inputs`."""
 
     def __init__(self, stats: ModuleStats) -> None:
         super().__init__()
@@ -489,6 +498,12 @@ class _Activations(TorchFunctionMode):
         if _is_compiling():  # traced into compiled code: measure nothing
             return output
         name = getattr(func, "__name__", None)
+        losses = self.stats.loss_inputs
+        if losses is not None:
+            if name in SQUASHES:
+                losses.squashed(name, output)
+            elif name in LOSSES:
+                losses.loss(name, args, kwargs)
         if (name in _DEAD or name in _SATURATING) and isinstance(output, torch.Tensor):
             self.stats.activation(name, args, output)
         elif name in _RISKY:

@@ -11,16 +11,41 @@ no likelihood of the labels. Nothing becomes non-finite, the loss wanders or ris
 and the run learns little or nothing. A lower learning rate or clipping changes the
 size of the updates, not what the loss reads: the fix is the activation the loss
 expects on the layer, or telling the loss its inputs are logits.
+
+PyTorch's losses make the same mistakes silently in their own ways. `nll_loss`
+(`nn.NLLLoss`) reads log-probabilities, each at most 0, and returns minus the target's
+entry: handed raw scores it has no floor, and training pushes the target's score up
+without end, the loss falling below zero. `cross_entropy` (`nn.CrossEntropyLoss`) and
+`binary_cross_entropy_with_logits` apply their own softmax or sigmoid: handed a
+softmax's or sigmoid's output, values in [0, 1], they squash it again, to near-uniform
+probabilities whose loss cannot fall far and whose gradients shrink by the first
+squash's slope (`probabilities_as_logits`).
 """
 
 from __future__ import annotations
 
 from gradient_doctor.core.evidence import Evidence, LossInput
-from gradient_doctor.core.findings import Fix, KeywordEdit, NotFix
+from gradient_doctor.core.findings import Edit, Fix, KeywordEdit, NotFix, SourceLine
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
+from gradient_doctor.core.knowledge.source.calls import (
+    find_call,
+    find_method_call,
+    grouped,
+    is_namespace,
+    parses,
+    replace_span,
+)
 from gradient_doctor.core.knowledge.wording import format_number
 
 CATEGORY = "logits_as_probabilities"
+SQUASHED_TWICE = "probabilities_as_logits"
+# PyTorch's losses that apply their own softmax or sigmoid, and the call that computes
+# the loss from log-probabilities; the loss for raw scores in place of `nll_loss`.
+_TORCH_LOGIT_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy_with_logits"})
+_TORCH_LOG_PROBABILITY_LOSS = "nll_loss"
+_FOR_RAW_SCORES = {"nll_loss": "cross_entropy", "NLLLoss": "CrossEntropyLoss"}
+# The calls whose output a loss that reads logits must not be handed, by activation.
+_SQUASH_CALLS = {"softmax": ("softmax",), "sigmoid": ("sigmoid",)}
 # Keras's clip bound (`keras.config.epsilon()`, 1e-7 unless the user changed it).
 _EPSILON = "1e-07"
 # Each loss's class, and what it does with values that are not probabilities.
@@ -40,8 +65,7 @@ _KERAS_LOSSES = {
 }
 _SAME_LOSS = (
     "{what} changes the size of each update, not what the loss reads: at any {knob} the "
-    "loss still takes raw outputs for probabilities, and the predictions it clips still "
-    "get no gradient."
+    "loss still takes the values it is handed for {expects}, which they are not."
 )
 
 
@@ -49,23 +73,34 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     """Explain a probability loss fed values that are not probabilities; decline
     without such evidence (or for a loss this rule does not know)."""
     fed = evidence.loss_input
-    if fed is None or fed.loss not in _KERAS_LOSSES:
+    if fed is None:
+        return None
+    if fed.loss in _TORCH_LOGIT_LOSSES:
+        return Diagnosis(
+            SQUASHED_TWICE, _squashed_twice(fed), _not_fixes("logits"), (_unsquashed_fix(fed),)
+        )
+    if fed.loss == _TORCH_LOG_PROBABILITY_LOSS:
+        return Diagnosis(
+            CATEGORY, _unbounded_below(fed), _not_fixes("log-probabilities"), (_raw_score_fix(fed),)
+        )
+    if fed.loss not in _KERAS_LOSSES:
         return None
     loss_class, treatment = _KERAS_LOSSES[fed.loss]
     return Diagnosis(
-        category=CATEGORY,
-        explanation=_explanation(fed, treatment),
-        not_fixes=(
-            NotFix(
-                "lower_learning_rate",
-                _SAME_LOSS.format(what="A lower learning rate", knob="rate"),
-            ),
-            NotFix(
-                "gradient_clipping",
-                _SAME_LOSS.format(what="Clipping the gradients", knob="clipping norm"),
-            ),
+        CATEGORY, _explanation(fed, treatment), _not_fixes("probabilities"), _fixes(fed, loss_class)
+    )
+
+
+def _not_fixes(expects: str) -> tuple[NotFix, ...]:
+    return (
+        NotFix(
+            "lower_learning_rate",
+            _SAME_LOSS.format(what="A lower learning rate", knob="rate", expects=expects),
         ),
-        fixes=_fixes(fed, loss_class),
+        NotFix(
+            "gradient_clipping",
+            _SAME_LOSS.format(what="Clipping the gradients", knob="clipping norm", expects=expects),
+        ),
     )
 
 
@@ -149,3 +184,88 @@ def _from_logits_fix(fed: LossInput, loss_class: str) -> Fix:
                 ),
             )
     return Fix("from_logits", title, code, keyword_edits=edits)
+
+
+def _squashed_twice(fed: LossInput) -> str:
+    where = f" at {fed.made_at.file}:{fed.made_at.line}" if fed.made_at is not None else ""
+    classes = "log(C) for C classes" if fed.activation == "softmax" else "log(2)"
+    return (
+        f"`{fed.loss}` applies its own {fed.activation} to its input (it reads logits), but "
+        f"it is handed the output of a {fed.activation}{where}, values in [0, 1]. Squashed "
+        f"twice, the probabilities it computes stay close to uniform: the loss cannot fall "
+        f"far below {classes}, and every gradient is scaled down by the first "
+        f"{fed.activation}'s slope. Nothing becomes non-finite; the model learns slowly, "
+        "or stalls."
+    )
+
+
+def _unsquashed_fix(fed: LossInput) -> Fix:
+    """The first squash removed where the user's line makes it (its argument kept)."""
+    title = (
+        f"Hand the loss the logits: drop the {fed.activation} before it ({fed.loss} applies "
+        f"its own), and apply torch.{fed.activation} only where you read probabilities "
+        "(an argmax needs none)"
+    )
+    code = f"logits  # in place of torch.{fed.activation}(logits, ...), fed to {fed.loss}"
+    site = fed.made_at
+    edit = _without_squash(site, fed.activation) if site is not None else None
+    if edit is None:
+        return Fix("from_logits", title, code)
+    return Fix("from_logits", title, edit.new_lines[0], edits=(edit,))
+
+
+def _without_squash(site: SourceLine, activation: str) -> Edit | None:
+    """The edit of `site` replacing its softmax or sigmoid call by the call's input
+    (`F.softmax(self.fc(x), dim=1)` -> `self.fc(x)`, `z.sigmoid()` -> `z`), or None."""
+    code = site.code.strip()
+    if not code or site.end_line is not None:
+        return None
+    names = _SQUASH_CALLS[activation]
+    call = find_call(code, names, site.span)
+    if call is not None and call.args and is_namespace(call.prefix):
+        new = replace_span(code, call.start, call.end, grouped(call.args[0]))
+    else:
+        method = find_method_call(code, names, site.span)
+        if method is None:
+            return None
+        new = replace_span(code, method.start, method.end, method.receiver)
+    if not parses(new):
+        return None
+    return Edit(site.file, site.line, site.line, (new,), (code,))
+
+
+def _unbounded_below(fed: LossInput) -> str:
+    seen = ""
+    if fed.values is not None:
+        low, high = fed.values
+        seen = f", here from {format_number(low)} to {format_number(high)}"
+    return (
+        f"`{fed.loss}` reads its input as log-probabilities, each at most 0 (the output of "
+        "log_softmax), and returns minus the target's entry; but it is handed raw scores"
+        f"{seen}. The loss then has no floor: training lowers it by pushing the target's "
+        "score up without end, with no softmax tying the classes' scores together, and the "
+        "loss falls below zero. Nothing becomes non-finite until the scores overflow."
+    )
+
+
+def _raw_score_fix(fed: LossInput) -> Fix:
+    """`nll_loss` called by the user's line made `cross_entropy` (log_softmax, then
+    nll_loss), or the `NLLLoss()` built there a `CrossEntropyLoss()`; otherwise the code
+    to write."""
+    title = (
+        "Compute the loss from the raw scores with cross_entropy (nn.CrossEntropyLoss), "
+        "which is log_softmax followed by nll_loss"
+    )
+    code = "criterion = nn.CrossEntropyLoss()  # in place of nn.NLLLoss(), on the raw scores"
+    site, argument = fed.loss_site, fed.loss_argument
+    if site is None or argument is None or site.end_line is not None:
+        return Fix("from_logits", title, code)
+    kind, name = argument
+    line = site.code.strip()
+    call = find_call(line, (name,), site.span) if name in _FOR_RAW_SCORES else None
+    if kind != "call" or call is None:
+        return Fix("from_logits", title, code)
+    start = call.start + len(call.prefix)
+    new = replace_span(line, start, start + len(call.name), _FOR_RAW_SCORES[name])
+    edit = Edit(site.file, site.line, site.line, (new,), (line,))
+    return Fix("from_logits", title, new, edits=(edit,))
