@@ -200,6 +200,15 @@ def test_the_features_fed_to_the_first_layer_give_the_input_scale():
     ]
     evidence = trace_evidence(events, [6], 3, data_ids=frozenset({3, 9})).evidence
     assert evidence.input_scale == ("read at train.py:2", 255.0)
+    # Rows the step picked out of the fed data (`X[idx]`, as a float) are its features.
+    picked = [
+        event(0, "Index", [(3, pixels), (7, FINITE)], [(8, pixels)]),
+        event(1, "Cast", [(8, pixels)], [(10, pixels)]),
+        event(2, "MatMul", [(10, pixels), (4, FINITE)], [(5, FINITE)]),
+        event(3, "Exp", [(5, FINITE)], [(6, INF)]),
+    ]
+    evidence = trace_evidence(picked, [6], 4, data_ids=frozenset({3})).evidence
+    assert evidence.input_scale == ("read at train.py:3", 255.0)
     # No dense or convolution op read a fed tensor: no scale.
     evidence = trace_evidence(events[:1] + events[2:], [6], 3, data_ids=frozenset({9})).evidence
     assert evidence.input_scale is None

@@ -11,6 +11,7 @@ from gradient_doctor.core.op_trace import (
     FILLS,
     MEETS_A_MASK,
     SELECT_OPS,
+    VIEW_OPS,
     OpEvent,
     feeding_op_types,
     input_producers,
@@ -307,13 +308,17 @@ _FIRST_LAYER_OPS = frozenset(
 def _input_scale(events: Sequence[OpEvent], data_ids: frozenset[int]) -> tuple[str, float] | None:
     """(where it was read, largest finite magnitude) of the features the step fed its
     first layer: the first dense or convolution op's input that no op of the step made
-    and no weight read gave, in floating point; None when there is none (a mask or a
-    table made before the step is read by other ops, and is not the features)."""
+    and no weight read gave (or rows of one the step picked: `X[idx]`, a gather, a cast),
+    in floating point; None when there is none (a mask or a table made before the step
+    is read by other ops, and is not the features)."""
     for event in events:
         if event.phase != "forward" or event.op_type not in _FIRST_LAYER_OPS:
             continue
+        made = {output: before for before in events[: event.index] for output in before.output_ids}
         for key, stats in zip(event.input_ids, event.inputs):
-            if key not in data_ids or not stats.dtype.startswith(("float", "bfloat", "half")):
+            if not stats.dtype.startswith(("float", "bfloat", "half")):
+                continue
+            if _picked_from(key, made) not in data_ids:
                 continue
             largest = stats.largest_magnitude
             if largest is None:
@@ -321,6 +326,23 @@ def _input_scale(events: Sequence[OpEvent], data_ids: frozenset[int]) -> tuple[s
             place = f" at {event.source.file}:{event.source.line}" if event.source else ""
             return f"read{place}", largest
     return None
+
+
+# Ops that pass on rows or a view of a tensor, or its values in another dtype: the batch
+# `X[idx]` the step indexed out of the data is still the data's features.
+_PICKS = VIEW_OPS | {"Index", "IndexSelect", "GatherV2", "Cast"}
+_PICKS_FOLLOWED = 8
+
+
+def _picked_from(key: int, made: dict[int, OpEvent]) -> int:
+    """The tensor `key` was picked from (`_PICKS`), through at most `_PICKS_FOLLOWED`
+    ops; `key` itself when no such op made it."""
+    for _ in range(_PICKS_FOLLOWED):
+        producer = made.get(key)
+        if producer is None or producer.op_type not in _PICKS or not producer.input_ids:
+            break
+        key = producer.input_ids[0]
+    return key
 
 
 def _target_scale(events: Sequence[OpEvent]) -> TargetScale | None:

@@ -88,3 +88,23 @@ def test_a_division_by_a_batch_statistic_keeps_no_claim_that_a_larger_batch_will
     weights = OpCall("MatMul", std.source, ())
     other = Evidence(step=9, phase="forward", origin=None, input_producers=(weights,))
     assert fit_to_batch_statistics(diagnosis, other) == diagnosis
+
+
+def test_gradients_that_grew_with_both_unscaled_put_the_features_first():
+    # A linear regression on a year column (~2000) and prices (8e5): the features set the
+    # curvature, so standardised prices alone still went to inf at the same step.
+    evidence = Evidence(
+        step=16,
+        phase=None,
+        origin=None,
+        input_scale=("read at train.py:30", 2022.0),
+        target_scale=TargetScale("of MseLoss", 8.3e5),
+    )
+    fitted = fit_to_data(_diagnosis(), evidence)
+    assert [fix.family for fix in fitted.fixes] == [
+        "normalize_input",
+        "normalize_target",
+        "lower_learning_rate",
+    ]
+    assert "the loss's curvature grows with the features' square" in fitted.explanation
+    assert fitted.explanation.index("The input read at") < fitted.explanation.index("targets")

@@ -5,7 +5,8 @@ scale (areas in m², prices, raw pixel values), the first layers' outputs and gr
 are that large too, and when its regression targets are (prices in dollars), the loss
 and its gradient are: a squared error starts near the targets' square, and its gradient
 grows with the error. Standardising them removes the cause the other remedies only work
-around. This pass says so and puts those remedies first, the targets' before the features'.
+around. This pass says so and puts those remedies first, the targets' before the features',
+but for gradients that grew step after step, where the features' come first.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ UNSCALED = 100.0
 # targets in the hundreds (ages, temperatures, 8-bit pixels an autoencoder rebuilds) is
 # one Adam trains on, of prices in dollars (1e5) one whose gradients throw the weights.
 UNSCALED_TARGETS = 1000.0
+# Problems of a growth over steps, which the features' scale drives (the curvature).
+_GROWTH = frozenset({"exploding_gradients"})
 # Problems unscaled data drives: values or gradients too large.
 _NUMERIC = frozenset(
     {"forward_overflow", "exploding_gradients", "backward_singularity", "forward_domain"}
@@ -49,6 +52,8 @@ def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     if diagnosis.category not in _NUMERIC:
         return diagnosis
     framework = evidence.setup.framework
+    if unscaled(evidence) and unscaled_targets(evidence) and diagnosis.category in _GROWTH:
+        return _targets_then_features(_features_first(diagnosis, evidence), evidence)
     if unscaled(evidence):
         name, scale = evidence.input_scale
         # A name (`x`), or where the features were read ("read at train.py:42").
@@ -75,6 +80,35 @@ def fit_to_data(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
             "updates are as far from unit scale as the targets are.",
         )
     return diagnosis
+
+
+def _features_first(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
+    """Gradients that grew step after step with both the features and the targets
+    unscaled: the features set the loss's curvature, which decides whether a step of
+    the rate overshoots (the targets only set where the loss starts), so standardising
+    the targets alone leaves the growth (prices and a year column: inf at the same
+    step); the features' fix comes first, the targets' second."""
+    name, scale = evidence.input_scale
+    shown = name if name.startswith("read") else f"`{name}`"
+    return replace(
+        diagnosis,
+        explanation=diagnosis.explanation
+        + f" The input {shown} reaches {format_number(scale)}: the loss's curvature grows "
+        "with the features' square, so every update of this rate overshoots, further each "
+        "step; standardise the features first (the targets alone leave it growing).",
+    )
+
+
+def _targets_then_features(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
+    framework = evidence.setup.framework
+    target = evidence.target_scale
+    diagnosis = _first(
+        diagnosis,
+        remedies.normalize_target(framework),
+        f" The targets {target.tensor} reach {format_number(target.largest)} too: "
+        "standardise them as well, so that the loss starts near unit scale.",
+    )
+    return _first(diagnosis, remedies.normalize_input(framework), "")
 
 
 def _first(diagnosis: Diagnosis, fix, note: str) -> Diagnosis:
