@@ -4,7 +4,7 @@ step function is the library's, not the script's, so no step wrapper reads the g
 One label of batch 5 is NaN, so the loss of step 5 is NaN: the guard skips that update
 and, its latch closed, every update after it.
 
-Expected: category=loss_spike step=5; the explanation says the update of step 5 and the
+Expected: category=unlocated_nonfinite step=5; the explanation says the update of step 5 and the
 2 after it were skipped (found at the end of the run).
 """
 

@@ -33,6 +33,10 @@ CATEGORIES = (
     # (`cross_entropy`, `binary_cross_entropy_with_logits`) handed a softmax's or a
     # sigmoid's output, squashed twice: the loss stalls near log(C), silently.
     "probabilities_as_logits",
+    # Added: a step that went non-finite where no op could be named (its replay stayed
+    # finite, could not run, or recorded no op that wrote the value). Before, such a step
+    # was filed as a `loss_spike`, a detector's warning about a finite loss.
+    "unlocated_nonfinite",
 )
 
 FIX_FAMILIES = (

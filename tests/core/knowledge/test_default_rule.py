@@ -33,10 +33,15 @@ def test_unknown_backward_op_is_a_singularity(make_evidence, make_stats, familie
 
 def test_no_origin_and_no_trend(make_evidence, families):
     diagnosis = diagnose(make_evidence(with_origin=False, phase=None, reproduced=False))
-    assert diagnosis.category == "loss_spike"
+    assert diagnosis.category == "unlocated_nonfinite"
     assert "Step 57 went non-finite" in diagnosis.explanation
     assert "replaying the step stayed finite" in diagnosis.explanation
     assert families(diagnosis) == ["lower_learning_rate", "gradient_clipping"]
+    # Reproduced by the replay, yet no op named: no claim of nondeterminism.
+    diagnosis = diagnose(make_evidence(with_origin=False, phase=None, reproduced=True))
+    assert diagnosis.category == "unlocated_nonfinite"
+    assert "its replay went non-finite again, but no op it recorded" in diagnosis.explanation
+    assert "nondeterministic" not in diagnosis.explanation
 
 
 def test_bounding_the_layer_that_computes_the_op_itself_does_not_say_it_feeds_it():

@@ -110,6 +110,10 @@ def explain(origin: Origin, step: int | None, subject: str) -> str:
     )
 
 
+# A step that went non-finite where no op could be named.
+UNLOCATED = "unlocated_nonfinite"
+
+
 def _unlocated(evidence: Evidence) -> Diagnosis:
     """The step went non-finite but no op could be named (e.g. the replay stayed finite)."""
     if not evidence.replayed and evidence.unreplayable:
@@ -119,10 +123,13 @@ def _unlocated(evidence: Evidence) -> Diagnosis:
     elif not evidence.reproduced:
         replay = ", and replaying the step stayed finite; the cause may be nondeterministic"
     else:
-        replay = "; the cause may be nondeterministic"
+        replay = (
+            ": its replay went non-finite again, but no op it recorded wrote the value from "
+            "finite inputs"
+        )
     step = "The step" if evidence.step is None else f"Step {evidence.step}"
     return Diagnosis(
-        category="loss_spike",
+        category=UNLOCATED,
         explanation=f"{step} went non-finite, but no single op could be named{replay}."
         + _skipped_note(evidence.skipped_updates),
         not_fixes=(),
