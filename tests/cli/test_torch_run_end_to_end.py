@@ -775,3 +775,23 @@ def test_raw_scores_handed_to_nll_loss_get_its_module_made_cross_entropy(torch_r
     (fix,) = problem["fixes"]
     assert "-criterion = nn.NLLLoss()" in fix["patch"]
     assert "+criterion = nn.CrossEntropyLoss()" in fix["patch"]
+
+
+def test_nan_a_hand_written_optimizer_wrote_from_finite_gradients_is_its_updates(torch_run):
+    # Before: "ReadVariableOp ... wrote NaN from finite inputs ... the data itself carries
+    # this value", with a clamp of the input and standardised features as its fixes.
+    name = "own_adagrad_zero_sum.py"
+    run, _ = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("optimizer_overflow", 0)
+    assert "The NaN that step 1 read in `emb.weight`" in problem["explanation"]
+    assert "its PlainAdagrad update wrote them" in problem["explanation"]
+    origin = problem["origin"]
+    assert (origin["source_kind"], origin["variable"]) == ("optimizer_creation", "emb.weight")
+    assert origin["line"] == line_of(f"{SCRIPTS}/{name}", "opt = PlainAdagrad(")
+    first = problem["fixes"][0]
+    step_line = line_of(f"{SCRIPTS}/{name}", "def step(self")
+    assert first["family"] == "safe_div"
+    assert f"your PlainAdagrad.step ({name}:{step_line})" in first["title"]
+    assert "weights were already NaN or Inf when it began" in run.stderr

@@ -125,6 +125,8 @@ class UpdateOverflow:
         replayed_on: the batches the replay ran on, in words ("the run's own batches").
         reproduced: the weights the replay left for the failing step are the run's, bit
             for bit (NaN at the same entries): its steps are the run's.
+        own_step: the `def step` line of the optimizer's class when the user wrote it
+            (a hand-written optimizer's arithmetic is the user's to guard).
     """
 
     optimizer: str
@@ -141,6 +143,7 @@ class UpdateOverflow:
     gradients: tuple[StateValues, ...] = ()
     replayed_on: str | None = None
     reproduced: bool = False
+    own_step: SourceLine | None = None
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from gradient_doctor.torch_adapter.localize.gradient_paths import (
     trainable_count,
 )
 from gradient_doctor.torch_adapter.localize.module_scope import parameter_names
+from gradient_doctor.torch_adapter.localize.update_writes import written_by_an_update
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.sample_schedule import SampleSchedule
@@ -366,6 +367,9 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         evidence = recorded_evidence(
             recorded.events, recorded.bad_ids, recorded.stats, step, history, setup
         )
+        written = written_by_an_update(evidence, self.optimizers, self.sites)
+        if written is not evidence:  # the update before wrote it: no rerun of this step helps
+            return Localized(written, rerun=None)
         return Localized(self.with_pipeline(evidence), rerun=replay if reproduced else None)
 
     def write_dump(self, finding: Finding, evidence: Evidence, rerun: FailedUpdate | None) -> None:

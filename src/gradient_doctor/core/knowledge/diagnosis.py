@@ -76,5 +76,5 @@ class Diagnosis:
             ),
             skipped_updates=evidence.skipped_updates,
             own_update=evidence.setup.own_update,
-            broken_before=evidence.broken_state is not None,
+            broken_before=evidence.broken_state is not None or evidence.update_overflow is not None,
         )

@@ -9,8 +9,10 @@ update (each micro-batch's, under gradient accumulation); when anything
 is not finite, the gradients are hidden from the optimizer for that update (each
 `.grad` set to None, which every torch optimizer skips) and put back after it, so the
 weights and the optimizer's state stay those of the last good step and the user's
-code is untouched. A healthy update is only read, never written: training computes
-exactly what it computes unwatched.
+code is untouched. An optimizer whose `step` the user wrote may read every `.grad`:
+its update runs, and the parameters and state copied before it are put back after.
+A healthy update is only read, never written: training computes exactly what it
+computes unwatched.
 
 A step with a closure (`optimizer.step(closure)`: LBFGS, or SGD handed one) computes its
 losses and gradients inside the step, so it is checked after it ran: each evaluation
@@ -33,7 +35,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import inspect
 import math
+import os
 import sys
 import weakref
 from collections.abc import Callable, Sequence
@@ -58,6 +62,8 @@ from gradient_doctor.torch_adapter.step.step_check import (
     parameters_with_grads,
 )
 
+# Where torch's own optimizers are defined (their `step` skips a missing gradient).
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 # The `backward()` roots kept between two updates (a long accumulation keeps its latest).
 _ROOTS_KEPT = 64
 
@@ -77,6 +83,9 @@ class Update:
             (the script stopped on its loss first): its gradients were not counted.
         hidden: the gradients hidden from the optimizer while a non-finite update
             ran, `(parameter, gradient)`, put back after it.
+        undone: for a non-finite update of an optimizer whose `step` is not torch's
+            own (it may not skip a missing gradient), what it started from, put back
+            after it ran.
         parameters: the parameters whose gradients were checked, in the check's order.
         unmade: the script never called this update's `step()`: it stopped first, on
             gradients it found not finite itself (`UpdateHooks.unmade_update`).
@@ -89,6 +98,7 @@ class Update:
     hidden: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     parameters: list[torch.Tensor] = field(default_factory=list)
     closure: _ClosureStep | None = None
+    undone: _ClosureStep | None = None
     unmade: bool = False
 
     @property
@@ -149,6 +159,14 @@ class _ClosureStep:
             for parameter, saved in self.parameters:
                 parameter.copy_(saved)
         optimizer.load_state_dict(self.state)
+
+
+def skips_missing_gradients(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer`'s `step` is torch's own, which passes over a parameter whose
+    `.grad` is None; a step the user wrote may read every `.grad` (and fail on None)."""
+    step = inspect.unwrap(getattr(type(optimizer), "step", None))
+    code = getattr(step, "__code__", None)
+    return code is not None and code.co_filename.startswith(_TORCH_DIR)
 
 
 class ManualUpdate:
@@ -524,6 +542,9 @@ class UpdateHooks:
         if not result.finite:
             # Its losses are told with it: a test of one after the update is no new one.
             self._told.update((id(t), weakref.ref(t)) for t in roots)
+            if not skips_missing_gradients(optimizer):
+                update.undone = _ClosureStep.before(optimizer)
+                return None
             update.hidden = [(p, p.grad) for p in parameters_with_grads(optimizer)]
             for parameter, _ in update.hidden:
                 parameter.grad = None
@@ -537,6 +558,8 @@ class UpdateHooks:
             update.present = len(dense_parameters(optimizer))
             if not update.check.finite:
                 update.closure.undo(optimizer)
+        if update.undone is not None:
+            update.undone.undo(optimizer)
         for parameter, grad in update.hidden:
             parameter.grad = grad
         self.listener.after_update(update)

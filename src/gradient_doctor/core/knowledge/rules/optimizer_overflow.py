@@ -35,7 +35,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if overflow is None:
         return None
     squared = any(gradient.inf for gradient in overflow.gradients)
-    fixes = []
+    fixes = [guarded_step(overflow)] if overflow.own_step is not None else []
     if overflow.weights[0].dtype in HALF_PRECISION:
         fixes.append(mixed_precision(overflow))
     if squared:
@@ -47,6 +47,20 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         explanation=explain(overflow),
         not_fixes=not_fixes(overflow) if squared else (),
         fixes=tuple(fixes),
+    )
+
+
+def guarded_step(overflow: UpdateOverflow) -> Fix:
+    """Guard the arithmetic of the user's own optimizer: its `step` wrote the NaN from
+    finite gradients (a division by a root of a sum that is 0 for a parameter whose
+    gradients were all 0 so far; torch's own Adagrad and Adam add `eps` there)."""
+    site = overflow.own_step
+    return Fix(
+        "safe_div",
+        f"Guard the arithmetic of your {overflow.optimizer}.step ({site.file}:{site.line}): it "
+        "wrote NaN from finite gradients. Keep every denominator and root above 0, as torch's "
+        "Adagrad and Adam do with eps",
+        "update = grad / (state_sum.sqrt() + 1e-10)  # eps in every denominator of step()",
     )
 
 
