@@ -50,6 +50,41 @@ def test_fit_with_doctor_is_bit_identical_to_plain_fit():
     assert report.steps_watched == 3 * 8
 
 
+def _fit_compiled_twice(callbacks):
+    """Fine-tuning: fit, freeze a layer, compile again with another optimizer, fit;
+    `callbacks()` gives each fit's callbacks."""
+    keras.utils.set_random_seed(3)
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    first = model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=callbacks())
+    model.layers[0].trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mse", metrics=["mae"])
+    second = model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=callbacks())
+    return first.history, second.history, [w.numpy() for w in model.weights]
+
+
+def test_a_model_compiled_again_is_guarded_again_and_its_logs_stay_its_own():
+    # As `gradient-doctor run` watches it: one watcher for the run, its hooks kept on the
+    # model between fits. Before: the second fit's logs (History, progress bar, a
+    # CSVLogger's columns) held the doctor's `_gradient_doctor_stats`, from the train
+    # function Keras built afresh after the second `compile`.
+    from gradient_doctor.tf_adapter.watcher import make_watcher
+
+    *plain, plain_weights = _fit_compiled_twice(list)
+    watcher = make_watcher(verbose=False)
+    watcher.install()  # each `fit` gets the run's Doctor
+    try:
+        *watched, watched_weights = _fit_compiled_twice(list)
+    finally:
+        watcher.uninstall()
+    assert watched == plain
+    assert set(watched[1]) == {"loss", "mae"}
+    for before, after in zip(plain_weights, watched_weights, strict=True):
+        np.testing.assert_array_equal(before, after)
+    assert watcher.steps_watched == 2 * 2 * 8  # the second optimizer's updates too
+
+
 def _fit_unknown_length(callbacks):
     """A fit over a filtered dataset (its length unknown: each epoch ends on a call whose
     batch never comes), per-batch losses kept."""

@@ -86,12 +86,26 @@ class ModelHook:
             return logs
 
         model.train_step = train_step
-        self.guarded = [o for o in _optimizers_of(model) if guard_optimizer(o, watcher)]
-        watcher.optimizer = getattr(model, "optimizer", None)
-        # fit() built its step before callbacks run: build it again around the hook.
-        model.make_train_function(force=True)
+        self.guarded: list = []
         self._fetched = None
         self._failed_batch = None
+        self._train_function = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Guard the model's optimizers and wrap its train function, again after the
+        model was compiled anew (a second `compile` brings a new optimizer and drops
+        the train function: one Keras builds afresh would hand the guard's statistics
+        to the callbacks, the progress bar and History)."""
+        model, watcher = self.model, self.watcher
+        for optimizer in _optimizers_of(model):
+            if optimizer not in self.guarded and guard_optimizer(optimizer, watcher):
+                self.guarded.append(optimizer)
+        watcher.optimizer = getattr(model, "optimizer", None)
+        if self._train_function is not None and model.train_function is self._train_function:
+            return
+        # fit() built its step before callbacks run: build it again around the hook.
+        model.make_train_function(force=True)
         compiled = model.train_function
 
         def train_function(iterator):
@@ -103,7 +117,7 @@ class ModelHook:
                 self._fetched = logs.pop(STATS_KEY).numpy()
             return logs
 
-        model.train_function = train_function
+        model.train_function = self._train_function = train_function
 
     def after_steps(self, steps: int = 1):
         """Read the guard after a call of the train function that ran `steps` steps.
@@ -183,4 +197,6 @@ def attach(model, watcher) -> ModelHook:
     if hook is None or hook.watcher is not watcher:
         hook = ModelHook(model, watcher)
         model._gradient_doctor_model_hook = hook
+    else:
+        hook.refresh()
     return hook
