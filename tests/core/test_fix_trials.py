@@ -71,6 +71,17 @@ def test_when_the_unchanged_step_also_holds_the_trial_cannot_tell():
     assert "cannot tell" in _fix(judged, "stable_softmax").evidence
 
 
+def test_an_unchanged_step_that_stayed_finite_but_diverged_failed_again():
+    # A GRU at a too-high rate: the unchanged trial stayed finite for 293 steps, its loss
+    # rising from 2.4e6 to 3.4e11 on its way to the overflow. It failed; a lower rate that
+    # held, learning, is verified (before: "this trial cannot tell").
+    diverging = _outcome(None, losses=(2.4e6, 3e7, 5e9, 3.4e11))
+    judged = judge(_finding(), diverging, [_outcome("stable_softmax")])
+    fix = _fix(judged, "stable_softmax")
+    assert fix.verified is True, fix.evidence
+    assert "unchanged, it stayed finite for 4 steps but its loss diverged" in fix.evidence
+
+
 def test_a_fix_whose_loss_blows_up_is_not_verified_even_if_finite():
     rising = _outcome("stable_softmax", losses=(1.0, 2.0, 5.0, 40.0))
     judged = judge(_finding(), FAILED_BASELINE, [rising])

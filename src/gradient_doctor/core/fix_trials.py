@@ -528,13 +528,35 @@ def _helped(
         outcome is not None
         and outcome.held
         and outcome.learning(reference_loss)
-        and baseline.failed_at is not None
+        and _failed(baseline)
     )
+
+
+def _failed(baseline: TrialOutcome) -> bool:
+    """The unchanged step failed again within the trial: a non-finite step, or a loss
+    that diverged while finite (a GRU's from 1.06e5 to 4.2e6: it goes on to fail)."""
+    return baseline.failed_at is not None or _diverged_trend(baseline) is not None
+
+
+def _diverged_trend(baseline: TrialOutcome) -> tuple[float, float] | None:
+    """The unchanged step's (first, last) loss when it stayed finite and diverged."""
+    if baseline.failed_at is not None or not baseline.held or baseline.objectives > 1:
+        return None
+    trend = baseline.loss_trend()
+    if trend is None or not _diverged(trend, baseline.judged_losses()):
+        return None
+    return trend
 
 
 def _baseline_note(baseline: TrialOutcome, start: int | None) -> str:
     if baseline.failed_at is not None:
         return f"unchanged, it failed again at trial step {baseline.failed_at + 1}"
+    diverged = _diverged_trend(baseline)
+    if diverged is not None:
+        return (
+            f"unchanged, it stayed finite for {baseline.steps_run} steps but its loss "
+            f"diverged ({diverged[0]:.4g} -> {diverged[1]:.4g})"
+        )
     return f"unchanged, it also stayed finite for {baseline.steps_run} steps"
 
 
@@ -559,7 +581,7 @@ def _judged_fix(
     # A clamp that changes many of the op's values zeroes their gradient itself: then
     # the zero gradients of the failing batch are the patch's doing, not the batch's.
     blind = outcome.blind() if outcome.held and fix.clamped_share is None else None
-    if outcome.held and baseline.failed_at is None:
+    if outcome.held and not _failed(baseline):
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
     elif blind is not None:  # held, where the unchanged step failed
@@ -628,6 +650,6 @@ def _judged_not_fix(
         shortfall = outcome.shortfall(reference_loss)
         if shortfall is not None:
             evidence += f"; but {shortfall}, so training did not go on well"
-        elif baseline.failed_at is None:
+        elif not _failed(baseline):
             evidence += f" ({_baseline_note(baseline, start)}, so this trial cannot tell)"
     return dataclasses.replace(item, evidence=evidence)

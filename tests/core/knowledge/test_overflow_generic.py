@@ -59,3 +59,39 @@ def test_a_loss_overflowing_on_huge_predictions_names_the_layer_they_grew_in(mak
     fixes = [fix.family for fix in diagnosis.fixes]
     assert fixes[:2] == ["constrain_weights", "better_init"]
     assert "`sequential/simple_rnn/simple_rnn_cell`" in diagnosis.fixes[0].title
+
+
+def test_a_sum_of_finite_exps_that_overflowed_gets_the_exp_shifted_by_its_row_max(
+    make_evidence, make_stats, families
+):
+    # NT-Xent at temperature 0.0115: each exp(sim) finite (up to 5.5e37), their row sums
+    # past float32. The sum is the origin; the exp's line gets the max-shift, along the
+    # summed axis the Sum's axis input names (the matrix is square: shapes cannot tell).
+    from gradient_doctor.core.evidence import OpCall
+    from gradient_doctor.core.findings import SourceLine, TensorStats
+
+    square = TensorStats("float32", (256, 256), 0.0, 5.5e37, 0, 0, 0)
+    axis = TensorStats("int32", (), 1, 1, 0, 0, 0)
+    rows = TensorStats("float32", (256,), None, None, 0, 8, 0)
+    evidence = make_evidence(
+        op="Sum",
+        code="denom = tf.reduce_sum(exp_sim, axis=1)",
+        inputs=(square, axis),
+        outputs=(rows,),
+    )
+    exp_line = SourceLine("train.py", 36, "exp_sim = tf.exp(sim)", column=10, end_column=21)
+    evidence = dataclasses.replace(
+        evidence, input_producers=(OpCall("Exp", exp_line, (make_stats(),)), None)
+    )
+    diagnosis = diagnose(evidence)
+    assert diagnosis.category == "forward_overflow"
+    assert "It sums along axis 1 the exp of train.py:36" in diagnosis.explanation
+    assert families(diagnosis)[0] == "stable_softmax"
+    (edit,) = diagnosis.fixes[0].edits
+    assert (edit.line, edit.new_lines) == (
+        36,
+        ("exp_sim = tf.exp(sim - tf.reduce_max(sim, axis=1, keepdims=True))",),
+    )
+    # A sum of anything else keeps the generic remedies.
+    other = dataclasses.replace(evidence, input_producers=(None, None))
+    assert families(diagnose(other))[0] != "stable_softmax"

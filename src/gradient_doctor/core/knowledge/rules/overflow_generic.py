@@ -3,12 +3,20 @@ inputs gave inf."""
 
 from __future__ import annotations
 
-from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Origin
+import dataclasses
+
+from gradient_doctor.core.evidence import Evidence, Reduction
+from gradient_doctor.core.findings import Edit, Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
-from gradient_doctor.core.knowledge.facts import limits_of, origin_dtype, outputs_inf
+from gradient_doctor.core.knowledge.facts import (
+    framework_of,
+    limits_of,
+    origin_dtype,
+    outputs_inf,
+)
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
+from gradient_doctor.core.knowledge.rewrites.exp import stable_softmax
 from gradient_doctor.core.knowledge.rules import masked_softmax
 from gradient_doctor.core.knowledge.rules.exploding_gradients import exploding_fixes
 from gradient_doctor.core.knowledge.wording import (
@@ -47,6 +55,15 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return None
     if evidence.phase == "forward":
         upstream = evidence.weights_upstream
+        summed = summed_exp(evidence)
+        if summed is not None:
+            fix, note = summed
+            return Diagnosis(
+                category="forward_overflow",
+                explanation=explain(origin, evidence.step, "values") + note,
+                not_fixes=forward_not_fixes(f"the overflow in {origin.reported_op}", upstream),
+                fixes=(fix, *remedies.upstream_remedies(evidence)),
+            )
         constrain, *normalize = remedies.upstream_remedies(evidence)
         # Values that blew up inside a layer: its initial scale is the first suspect.
         init = (remedies.better_init(evidence.setup.framework),) if evidence.growth else ()
@@ -74,6 +91,69 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         not_fixes=(),
         fixes=exploding_fixes(evidence),
     )
+
+
+def summed_exp(evidence: Evidence) -> tuple[Fix, str] | None:
+    """For a sum that overflowed adding up an exp's finite values (a softmax's or a
+    contrastive loss's denominator, `reduce_sum(exp(sim), axis=1)` with each value near
+    the limit), the exp's line shifted by the maximum along the summed axis (which the
+    ratio of an exp to its sum, and a log of it plus the shift, do not change), and
+    the note saying so; None for any other sum, or an exp no user's line called."""
+    origin = evidence.origin
+    producer = evidence.input_producers[0] if evidence.input_producers else None
+    if origin.op != "Sum" or producer is None or producer.op != "Exp":
+        return None
+    source = producer.source
+    code = source.code.strip() if source.code else ""
+    axis = summed_axis(origin)
+    if producer.source_kind != "op" or not code or axis is None or source.end_line is not None:
+        return None
+    shifted = stable_softmax(
+        code,
+        Reduction("axis", "Sum", axis=axis),
+        source.span,
+        limits_of(origin),
+        framework=framework_of(evidence),
+        rank=len(origin.inputs[0].shape),
+    )
+    if not shifted.rewrite or shifted.rewrite[0] == code:
+        return None
+    edit = Edit(source.file, source.line, source.line, shifted.rewrite, (code,))
+    note = (
+        f" It sums along axis {axis} the exp of {source.file}:{source.line}, each of whose "
+        "values was finite: a softmax's (or log-sum-exp's) denominator. Shifted by its "
+        "maximum along that axis, the exp's largest value is 1 and the sum stays finite; "
+        "the ratio of an exp to its sum does not change."
+    )
+    return dataclasses.replace(shifted, rewrite=(), edits=(edit,)), note
+
+
+def summed_axis(origin: Origin) -> int | None:
+    """The one axis a sum reduced: its axis input when that holds one integer (a
+    TensorFlow `Sum`'s), else from its input's and output's shapes (kept as 1 or
+    dropped); None when that is not one axis that can be told."""
+    if not origin.inputs or not origin.outputs:
+        return None
+    before, after = origin.inputs[0].shape, origin.outputs[0].shape
+    axes = origin.inputs[1] if len(origin.inputs) > 1 else None
+    if (
+        axes is not None
+        and axes.dtype.startswith("int")
+        and axes.shape in ((), (1,))
+        and axes.min is not None
+        and axes.min == axes.max
+        and -len(before) <= axes.min < len(before)
+    ):
+        return int(axes.min) % len(before)
+    if None in before or None in after:
+        return None
+    found = [
+        axis
+        for axis in range(len(before))
+        if before[:axis] + before[axis + 1 :] == after
+        or (len(after) == len(before) and after == before[:axis] + (1,) + before[axis + 1 :])
+    ]
+    return found[0] if len(found) == 1 and before[found[0]] > 1 else None
 
 
 def explain(origin: Origin, step: int | None, what: str) -> str:
