@@ -64,6 +64,16 @@ def test_nan_the_input_pipeline_wrote_is_diagnosed_at_its_op_and_patched_there(
     assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate"]
     origin = diagnosis.finding(evidence).origin  # the finding points there
     assert (origin.op, origin.source_kind) == ("Log", "input_pipeline")
+    # Also when the step named an op of its own downstream of the bad batch (a max-pool
+    # turned the NaN into float32's lowest value, and a convolution of it overflowed).
+    conv = make_evidence(op="Conv2D", code='layers.Conv1D(32, 5, activation="relu"),')
+    downstream = replace(evidence, origin=conv.origin, phase="forward")
+    finding = diagnose(downstream).finding(downstream)
+    assert (finding.origin.op, finding.origin.source_kind, finding.phase) == (
+        "Log",
+        "input_pipeline",
+        None,
+    )
 
 
 def test_nan_labels_a_finite_loss_masked_out_get_a_finite_stand_in_inside_the_loss(

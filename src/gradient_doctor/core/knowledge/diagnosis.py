@@ -53,14 +53,17 @@ class Diagnosis:
         """The report's finding for `evidence` with this diagnosis (the disconnected
         variables and where their path breaks included)."""
         path_break = evidence.path_break
-        origin = evidence.origin
-        if origin is None and evidence.pipeline is not None:  # the batch's NaN was made there
-            made = evidence.pipeline.evidence.origin
-            origin = replace(made, source_kind="input_pipeline") if made is not None else None
+        origin, phase = evidence.origin, evidence.phase
+        made = evidence.pipeline.evidence.origin if evidence.pipeline is not None else None
+        if made is not None and (origin is None or _batch_was_bad(evidence)):
+            # The batch's NaN was made there. The step's own first op that wrote a
+            # non-finite value from finite inputs is downstream of it (a max-pool turns
+            # NaN into float32's lowest value, and a convolution of those overflows).
+            origin, phase = replace(made, source_kind="input_pipeline"), None
         return Finding(
             category=self.category,
             step=evidence.step,
-            phase=evidence.phase,
+            phase=phase,
             origin=origin,
             explanation=self.explanation,
             not_fixes=self.not_fixes,
@@ -78,3 +81,8 @@ class Diagnosis:
             own_update=evidence.setup.own_update,
             broken_before=evidence.broken_state is not None or evidence.update_overflow is not None,
         )
+
+
+def _batch_was_bad(evidence: Evidence) -> bool:
+    """The batch held non-finite values its pipeline made (the diagnosis is of those)."""
+    return bool(evidence.bad_inputs) and evidence.broken_state is None
