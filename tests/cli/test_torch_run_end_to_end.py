@@ -795,3 +795,25 @@ def test_nan_a_hand_written_optimizer_wrote_from_finite_gradients_is_its_updates
     assert first["family"] == "safe_div"
     assert f"your PlainAdagrad.step ({name}:{step_line})" in first["title"]
     assert "weights were already NaN or Inf when it began" in run.stderr
+
+
+def test_an_optimizer_of_a_model_built_again_is_named_with_the_parameters_it_misses(torch_run):
+    # Before: "The step never reads these variables: their layer is built but not called
+    # in the forward pass", with "stop training it" as the fix.
+    name = "model_built_again.py"
+    run, _ = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("disconnected_gradients", 0)
+    assert problem["disconnected"]["all"] is True
+    text = problem["explanation"]
+    assert "the loss's gradients went to 4 other parameters (`0.weight`, `0.bias`" in text
+    optimizer = line_of(f"{SCRIPTS}/{name}", "optimizer = torch.optim.Adam(")
+    assert f"The optimizer ({name}:{optimizer} `optimizer = torch.optim.Adam(" in text
+    (fix,) = problem["fixes"]
+    assert fix["family"] == "rebuild_optimizer"
+    assert {item["remedy"] for item in problem["not_fixes"]} <= {
+        "zero_grad_to_zeros",
+        "detect_anomaly",
+    }
+    assert "running your script again" not in run.stderr  # no rerun was needed

@@ -69,6 +69,8 @@ FIX_FAMILIES = (
     "activation_change",
     "custom_gradient",
     "exclude_unused_variables",
+    # Added: build the optimizer from the model the loss uses (it held another model's).
+    "rebuild_optimizer",
     # Added for remedies users try that a diagnosis must be able to rule out.
     "larger_batch",
     "regularization",

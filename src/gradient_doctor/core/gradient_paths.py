@@ -17,6 +17,9 @@ NEVER_READ = "never_read"  # the step never reads the variable (a layer not call
 ZERO_GRADIENT = "zero_gradient"  # a gradient exists but was exactly zero on every step
 UNLOCATED = "unlocated"  # no gradient, but the adapter could not look for the break
 NOT_WATCHED = "not_watched"  # the tape watched only what it was given, and not these
+# The loss's gradients went to other parameters, which no optimizer updates: the optimizer
+# was built from another model object (one made again after it).
+OTHER_PARAMETERS = "other_parameters"
 BREAK_KINDS = (
     NON_DIFFERENTIABLE,
     OUTSIDE_TAPE,
@@ -26,6 +29,7 @@ BREAK_KINDS = (
     ZERO_GRADIENT,
     UNLOCATED,
     NOT_WATCHED,
+    OTHER_PARAMETERS,
 )
 
 
@@ -81,6 +85,9 @@ class PathBreak:
             its fixes are spelled in it.
         why: for `unlocated`, why the break was not looked for, in words ("the rerun
             stopped before update 12").
+        trained_instead: for `other_parameters`, the parameters that got the gradients
+            (of the model the step ran), which no optimizer updates.
+        optimizer_line: for `other_parameters`, the user's line that built the optimizer.
     """
 
     kind: str
@@ -90,6 +97,8 @@ class PathBreak:
     gradient_call: SourceLine | None = None
     framework: str = "tf"
     why: str | None = None
+    trained_instead: tuple[str, ...] = ()
+    optimizer_line: SourceLine | None = None
 
 
 def cancelled_biases(

@@ -30,7 +30,7 @@ import torch
 from gradient_doctor.cli.script_runner import ScriptEnd
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
-from gradient_doctor.core.gradient_paths import UNLOCATED, PathBreak
+from gradient_doctor.core.gradient_paths import OTHER_PARAMETERS, UNLOCATED, PathBreak
 from gradient_doctor.core.pipeline import Localized, Session, StepReading
 from gradient_doctor.core.trial_plans import TrialPlan
 from gradient_doctor.errors import TrainingStopped
@@ -267,6 +267,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         """Record where the paths to `cut`, the parameters update `index` left without a
         gradient, break: the script run again, seeded, recording that step's paths. When
         the break cannot be looked for, the parameters are recorded without it."""
+        if len(cut) == trainable_count(optimizer) and self._trained_instead(optimizer, cut):
+            return
         step = self.session.steps_watched
         counted = (
             f"{len(cut)} parameters of {type(optimizer).__name__} got no gradient at step {step}"
@@ -303,6 +305,34 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
                 f"{len(cut)} parameters are lost ({type(error).__name__}: {error}).",
                 stacklevel=2,
             )
+
+    def _trained_instead(self, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor]) -> bool:
+        """Record an optimizer none of whose parameters got a gradient, where the models
+        the step ran have parameters that got one and no optimizer updates (the model was
+        built again after the optimizer): True when that is so (no rerun is needed)."""
+        names = parameter_names(self.stats.models, self.optimizers)
+        updated = {id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]}
+        instead = tuple(
+            names.get(id(parameter), "?")
+            for model in self.stats.models
+            for parameter in model.parameters()
+            if parameter.grad is not None and id(parameter) not in updated
+        )
+        if not instead:
+            return False
+        variables = tuple(names.get(id(p), f"param{i}") for i, p in enumerate(cut))
+        if self.session.disconnected_first_seen(variables):
+            built = self.sites.construction(optimizer)
+            elsewhere = PathBreak(
+                OTHER_PARAMETERS,
+                None,
+                variables,
+                framework="torch",
+                trained_instead=instead,
+                optimizer_line=built.source if built is not None else None,
+            )
+            self.session.record_path_breaks([elsewhere], True)
+        return True
 
     def _unlocated(
         self, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor], why: str

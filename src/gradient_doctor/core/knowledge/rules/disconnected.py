@@ -13,6 +13,7 @@ from gradient_doctor.core.gradient_paths import (
     NON_DIFFERENTIABLE,
     NOT_USED,
     NOT_WATCHED,
+    OTHER_PARAMETERS,
     OUTSIDE_TAPE,
     UNLOCATED,
     ZERO_GRADIENT,
@@ -93,6 +94,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     ruled_out = not_fixes(account.reason)
     if path_break.kind == NOT_WATCHED:  # watching them is the fix, and fit's tape does
         ruled_out = tuple(n for n in ruled_out if n.remedy in _SAME_WATCHING)
+    elif path_break.kind == OTHER_PARAMETERS:  # no path to mend: none of them is on it
+        ruled_out = tuple(n for n in ruled_out if n.remedy in _STILL_NOT_MOVING)
     return Diagnosis(
         category="disconnected_gradients",
         explanation=" ".join(sentences),
@@ -326,6 +329,37 @@ def _unlocated(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     )
 
 
+def _other_parameters(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    """The optimizer holds none of the parameters the loss was computed from."""
+    instead = path_break.trained_instead
+    shown = ", ".join(f"`{name}`" for name in instead[:4])
+    more = f" and {len(instead) - 4} more" if len(instead) > 4 else ""
+    built = path_break.optimizer_line
+    line = f" ({quoted_line(built)})" if built is not None else ""
+    code = (
+        "# build the optimizer after the last `model = ...`, from the model the loss uses:\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=...)"
+    )
+    if built is not None and built.code:
+        code = f"# move this line below the one that builds the model the loss uses:\n{built.code}"
+    return Account(
+        story=f"They belong to no module the step ran: the loss's gradients went to "
+        f"{count(len(instead), 'other parameter')} ({shown}{more}), of the model the "
+        "forward pass ran, and no optimizer updates those. The optimizer"
+        f"{line} was built from another model object: one made again after the optimizer "
+        "(`model = Net(...)` after `optimizer = ...(model.parameters())`), or a copy.",
+        reason="the optimizer holds another model's parameters",
+        fixes=(
+            Fix(
+                "rebuild_optimizer",
+                "Build the optimizer from the parameters of the model the loss uses, after "
+                "that model is built",
+                code,
+            ),
+        ),
+    )
+
+
 _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     NON_DIFFERENTIABLE: _non_differentiable,
     OUTSIDE_TAPE: _outside_tape,
@@ -335,7 +369,11 @@ _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     ZERO_GRADIENT: _zero_gradient,
     UNLOCATED: _unlocated,
     NOT_WATCHED: _not_watched,
+    OTHER_PARAMETERS: _other_parameters,
 }
+# The not-fixes that still hold for an optimizer of another model's parameters: zeros
+# for None move nothing either, and anomaly mode sees no backward op of theirs.
+_STILL_NOT_MOVING = frozenset({"zero_grad_to_zeros", "detect_anomaly"})
 # The not-fixes that still hold for variables a tape was not watching: a persistent
 # tape watches what the same tape would.
 _SAME_WATCHING = frozenset({"persistent_tape"})
