@@ -37,6 +37,7 @@ from gradient_doctor.core.knowledge.rules import (
     overflow_generic,
     sqrt_domain,
     stuck_units,
+    weight_norm,
     where_trap,
     xla_only,
 )
@@ -77,6 +78,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("gamma_poles", gamma_poles.diagnose, forward_ops=gamma_poles.OPS),
     Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
     Family("normalization", normalization.diagnose, forward_ops=normalization.OPS),
+    Family("weight_norm", weight_norm.diagnose, forward_ops=weight_norm.OPS),
     Family(
         "backward_singularity",
         backward_singularity.diagnose,
