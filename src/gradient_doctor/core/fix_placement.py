@@ -307,12 +307,19 @@ def _policy_fix(fix: Fix, site: SourceLine, root: str) -> Fix | None:
     return _patched(fix, (edit,), root, ("dtype_policy", mixed))
 
 
-def _own_update_fix(fix: Fix, backward: SourceLine, root: str) -> Fix | None:
-    """`fix` written as the script's own updates at a tenth of their rate, in the file of
-    its `backward()` call (`own_update`), or None."""
+def _own_update_fix(
+    fix: Fix, backward: SourceLine, root: str, rungs: tuple[float, ...] | None = None
+) -> Fix | None:
+    """`fix` written as the script's own updates at `rungs[0]` of their rate (a tenth),
+    in the file of its `backward()` call (`own_update`), with the next rungs as its
+    `stronger` fix (a tutorial's rate a tenth lower still diverged; a hundredth trained);
+    None when it cannot be written."""
+    rungs = LEARNING_RATE_RUNGS if rungs is None else rungs
     lines = read_lines(os.path.join(root, backward.file))
-    factor = LEARNING_RATE_RUNGS[0]
-    made = own_update.lower_own_rate(lines, backward.file, factor) if lines is not None else None
+    if not rungs or lines is None:
+        return None
+    factor = rungs[0]
+    made = own_update.lower_own_rate(lines, backward.file, factor)
     if made is None:
         return None
     edits, was = made
@@ -320,7 +327,10 @@ def _own_update_fix(fix: Fix, backward: SourceLine, root: str) -> Fix | None:
         f"Lower the learning rate of your own update {round(1 / factor)}x, from "
         f"{format_number(was)} to {format_number(was * factor)}"
     )
-    return _patched(dataclasses.replace(fix, title=title), edits, root, None)
+    placed = _patched(dataclasses.replace(fix, title=title), edits, root, None)
+    if placed is None or len(rungs) < 2:
+        return placed
+    return dataclasses.replace(placed, stronger=_own_update_fix(fix, backward, root, rungs[1:]))
 
 
 def _surrogate_fix(fix: Fix, path_break: PathBreak, root: str) -> Fix | None:

@@ -52,3 +52,28 @@ def test_literal_rates_on_the_update_lines_are_each_scaled():
 )
 def test_a_rate_that_is_not_one_number_of_this_file_gets_no_patch(source):
     assert _lowered(source) is None
+
+
+def test_a_placed_lower_own_rate_has_the_next_decade_as_its_stronger_fix(tmp_path):
+    # A tutorial's rate of 1e-4 a tenth lower still diverged; a hundredth trained. The
+    # confirmation reruns the stronger patch when the first one's copy fails.
+    from gradient_doctor.core.findings import Finding, Fix, SourceLine
+    from gradient_doctor.core.fix_placement import FixSites, place_fixes
+
+    source = "lr = 1e-4\nfor t in range(9):\n    loss.backward()\n    w -= lr * w.grad\n"
+    (tmp_path / "train.py").write_text(source)
+    finding = Finding(
+        category="exploding_gradients",
+        step=10,
+        phase=None,
+        origin=None,
+        explanation="x",
+        fixes=(Fix("lower_learning_rate", "Lower the learning rate 10x", "lr"),),
+    )
+    backward = SourceLine("train.py", 3, "loss.backward()")
+    (fix,) = place_fixes(finding, str(tmp_path), FixSites(own_update=backward)).fixes
+    assert "+lr = 1e-05" in fix.patch
+    assert fix.title.endswith("10x, from 0.0001 to 1e-05")
+    assert "+lr = 1e-06" in fix.stronger.patch
+    assert fix.stronger.title.endswith("100x, from 0.0001 to 1e-06")
+    assert fix.stronger.stronger is None
