@@ -44,3 +44,39 @@ def test_updates_sampled_after_the_gradients_stopped_are_not_the_cause():
     layers = (LayerRecord("net/dense_1", dead_fraction=1.0),)
     ratios = {"net/dense_1": ((0, 10, 20), (0.02, 0.5, 0.9))}
     assert find_stuck_units(ZERO, layers, 10, ratios).largest_update == ("net/dense_1", 10, 0.5)
+
+
+def test_units_stuck_in_the_same_layers_are_one_problem_though_more_variables_follow():
+    # A fine-tune at a rate of 2 killed the ReLUs of two layers: the zero gradients of
+    # their variables were reported at step 243, then again at step 293 when the next
+    # layer's bias joined them. The same dead layers are one problem.
+    from gradient_doctor.core.evidence import TrainingSetup
+    from gradient_doctor.core.pipeline.adapter import Adapter, StepReading
+    from gradient_doctor.core.pipeline.session import Session
+
+    class DeadLayers(Adapter):
+        zero: tuple[str, ...] = ()
+
+        def localize(self, replay, step, history, setup):  # pragma: no cover - no failure
+            raise AssertionError("no step failed")
+
+        def training_setup(self) -> TrainingSetup:
+            return TrainingSetup()
+
+        def is_user_file(self, filename: str) -> bool:
+            return True
+
+        def zero_gradients(self, window: int) -> tuple[str, ...]:
+            return self.zero
+
+        def layer_records(self):
+            return (LayerRecord("net/dense_1", dead_fraction=1.0), LayerRecord("net/dense_2"))
+
+    adapter = DeadLayers()
+    session = Session(adapter, zero_gradient_window=2)
+    streak = StepReading(failed=False, loss=1.0, grad_norm=1.0, zero_streak=2)
+    adapter.zero = ("net/dense_1/kernel", "net/dense_1/bias")
+    session.after_step(streak, None)
+    adapter.zero = ("net/dense_1/kernel", "net/dense_1/bias", "net/dense_2/bias")
+    session.after_step(streak, None)
+    assert [p.category for p in session.problems] == ["dead_units"]

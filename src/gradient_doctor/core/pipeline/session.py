@@ -110,6 +110,8 @@ class Session:
         self._warnings_seen_at: int | None = None  # the detectors' revision last looked at
         # Groups of variables already reported without gradients (missing or zero).
         self._disconnected_seen: set[frozenset[str]] = set()
+        # Layers already reported with every unit stuck (dead or saturated), by kind.
+        self._stuck_seen: set[tuple] = set()
         self._pending_stop: Finding | None = None
         # True while the failure that stopped updates was diagnosed here; one that no
         # hook read skips every later update unseen (`finish`).
@@ -403,10 +405,19 @@ class Session:
     def _zero_gradients(self, step: int) -> None:
         """Report variables whose gradient was exactly zero for a whole window (once each)."""
         names = self.adapter.zero_gradients(self.zero_gradient_window)
-        if not names or not self.disconnected_first_seen(names):
+        if not names:
             return
         since = step - self.zero_gradient_window + 1
         stuck = self._stuck_units(names, since)
+        # Units stuck in the same layers are one problem, though more variables behind
+        # them reach a zero gradient later (a dead layer's next layer's kernel, then bias).
+        seen = ("stuck", stuck.kind, frozenset(stuck.layers)) if stuck is not None else None
+        if seen is not None and seen in self._stuck_seen:
+            return
+        if not self.disconnected_first_seen(names):
+            return
+        if seen is not None:
+            self._stuck_seen.add(seen)
         setup = self.adapter.training_setup()
         zero = PathBreak(ZERO_GRADIENT, None, names, framework=setup.framework)
         self.record(
