@@ -284,6 +284,19 @@ def test_a_not_fix_whose_trial_stayed_finite_says_why_it_still_did_not_help():
     assert "diverged" in judged.evidence
 
 
+def test_a_not_fix_whose_trial_and_baseline_had_zero_gradients_cannot_tell():
+    # A loop that applies gradients it accumulated: the trials ran a step with no loss,
+    # every gradient zero, the unchanged one's too. Such a trial is no evidence that the
+    # remedy will not help (before: "so training did not go on well").
+    item = NotFix("gradient_clipping", "divides by an infinite norm", structural=True)
+    finding = dataclasses.replace(_finding(), not_fixes=(item,))
+    still = dict(losses=(0.0,) * 4, grad_norms=(0.0,) * 4)
+    baseline = TrialOutcome(None, "", 4, 4, None, (0.0,) * 4, grad_norms=(0.0,) * 4)
+    (judged,) = judge(finding, baseline, [_outcome("gradient_clipping", **still)]).not_fixes
+    assert judged.evidence.endswith("so it cannot tell")
+    assert "did not go on well" not in judged.evidence
+
+
 def test_standardised_targets_are_judged_by_their_own_falling_loss_not_the_one_before():
     # Squared errors of prices near 1e11 before the trouble; of standardised prices, ~1.
     # Compared with the loss before, any loss would pass: the trial's loss must fall.

@@ -532,6 +532,16 @@ def _helped(
     )
 
 
+def _motionless_too(outcome: TrialOutcome, baseline: TrialOutcome) -> bool:
+    """Both the remedy's trial and the unchanged step's had exactly zero gradients (a
+    step the trial cannot run whole: a loop that applies gradients it accumulated)."""
+    return (
+        not_moving(outcome.grad_norms) is not None
+        and baseline.failed_at is None
+        and not_moving(baseline.grad_norms) is not None
+    )
+
+
 def _failed(baseline: TrialOutcome) -> bool:
     """The unchanged step failed again within the trial: a non-finite step, or a loss
     that diverged while finite (a GRU's from 1.06e5 to 4.2e6: it goes on to fail)."""
@@ -648,7 +658,12 @@ def _judged_not_fix(
     evidence = describe(outcome, start, phase)
     if outcome.held:
         shortfall = outcome.shortfall(reference_loss)
-        if shortfall is not None:
+        if shortfall is not None and _motionless_too(outcome, baseline):
+            evidence += (
+                f"; but {shortfall}, and so were the unchanged step's: the trial ran nothing "
+                "that computes the gradients, so it cannot tell"
+            )
+        elif shortfall is not None:
             evidence += f"; but {shortfall}, so training did not go on well"
         elif not _failed(baseline):
             evidence += f" ({_baseline_note(baseline, start)}, so this trial cannot tell)"
