@@ -369,6 +369,14 @@ def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
     else:
         targets = tuple(s for s in sites.trained_layers if layer_rewrite.wants_he_init(s))
         make = layer_rewrite.he_initialised
+        below = [s.bias_constant for s in targets if layer_rewrite.starts_below_threshold(s)]
+        if below:
+            fix = dataclasses.replace(
+                fix,
+                title=f"{fix.title}, and start the biases at 0: a constant bias of "
+                f"{format_number(min(below))} puts every unit below its threshold from the "
+                "first step",
+            )
     edits: dict[tuple[str, int], Edit] = {}
     for site in targets:
         key = (site.source.file, site.source.line)

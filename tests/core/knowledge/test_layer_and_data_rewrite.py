@@ -20,6 +20,7 @@ model.fit(features, prices, validation_data=(val_x, val_y), epochs=3)
 model.fit(features / 255.0, prices)
 autoencoder.fit(pixels, pixels, validation_data=(held_out, held_out), epochs=2)
 rnn = keras.layers.SimpleRNN(8, activation="relu", recurrent_initializer=Orthogonal(gain=4.0))
+sparse = keras.layers.Dense(32, activation="relu", bias_initializer=keras.initializers.Constant(-8.0))
 """.splitlines(keepends=True)
 
 
@@ -39,6 +40,21 @@ def test_he_init_goes_where_the_layers_were_built_once_for_a_comprehension():
         'hidden = [keras.layers.Dense(64, activation="relu", kernel_initializer="he_normal") '
         "for _ in range(4)]"
     ) in _patched(he_initialised(site, SCRIPT))
+
+
+def test_biases_a_constant_put_below_the_relus_threshold_start_at_zero_with_he_init():
+    # Dense layers with `bias_initializer=Constant(-8.0)`: every ReLU dead from step 0, and
+    # He's kernels alone left them so (the patch run plain: accuracy 0.30, as the run's).
+    site = LayerSite(_at("sparse ="), "Dense", "dense_5", "relu", "GlorotUniform", None, None, -8.0)
+    assert wants_he_init(site)
+    assert (
+        'sparse = keras.layers.Dense(32, activation="relu", bias_initializer="zeros", '
+        'kernel_initializer="he_normal")'
+    ) in _patched(he_initialised(site, SCRIPT))
+    positive = LayerSite(
+        _at("sparse ="), "Dense", "dense_5", "relu", "GlorotUniform", None, None, 0.1
+    )
+    assert 'bias_initializer="zeros"' not in "".join(_patched(he_initialised(positive, SCRIPT)))
 
 
 def test_an_initializer_the_user_chose_is_left_alone():

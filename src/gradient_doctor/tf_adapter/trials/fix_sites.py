@@ -95,7 +95,20 @@ def layer_site(layer) -> LayerSite | None:
         type(initializer).__name__ if initializer is not None else None,
         type(recurrent).__name__ if recurrent is not None else None,
         float(gain) if isinstance(gain, int | float) else None,
+        bias_constant(layer),
     )
+
+
+def bias_constant(layer) -> float | None:
+    """The value a layer's biases start at when its bias initializer is a constant, else
+    None (a patch zeroing a constant below 0 and its trial both read it here)."""
+    initializer = getattr(layer, "bias_initializer", None)
+    if type(initializer).__name__ != "Constant":
+        return None
+    try:
+        return float(initializer.value)
+    except (AttributeError, TypeError, ValueError):  # a tensor of several values
+        return None
 
 
 def trained_layers(optimizer) -> list:

@@ -20,6 +20,7 @@ import tensorflow as tf
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Finding, Fix
 from gradient_doctor.core.fix_placement import CLIP_VALUE, clipping_threshold
+from gradient_doctor.core.knowledge.rewrites.layer import starts_below_threshold
 from gradient_doctor.core.trial_plans import (
     LEARNING_RATE_DIVISOR,
     TrialPlan,
@@ -33,7 +34,7 @@ from gradient_doctor.tf_adapter._tf_internals import (
 )
 from gradient_doctor.tf_adapter.step import loss_scale
 from gradient_doctor.tf_adapter.step.clipping import clipping_of
-from gradient_doctor.tf_adapter.trials.fix_sites import layers_built_at
+from gradient_doctor.tf_adapter.trials.fix_sites import layer_site, layers_built_at
 from gradient_doctor.tf_adapter.trials.patched_source import patched_functions
 
 
@@ -169,6 +170,17 @@ def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
         return TrialPlan(remedy, "", not_possible("the layers the patch changes were not found"))
     names = ", ".join(f"`{layer.name}`" for layer in layers)
 
+    # He's initialisation's patch also starts at 0 the biases a constant put below the
+    # units' threshold (`he_initialised`): so does its trial.
+    zeroed = [
+        layer.bias
+        for layer in layers
+        if name == "kernel_initializer"
+        and getattr(layer, "bias", None) is not None
+        and (site := layer_site(layer)) is not None
+        and starts_below_threshold(site)
+    ]
+
     @contextmanager
     def apply() -> Iterator[None]:
         before = [kernel.constraint for kernel in kernels]
@@ -178,6 +190,8 @@ def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
             else:  # the patch draws these kernels at construction; the trial at its start
                 draw = keras.initializers.get({"class_name": str(value), "config": {"seed": index}})
                 kernel.assign(draw(tuple(kernel.shape), dtype=kernel.dtype))
+        for bias in zeroed:
+            bias.assign(keras.ops.zeros(tuple(bias.shape), dtype=bias.dtype))
         try:
             yield
         finally:
@@ -185,7 +199,8 @@ def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
                 kernel.constraint = constraint
 
     what = f"MaxNorm({value:g})" if name == "kernel_constraint" else f'"{value}"'
-    return TrialPlan(remedy, f"{name}={what} on {names}", apply)
+    biases = ' and bias_initializer="zeros"' if zeroed else ""
+    return TrialPlan(remedy, f"{name}={what}{biases} on {names}", apply)
 
 
 def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> TrialPlan:

@@ -15,6 +15,7 @@ from gradient_doctor.core.findings import Edit, SourceLine
 from gradient_doctor.core.knowledge.source.syntax_edit import (
     callee,
     calls_on,
+    combined,
     keras_spelling,
     literal,
     parse,
@@ -40,6 +41,9 @@ class LayerSite:
         recurrent_initializer: for a recurrent cell, its recurrent kernel's initializer's
             class name, e.g. "Orthogonal"; None for other layers.
         recurrent_gain: that initializer's gain, when it has one.
+        bias_constant: the value its bias starts at when its bias initializer is a
+            constant below 0 (`Constant(-8.0)`: every unit of the ReLU family below its
+            threshold from the start), else None.
     """
 
     source: SourceLine
@@ -49,6 +53,7 @@ class LayerSite:
     initializer: str | None = None
     recurrent_initializer: str | None = None
     recurrent_gain: float | None = None
+    bias_constant: float | None = None
 
 
 def _layer_call(site: LayerSite, lines: Sequence[str]):
@@ -74,12 +79,24 @@ def constrain_kernel(site: LayerSite, lines: Sequence[str]) -> Edit | None:
 
 
 def he_initialised(site: LayerSite, lines: Sequence[str]) -> Edit | None:
-    """An edit giving the layer He's initialisation, or None when the call already names
-    an initializer or is not found."""
+    """An edit giving the layer He's initialisation (and biases that start at 0, in place
+    of a constant below 0 that puts its units below their threshold), or None when the
+    call already names a kernel initializer or is not found."""
     tree, call, text = _layer_call(site, lines)
     if call is None or any(k.arg == "kernel_initializer" for k in call.keywords):
         return None
-    return set_keyword(text, call, "kernel_initializer", '"he_normal"', site.source.file)
+    changes: list = [("add", 'kernel_initializer="he_normal"')]
+    if starts_below_threshold(site):
+        bias = next((k.value for k in call.keywords if k.arg == "bias_initializer"), None)
+        changes.append(
+            (bias, '"zeros"') if bias is not None else ("add", 'bias_initializer="zeros"')
+        )
+    return combined(text, call, changes, site.source.file)
+
+
+def starts_below_threshold(site: LayerSite) -> bool:
+    """A layer of the ReLU family whose biases start at a constant below 0."""
+    return (site.activation or "") in RELU_FAMILY and (site.bias_constant or 0.0) < 0
 
 
 def wants_he_init(site: LayerSite) -> bool:
