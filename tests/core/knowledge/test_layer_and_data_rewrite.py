@@ -20,7 +20,7 @@ model.fit(features, prices, validation_data=(val_x, val_y), epochs=3)
 model.fit(features / 255.0, prices)
 autoencoder.fit(pixels, pixels, validation_data=(held_out, held_out), epochs=2)
 rnn = keras.layers.SimpleRNN(8, activation="relu", recurrent_initializer=Orthogonal(gain=4.0))
-sparse = keras.layers.Dense(32, activation="relu", bias_initializer=keras.initializers.Constant(-8.0))
+sparse = keras.layers.Dense(32, activation="relu", bias_initializer=Constant(-8.0))
 """.splitlines(keepends=True)
 
 
