@@ -144,3 +144,23 @@ def test_custom_loop_watched_is_bit_identical(use_function):
     for plain, watched in zip(plain_weights, weights, strict=True):
         np.testing.assert_array_equal(plain, watched)
     assert step.report().steps_watched == 8
+
+
+def test_a_replay_traces_the_step_with_the_layers_trainable_as_the_compiled_step_had_them():
+    # The classic DCGAN: the discriminator's step is built while it trains, then
+    # `discriminator.trainable = False` for the combined model. Its compiled step still
+    # trains it; a replay traced afresh trained nothing ("The model does not have any
+    # trainable weights") and named no op.
+    from gradient_doctor.tf_adapter.hooks.model_hooks import attach
+    from gradient_doctor.tf_adapter.watcher import make_watcher
+
+    keras.utils.set_random_seed(1)
+    model = _model()
+    model.compile(optimizer="sgd", loss="mse")
+    hook = attach(model, make_watcher(verbose=False))
+    trained = [v.path for v in model.trainable_variables]
+    model.trainable = False
+    seen = hook._as_compiled(lambda: [v.path for v in model.trainable_variables])()
+    assert seen == trained and trained
+    assert model.trainable is False and model.trainable_variables == []  # put back
+    hook.detach()

@@ -7,6 +7,7 @@ import warnings
 
 import tensorflow as tf
 
+from gradient_doctor.tf_adapter._tf_internals import flat_layers
 from gradient_doctor.tf_adapter.hooks.numerics_checks import numerics_checks_passed_through
 from gradient_doctor.tf_adapter.localize.input_scan import keras_batch_names
 from gradient_doctor.tf_adapter.localize.step_context import StepCall, StepScope, step_scope
@@ -90,6 +91,7 @@ class ModelHook:
         self._fetched = None
         self._failed_batch = None
         self._train_function = None
+        self._trainable: list = []
         self.refresh()
 
     def refresh(self) -> None:
@@ -107,6 +109,10 @@ class ModelHook:
         # fit() built its step before callbacks run: build it again around the hook.
         model.make_train_function(force=True)
         compiled = model.train_function
+        # Which layers trained when the step was traced: a replay traces it afresh, and
+        # must train what the compiled step trains (a GAN's discriminator, set
+        # `trainable = False` after its step was built, still trains in that step).
+        self._trainable = [(layer, layer.trainable) for layer in flat_layers(model)]
 
         def train_function(iterator):
             watcher.before_step()
@@ -153,12 +159,28 @@ class ModelHook:
                 stacklevel=2,
             )
             return None
-        return StepCall(
-            self.original_train_step,
-            (data,),
-            traceable=self.original_train_step,
-            draws=self.draws.restore(replica),
-        )
+        step = self._as_compiled(self.original_train_step)
+        return StepCall(step, (data,), traceable=step, draws=self.draws.restore(replica))
+
+    def _as_compiled(self, step):
+        """`step`, run with each layer's `trainable` as it was when the compiled step was
+        traced (and put back after)."""
+        trainable = self._trainable
+
+        @functools.wraps(step)
+        def as_compiled(*args, **kwargs):
+            now = [(layer, layer.trainable) for layer, _ in trainable]
+            try:
+                for layer, flag in trainable:
+                    if layer.trainable != flag:
+                        layer.trainable = flag
+                return step(*args, **kwargs)
+            finally:
+                for layer, flag in now:
+                    if layer.trainable != flag:
+                        layer.trainable = flag
+
+        return as_compiled
 
     def kept_batch(self):
         """The failing batch as kept by the guard (after `replay_call`), or None."""
