@@ -35,6 +35,7 @@ from gradient_doctor.torch_adapter.localize.op_recorder import (
     parameter_values,
 )
 from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
+from gradient_doctor.torch_adapter.localize.update_writes import written_by_an_update
 from gradient_doctor.torch_adapter.step import rng_state
 from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
@@ -263,6 +264,9 @@ class TorchAdapter(PyTorchAdapter):
         evidence = replace(
             traced.evidence, history=history, setup=setup, reproduced=bool(recorder.bad_ids)
         )
+        written = written_by_an_update(evidence, self.optimizers, self.sites)
+        if written is not evidence:  # the update before wrote it: no trial of this call helps
+            return Localized(written, rerun=None)
         evidence = self.with_pipeline(evidence)
         return Localized(evidence, rerun=replay)
 

@@ -29,7 +29,9 @@ OPTIMIZER_CREATION = "optimizer_creation"
 
 
 def written_by_an_update(
-    evidence: Evidence, optimizers: Sequence[torch.optim.Optimizer], sites: OptimizerSites
+    evidence: Evidence,
+    optimizers: Sequence[torch.optim.Optimizer],
+    sites: OptimizerSites | None,
 ) -> Evidence:
     """`evidence` told as the optimizer's update of the step before, when its origin is
     the read of a parameter that held NaN or inf when the step began; else unchanged.
@@ -55,7 +57,7 @@ def written_by_an_update(
         weights=(weight,),
         own_step=own_step(optimizer),
     )
-    built = sites.construction(optimizer)
+    built = sites.construction(optimizer) if sites is not None else None
     if built is not None:
         origin = replace(
             origin, source=built.source, source_kind=OPTIMIZER_CREATION, variable=origin.op_name
