@@ -149,7 +149,7 @@ def straight_through(choice: TokenChoice) -> Fix:
 
 
 def reinforce(choice: TokenChoice) -> Fix:
-    """Keep discrete tokens and weight their log-probabilities by the discriminator's reward."""
+    """Keep discrete tokens and weight their log-probabilities by the reward they earn."""
     tokens = choice.tokens
     lines = [
         *choice.prelude,
@@ -161,13 +161,13 @@ def reinforce(choice: TokenChoice) -> Fix:
         "axis=-1)",
         "sequence_log_prob = tf.reduce_sum(tf.reshape(chosen, [tf.shape(chosen)[0], -1]), axis=1)",
         "reward = tf.reshape(tf.stop_gradient(fake_output), [-1])"
-        f"  # the discriminator's verdict on {tokens}",
+        f"  # what {tokens} earn: a GAN's discriminator's verdict, a task's score",
         "gen_loss = -tf.reduce_mean(sequence_log_prob * (reward - tf.reduce_mean(reward)))",
     ]
     return Fix(
         "reinforce",
-        "Policy gradient (REINFORCE): keep discrete tokens and reward their log-probabilities "
-        "with the discriminator's verdict",
+        "Policy gradient (REINFORCE): keep discrete tokens and weight their log-probabilities "
+        "by the reward the tokens earn (a GAN's discriminator's verdict, a task's score)",
         "\n".join(lines),
     )
 

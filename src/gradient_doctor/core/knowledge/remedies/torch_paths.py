@@ -60,8 +60,8 @@ def token_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
     dim = _dim(call)
     tokens = assigned_name(code) or "tokens"
     embed = [
-        "# a one-hot row times the table is embedding(id): the discriminator takes",
-        "# F.one_hot(real_ids, vocab_size).float() for real sentences",
+        "# a one-hot row times the table is embedding(id): what reads real tokens takes",
+        "# F.one_hot(real_ids, vocab_size).float() (a GAN's discriminator, for real sentences)",
         "embedded = probs @ embedding.weight  # instead of embedding(" + tokens + ")",
     ]
     return (
@@ -85,14 +85,16 @@ def token_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
         ),
         Fix(
             "reinforce",
-            "Policy gradient (REINFORCE): keep discrete tokens and reward their "
-            "log-probabilities with the discriminator's verdict",
+            "Policy gradient (REINFORCE): keep discrete tokens and weight their "
+            "log-probabilities by the reward the tokens earn (a GAN's discriminator's "
+            "verdict, a task's score)",
             "\n".join(
                 [
                     *prelude,
                     f"dist = torch.distributions.Categorical(logits={logits})",
                     f"{tokens} = dist.sample()  # discrete tokens, as before",
-                    f"reward = discriminator({tokens}).detach().squeeze(-1)",
+                    f"reward = discriminator({tokens}).detach().squeeze(-1)"
+                    "  # or whatever scores these tokens",
                     "log_prob = dist.log_prob(" + tokens + ").flatten(1).sum(dim=1)",
                     "g_loss = -(log_prob * (reward - reward.mean())).mean()",
                 ]
