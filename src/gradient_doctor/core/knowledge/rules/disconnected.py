@@ -94,7 +94,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     ruled_out = not_fixes(account.reason)
     if path_break.kind == NOT_WATCHED:  # watching them is the fix, and fit's tape does
         ruled_out = tuple(n for n in ruled_out if n.remedy in _SAME_WATCHING)
-    elif path_break.kind == OTHER_PARAMETERS:  # no path to mend: none of them is on it
+    elif path_break.kind == OTHER_PARAMETERS and torch:  # no path to mend: none is on it
         ruled_out = tuple(n for n in ruled_out if n.remedy in _STILL_NOT_MOVING)
     return Diagnosis(
         category="disconnected_gradients",
