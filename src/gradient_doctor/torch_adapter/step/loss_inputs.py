@@ -20,6 +20,7 @@ explains it). Everything is read, never written.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 import weakref
 from collections.abc import Callable
@@ -67,17 +68,18 @@ class LossInputs:
             return
         made = self._made.get(id(scores))
         made_by = made[1] if made is not None and made[0]() is scores else None
+        squashing = name in _SQUASHING_LOSSES
+        if squashing and made_by != _SQUASHING_LOSSES[name]:
+            return  # logits, as it reads them: the healthy case, told at no more cost
+        if not squashing and (made_by == "log_softmax" or not scores.numel()):
+            return
         site, argument = _loss_site(name)
         key = (name, site.file, site.line) if site is not None else (name,)
         if self._looks.get(key, 0) >= _LOOKS:
             return
-        if name in _SQUASHING_LOSSES:
-            if made_by != _SQUASHING_LOSSES[name]:
-                return
+        if squashing:
             self._looks[key] = _LOOKS  # found: once per line
             self._found(name, "logits", made_by, site, argument, made_at=made[2])
-            return
-        if made_by == "log_softmax" or not scores.numel():
             return
         self._looks[key] = self._looks.get(key, 0) + 1
         with torch.no_grad():
@@ -132,6 +134,7 @@ def _loss_site(name: str) -> tuple[SourceLine | None, tuple[str, str]]:
     return source_frames.user_line(frame, source_lines.is_user_file), ("call", name)
 
 
+@functools.lru_cache(maxsize=64)
 def _only_call(filename: str, callee: str) -> SourceLine | None:
     """The line of the one call of `callee` (a class, by name) in the file, or None when
     the file calls it on no line, or on several."""
