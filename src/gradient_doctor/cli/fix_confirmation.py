@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gradient_doctor.cli.patched_rerun import (
+    LEARNING_FAILURES,
     Rerun,
     loss_points,
     relative_script,
@@ -34,9 +35,6 @@ from gradient_doctor.core.report import Report
 from gradient_doctor.core.trial_start import UPDATE_REMEDIES
 from gradient_doctor.render.json_report import series_to_dict
 
-# Problems of learning, not of a value: nothing went non-finite, so a patched copy that
-# stays finite proves nothing; it must learn more than the run did.
-LEARNING_FAILURES = frozenset({"logits_as_probabilities", "probabilities_as_logits"})
 # Runs that took longer than this (wall seconds) are not run again for every fix.
 CONFIRM_MAX_SECONDS = 120.0
 # At most this many verified fixes of one problem are run again.

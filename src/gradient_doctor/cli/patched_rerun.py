@@ -158,12 +158,16 @@ def _judged(
     timed_out = bool(report.get("interrupted")) and not report["problems"]
     if report["problems"]:
         first = report["problems"][0]
+        original = (
+            f"your run found it at step {failed_at}"
+            if first["category"] in LEARNING_FAILURES
+            else f"the original failed at step {failed_at}"
+        )
         return Rerun(
             False,
             steps,
             f"{what}, run from the start, found {first['category']} at step "
-            f"{first.get('step')}{_place(first.get('origin'))} (the original failed at "
-            f"step {failed_at})",
+            f"{first.get('step')}{_place(first.get('origin'))} ({original})",
             failed_step=first.get("step"),
         )
     if report.get("script_error"):
@@ -178,10 +182,11 @@ def _judged(
             inconclusive=timed_out,
         )
     stopped = timed_out or (limit is not None and steps >= limit)
-    trained = (
-        f"{what} of your files trained {steps} steps from the start"
-        f"{'' if stopped else ', to the end of your script,'} with every loss and gradient "
-        "finite" + ("" if learn_more else f", past step {failed_at} where the original failed")
+    trained = f"{what} of your files trained {steps} steps from the start" + (
+        f"{'' if stopped else ', to the end of your script,'} with no problem found"
+        if learn_more
+        else f"{'' if stopped else ', to the end of your script,'} with every loss and "
+        f"gradient finite, past step {failed_at} where the original failed"
     )
     if timed_out:
         trained += f" (the copy is stopped after {timeout:.0f} s: your script had more to run)"
@@ -264,6 +269,9 @@ def _far_behind(report: dict, reference: Sequence[tuple[int, float]], failed_at:
     )
 
 
+# Problems of learning, not of a value: nothing went non-finite, so a patched copy that
+# stays finite proves nothing; it must learn more than the run did (`learn_more`).
+LEARNING_FAILURES = frozenset({"logits_as_probabilities", "probabilities_as_logits"})
 # A copy that fixes a silent failure must end with its loss at most this share of the
 # run's at the same steps (the run that read raw outputs as probabilities ended at 8.07,
 # each patched copy at 0.0036).

@@ -181,9 +181,10 @@ class LossInput:
         loss_site: the user's line that named or built the loss, when known.
         loss_argument: how `loss_site` passes the loss, which its fix rewrites:
             ("call", name) for a call of the loss class or function `name`
-            (`CategoricalCrossentropy()`, `categorical_crossentropy(y, p)`), or
+            (`CategoricalCrossentropy()`, `categorical_crossentropy(y, p)`),
             ("name", text) for the loss named by the string `text` in a `compile`
-            call; None when the line passes it some other way.
+            call, ("reference", name) for the loss function `name` passed to it by
+            name; None when the line passes it some other way.
         values: the smallest and largest prediction seen, when they were read.
         made_at: for a loss that applies its own softmax or sigmoid (it reads logits),
             the user's line whose softmax or sigmoid made the values it was handed.

@@ -294,6 +294,8 @@ class KeywordEdit:
         add: pass the keyword when the call does not pass it at all.
         keras_path: `new` is a path under keras (`losses.BinaryCrossentropy()`),
             spelled as the file imports keras (`keras.` or `tf.keras.`).
+        references: the argument may also name one of `values` (a function passed by
+            name, `keras.losses.binary_crossentropy`), not only hold it as a literal.
     """
 
     source: SourceLine
@@ -304,6 +306,7 @@ class KeywordEdit:
     position: int | None = None
     add: bool = False
     keras_path: bool = False
+    references: bool = False
 
 
 @dataclass(frozen=True)

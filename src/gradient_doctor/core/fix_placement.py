@@ -214,6 +214,8 @@ def _keyword_edit(change: KeywordEdit, tree: ast.Module, text: list[str]) -> Edi
             matches.append((call, None))
         elif isinstance(value, ast.Constant) and _holds(value.value, change.values):
             matches.append((call, value))
+        elif change.references and syntax_edit.callee(value) in change.values:
+            matches.append((call, value))  # a function passed by its name
     if len(matches) != 1:
         return None
     call, value = matches[0]

@@ -53,14 +53,17 @@ def replace_line(source: SourceLine, new_code: Sequence[str], lines: list[str]) 
         lines: the file's lines, with line endings.
 
     Returns:
-        The `Edit`, or None when the file's line no longer holds `source.code` (the
-        file changed since the run read it) or nothing would change.
+        The `Edit` (deleting the line when `new_code` is empty), or None when the file's
+        line no longer holds `source.code` (the file changed since the run read it) or
+        nothing would change.
     """
-    if not new_code or not 1 <= source.line <= len(lines):
+    if not 1 <= source.line <= len(lines):
         return None
     old = lines[source.line - 1]
     if old.strip() != source.code.strip():
         return None
+    if not new_code:
+        return Edit(source.file, source.line, source.line, (), (old.rstrip("\r\n"),))
     indent = indentation(old)
     new = tuple(f"{indent}{text.strip()}" if text.strip() else "" for text in new_code)
     if new == (old.rstrip("\r\n"),):

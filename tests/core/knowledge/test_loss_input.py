@@ -196,3 +196,54 @@ def test_raw_scores_handed_to_nll_loss_make_it_cross_entropy(tmp_path, code, cal
     assert "handed raw scores, here from -0.5 to 2.25" in finding.explanation
     (fix,) = finding.fixes
     assert _added(fix.patch) == [expected]
+
+
+@pytest.mark.parametrize(
+    "lines, line, removed, kept",
+    [
+        (
+            ["model = nn.Sequential(nn.Linear(12, 6), nn.Softmax(dim=1))"],
+            5,
+            "-model = nn.Sequential(nn.Linear(12, 6), nn.Softmax(dim=1))",
+            "+model = nn.Sequential(nn.Linear(12, 6))",
+        ),
+        (
+            ["model = nn.Sequential(", "    nn.Linear(12, 6),", "    nn.Softmax(dim=1),", ")"],
+            7,
+            "-    nn.Softmax(dim=1),",
+            None,
+        ),
+    ],
+    ids=["in_the_arguments", "a_line_of_its_own"],
+)
+def test_a_softmax_module_a_model_is_built_with_is_taken_out(tmp_path, lines, line, removed, kept):
+    script = "import torch\nfrom torch import nn\n\n\n" + "\n".join(lines) + "\n"
+    site = SourceLine("train.py", line, script.splitlines()[line - 1].strip())
+    fed = LossInput(
+        loss="cross_entropy",
+        expects="logits",
+        activation="softmax",
+        producer="softmax",
+        made_at=site,
+    )
+    (fix,) = _placed(tmp_path, fed, script).fixes
+    assert removed in fix.patch.splitlines()
+    if kept is not None:
+        assert kept in fix.patch.splitlines()
+
+
+def test_a_sigmoid_handed_to_cross_entropy_is_named_as_the_sigmoid(tmp_path):
+    code = "return torch.sigmoid(self.head(h))"
+    script = f"import torch\n\n\ndef forward(self, h):\n    {code}\n"
+    site = SourceLine("train.py", 5, code)
+    fed = LossInput(
+        loss="cross_entropy",
+        expects="logits",
+        activation="softmax",
+        producer="sigmoid",
+        made_at=site,
+    )
+    finding = _placed(tmp_path, fed, script)
+    assert "applies its own softmax" in finding.explanation
+    assert "handed the output of a sigmoid at train.py:5" in finding.explanation
+    assert _added(finding.fixes[0].patch) == ["    return self.head(h)"]

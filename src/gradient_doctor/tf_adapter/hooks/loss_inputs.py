@@ -212,6 +212,9 @@ def _loss_site(
             site = compile_sites.compile_line(owner)
             if isinstance(named, str) and _spelled(named) == _spelled(name) and site is not None:
                 return site, ("name", named)
+            function = getattr(named, "__name__", None)
+            if callable(named) and function is not None and _spelled(function) == _spelled(name):
+                return site, ("reference", function)
             return site, None
         frame = frame.f_back
     return None, None

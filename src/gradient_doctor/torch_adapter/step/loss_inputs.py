@@ -37,7 +37,11 @@ from gradient_doctor.torch_adapter.localize import source_lines
 SQUASHES = {"softmax": "softmax", "sigmoid": "sigmoid", "log_softmax": "log_softmax"}
 # The losses that apply their own squash, and which.
 _SQUASHING_LOSSES = {"cross_entropy": "softmax", "binary_cross_entropy_with_logits": "sigmoid"}
+# A softmax's or a sigmoid's output, in [0, 1]: squashed already, whichever the loss's own.
+_SQUASHED = frozenset({"softmax", "sigmoid"})
 _LOG_PROBABILITY_LOSS = "nll_loss"
+# The modules that squash: their lines are where a model's own squash is built.
+_SQUASH_MODULES = (torch.nn.Softmax, torch.nn.Sigmoid, torch.nn.LogSoftmax)
 LOSSES = frozenset({*_SQUASHING_LOSSES, _LOG_PROBABILITY_LOSS})
 # Sampled calls of one `nll_loss` line whose input values are read.
 _LOOKS = 3
@@ -59,7 +63,7 @@ class LossInputs:
     def squashed(self, name: str, output: object) -> None:
         """Note a softmax / sigmoid / log_softmax call's output."""
         if isinstance(output, torch.Tensor):
-            self._made[id(output)] = (weakref.ref(output), SQUASHES[name], _user_line())
+            self._made[id(output)] = (weakref.ref(output), SQUASHES[name], _squash_site())
 
     def loss(self, name: str, args: tuple, kwargs: dict) -> None:
         """Look at what loss `name` was handed as its input (scores)."""
@@ -69,7 +73,7 @@ class LossInputs:
         made = self._made.get(id(scores))
         made_by = made[1] if made is not None and made[0]() is scores else None
         squashing = name in _SQUASHING_LOSSES
-        if squashing and made_by != _SQUASHING_LOSSES[name]:
+        if squashing and made_by not in _SQUASHED:
             return  # logits, as it reads them: the healthy case, told at no more cost
         if not squashing and (made_by == "log_softmax" or not scores.numel()):
             return
@@ -79,7 +83,8 @@ class LossInputs:
             return
         if squashing:
             self._looks[key] = _LOOKS  # found: once per line
-            self._found(name, "logits", made_by, site, argument, made_at=made[2])
+            own = _SQUASHING_LOSSES[name]
+            self._found(name, "logits", own, site, argument, made_at=made[2], producer=made_by)
             return
         self._looks[key] = self._looks.get(key, 0) + 1
         with torch.no_grad():
@@ -94,12 +99,15 @@ class LossInputs:
         """Forget the step's squashes (at the end of its forward and loss)."""
         self._made.clear()
 
-    def _found(self, name, expects, activation, site, argument, made_at=None, values=None):
+    def _found(
+        self, name, expects, activation, site, argument, made_at=None, values=None, producer=None
+    ):
         self._on_found(
             LossInput(
                 loss=name,
                 expects=expects,
                 activation=activation,
+                producer=producer,
                 loss_site=site,
                 loss_argument=argument,
                 values=values,
@@ -112,6 +120,23 @@ def _user_line() -> SourceLine | None:
     """The user's line that led to the torch call being handled now (through a loss
     module's forward, say), with the call's columns, or None."""
     return source_frames.user_line(sys._getframe(1), source_lines.is_user_file)
+
+
+def _squash_site() -> SourceLine | None:
+    """The user's line of the squash being handled now: for a squash module's
+    (`nn.Softmax(dim=1)` in a `Sequential`), the one line of the user's file that builds
+    it, when there is one; else the user's call."""
+    frame = sys._getframe(2)
+    module = None
+    while frame is not None and not source_lines.is_user_file(frame.f_code.co_filename):
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, _SQUASH_MODULES):
+            module = type(owner).__name__
+        frame = frame.f_back
+    if frame is None:
+        return None
+    built = _only_call(frame.f_code.co_filename, module) if module is not None else None
+    return built or source_frames.user_line(frame, source_lines.is_user_file)
 
 
 def _loss_site(name: str) -> tuple[SourceLine | None, tuple[str, str]]:

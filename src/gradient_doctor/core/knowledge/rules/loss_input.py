@@ -46,6 +46,7 @@ _TORCH_LOG_PROBABILITY_LOSS = "nll_loss"
 _FOR_RAW_SCORES = {"nll_loss": "cross_entropy", "NLLLoss": "CrossEntropyLoss"}
 # The calls whose output a loss that reads logits must not be handed, by activation.
 _SQUASH_CALLS = {"softmax": ("softmax",), "sigmoid": ("sigmoid",)}
+_SQUASH_MODULES = {"softmax": "Softmax", "sigmoid": "Sigmoid"}
 # Keras's clip bound (`keras.config.epsilon()`, 1e-7 unless the user changed it).
 _EPSILON = "1e-07"
 # Each loss's class, and what it does with values that are not probabilities.
@@ -171,7 +172,7 @@ def _from_logits_fix(fed: LossInput, loss_class: str) -> Fix:
         if kind == "call":
             code = f"{text}(..., from_logits=True)  # at {site.file}:{site.line}"
             edits = (KeywordEdit(site, "from_logits", (False,), "True", callee=text, add=True),)
-        elif kind == "name":
+        elif kind in ("name", "reference"):  # `loss="..."`, `loss=keras.losses.<function>`
             edits = (
                 KeywordEdit(
                     site,
@@ -181,6 +182,7 @@ def _from_logits_fix(fed: LossInput, loss_class: str) -> Fix:
                     callee="compile",
                     position=1,
                     keras_path=True,
+                    references=kind == "reference",
                 ),
             )
     return Fix("from_logits", title, code, keyword_edits=edits)
@@ -189,37 +191,45 @@ def _from_logits_fix(fed: LossInput, loss_class: str) -> Fix:
 def _squashed_twice(fed: LossInput) -> str:
     where = f" at {fed.made_at.file}:{fed.made_at.line}" if fed.made_at is not None else ""
     classes = "log(C) for C classes" if fed.activation == "softmax" else "log(2)"
+    first = fed.producer or fed.activation
     return (
         f"`{fed.loss}` applies its own {fed.activation} to its input (it reads logits), but "
-        f"it is handed the output of a {fed.activation}{where}, values in [0, 1]. Squashed "
+        f"it is handed the output of a {first}{where}, values in [0, 1]. Squashed "
         f"twice, the probabilities it computes stay close to uniform: the loss cannot fall "
-        f"far below {classes}, and every gradient is scaled down by the first "
-        f"{fed.activation}'s slope. Nothing becomes non-finite; the model learns slowly, "
-        "or stalls."
+        f"far below {classes}, and every gradient is scaled down by the {first}'s slope. "
+        "Nothing becomes non-finite; the model learns slowly, or stalls."
     )
 
 
 def _unsquashed_fix(fed: LossInput) -> Fix:
     """The first squash removed where the user's line makes it (its argument kept)."""
+    first = fed.producer or fed.activation
+    reading = "an argmax needs none" if first == "softmax" else "a threshold at 0 needs none"
     title = (
-        f"Hand the loss the logits: drop the {fed.activation} before it ({fed.loss} applies "
-        f"its own), and apply torch.{fed.activation} only where you read probabilities "
-        "(an argmax needs none)"
+        f"Hand the loss the logits: drop the {first} before it ({fed.loss} applies its own "
+        f"{fed.activation}), and apply torch.{first} only where you read probabilities "
+        f"({reading})"
     )
-    code = f"logits  # in place of torch.{fed.activation}(logits, ...), fed to {fed.loss}"
+    code = f"logits  # in place of torch.{first}(logits, ...), fed to {fed.loss}"
     site = fed.made_at
-    edit = _without_squash(site, fed.activation) if site is not None else None
+    edit = _without_squash(site, first) if site is not None else None
     if edit is None:
         return Fix("from_logits", title, code)
-    return Fix("from_logits", title, edit.new_lines[0], edits=(edit,))
+    shown = edit.new_lines[0] if edit.new_lines else f"# delete: {edit.old_lines[0]}"
+    return Fix("from_logits", title, shown, edits=(edit,))
 
 
 def _without_squash(site: SourceLine, activation: str) -> Edit | None:
     """The edit of `site` replacing its softmax or sigmoid call by the call's input
-    (`F.softmax(self.fc(x), dim=1)` -> `self.fc(x)`, `z.sigmoid()` -> `z`), or None."""
+    (`F.softmax(self.fc(x), dim=1)` -> `self.fc(x)`, `z.sigmoid()` -> `z`), or taking
+    out the squash module a model is built with (`nn.Softmax(dim=1)` in a `Sequential`'s
+    arguments, or the line that holds only it); None when the line has neither."""
     code = site.code.strip()
     if not code or site.end_line is not None:
         return None
+    module = _without_module(site, code, activation)
+    if module is not None:
+        return module
     names = _SQUASH_CALLS[activation]
     call = find_call(code, names, site.span)
     if call is not None and call.args and is_namespace(call.prefix):
@@ -229,6 +239,26 @@ def _without_squash(site: SourceLine, activation: str) -> Edit | None:
         if method is None:
             return None
         new = replace_span(code, method.start, method.end, method.receiver)
+    if not parses(new):
+        return None
+    return Edit(site.file, site.line, site.line, (new,), (code,))
+
+
+def _without_module(site: SourceLine, code: str, activation: str) -> Edit | None:
+    """The edit taking the squash module (`nn.Softmax(...)`) out of the arguments it is
+    listed in, with its comma, or deleting a line that holds only it; None without one."""
+    built = find_call(code, (_SQUASH_MODULES[activation],))
+    if built is None:
+        return None
+    if code.rstrip(",").strip() == built.text:  # a line of its own in a multi-line list
+        return Edit(site.file, site.line, site.line, (), (code,))
+    before, after = code[: built.start].rstrip(), code[built.end :].lstrip()
+    if before.endswith(","):
+        new = before[:-1] + code[built.end :]
+    elif after.startswith(","):
+        new = code[: built.start] + after[1:].lstrip()
+    else:
+        return None
     if not parses(new):
         return None
     return Edit(site.file, site.line, site.line, (new,), (code,))
