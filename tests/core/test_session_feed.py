@@ -132,3 +132,27 @@ def _raise_once(raised: list):
             raise RuntimeError("the callback failed")
 
     return publish
+
+
+def test_another_model_trained_next_is_judged_afresh_and_the_warnings_before_stay():
+    # A teacher trained to a loss near 0.007, then its student from 5.4: "the loss jumped
+    # to 5.371, 780 times the running median" was the student's start, not a spike.
+    def losses(session, values, start):
+        for offset, value in enumerate(values):
+            session.after_step(StepReading(failed=False, loss=value, grad_norm=1.0), None)
+            assert session.steps_watched == start + offset + 1
+
+    rng = random.Random(5)
+    teacher = [0.007 + 0.001 * rng.random() for _ in range(80)]
+    student = [5.4 - 0.01 * step for step in range(40)]
+
+    plain = Session(_LossAdapter())
+    losses(plain, teacher + student, 0)
+    assert "loss_spike" in [w.category for w in plain.warnings]
+
+    fresh = Session(_LossAdapter())
+    losses(fresh, teacher[:40] + [0.9] + teacher[41:], 0)  # a spike of the teacher's own
+    fresh.new_training()
+    losses(fresh, student, 80)
+    spikes = [w for w in fresh.warnings if w.category == "loss_spike"]
+    assert [w.step for w in spikes] == [40]  # the teacher's, kept; none for the student

@@ -120,6 +120,8 @@ class Session:
         # Probability losses handed raw outputs, seen as the loss was computed (each
         # with the step it was in), diagnosed when that step is over.
         self._loss_inputs: list[tuple[int, LossInput]] = []
+        # The warnings of the models trained before the current one (`new_training`).
+        self._retired: list[Finding] = []
 
     def before_step(self) -> None:
         """Called by the hooks before each step runs."""
@@ -255,6 +257,17 @@ class Session:
             self.on_finding(finding)
         return finding
 
+    def new_training(self) -> None:
+        """Another model starts training where one finished (a teacher, then its
+        student): the detectors start afresh, so that the new model's first losses and
+        gradients are not judged against the last model's. The warnings raised so far
+        stay in the report."""
+        self._feed()
+        if self._detectors is not None:
+            self._retired.extend(self._detectors.findings())
+        self._detectors = None
+        self._history.clear()
+
     def loss_input_seen(self, found: LossInput) -> None:
         """A loss that reads probabilities was handed values that are not (the adapter
         saw it as the loss was computed, maybe while the framework traced the step): it
@@ -346,7 +359,8 @@ class Session:
     def warnings(self) -> tuple[Finding, ...]:
         """Early warnings raised while the run was finite, each updated to its latest."""
         self._feed()
-        return tuple(self._detectors.findings()) if self._detectors is not None else ()
+        current = tuple(self._detectors.findings()) if self._detectors is not None else ()
+        return (*self._retired, *current)
 
     @property
     def series(self) -> RunSeries:
