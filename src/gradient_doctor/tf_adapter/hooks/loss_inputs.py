@@ -122,10 +122,10 @@ class LossInputs:
             values, key = (low, high), (name, "eager")
         if key in self._seen:
             return
-        self._seen.add(key)
         named = _loss_site(name, caller)
         if named is None:  # a metric's cross-entropy: no loss reads it
             return
+        self._seen.add(key)
         loss_site, loss_argument = named
         self._on_found(
             LossInput(

@@ -1,4 +1,5 @@
-"""A loss that reads probabilities, fed a layer's raw output: a silent failure.
+"""A loss handed the wrong kind of score (raw outputs for probabilities, or the reverse):
+a silent failure.
 
 Keras's cross-entropies read their predictions as probabilities unless told
 `from_logits=True`. Given a softmax's or a sigmoid's output they take its logits back
