@@ -20,6 +20,7 @@ reference: nothing is kept alive, and nothing either computes changes.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import weakref
 from collections.abc import Iterator
@@ -224,3 +225,11 @@ def _torch_kind(scheduler: LRScheduler) -> str:
         ),
         "LRScheduler",
     )
+
+
+def step_code(optimizer: torch.optim.Optimizer):
+    """The code object of the `step` of `optimizer`'s class (its decorators unwrapped),
+    or None: where it is defined says whose arithmetic the update is, torch's or the
+    user's own."""
+    step = inspect.unwrap(getattr(type(optimizer), "step", None))
+    return getattr(step, "__code__", None)

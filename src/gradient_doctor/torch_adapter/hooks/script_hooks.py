@@ -35,7 +35,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import inspect
 import math
 import os
 import sys
@@ -51,6 +50,7 @@ from torch.optim.optimizer import (
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.finiteness_tests import FinitenessTests, TensorTests
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import step_code
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.step.step_check import (
     Check,
@@ -164,8 +164,7 @@ class _ClosureStep:
 def skips_missing_gradients(optimizer: torch.optim.Optimizer) -> bool:
     """Whether `optimizer`'s `step` is torch's own, which passes over a parameter whose
     `.grad` is None; a step the user wrote may read every `.grad` (and fail on None)."""
-    step = inspect.unwrap(getattr(type(optimizer), "step", None))
-    code = getattr(step, "__code__", None)
+    code = step_code(optimizer)
     return code is not None and code.co_filename.startswith(_TORCH_DIR)
 
 

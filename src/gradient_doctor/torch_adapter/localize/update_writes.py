@@ -11,7 +11,6 @@ line of its `step` when the class is the user's own.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,7 +20,7 @@ import torch
 from gradient_doctor.core.evidence import Evidence, StateValues, UpdateOverflow
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.source_frames import source_line
-from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites, step_code
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE
 
@@ -69,8 +68,7 @@ def written_by_an_update(
 
 def own_step(optimizer: torch.optim.Optimizer) -> SourceLine | None:
     """The `def step` line of the optimizer's class when the user wrote it (not torch's)."""
-    step = inspect.unwrap(getattr(type(optimizer), "step", None))
-    code = getattr(step, "__code__", None)
+    code = step_code(optimizer)
     if code is None or not source_lines.is_user_file(code.co_filename):
         return None
     return source_line(code.co_filename, code.co_firstlineno, code.co_firstlineno, None, None)
