@@ -120,8 +120,10 @@ class Session:
         # Probability losses handed raw outputs, seen as the loss was computed (each
         # with the step it was in), diagnosed when that step is over.
         self._loss_inputs: list[tuple[int, LossInput]] = []
-        # The warnings of the models trained before the current one (`new_training`).
+        # The warnings of the models trained before the current one (`new_training`),
+        # and the step the current one began at.
         self._retired: list[Finding] = []
+        self._training_began = 0
 
     def before_step(self) -> None:
         """Called by the hooks before each step runs."""
@@ -266,7 +268,9 @@ class Session:
         if self._detectors is not None:
             self._retired.extend(self._detectors.findings())
         self._detectors = None
+        self._warnings_seen_at = None
         self._history.clear()
+        self._training_began = self.steps_watched
 
     def loss_input_seen(self, found: LossInput) -> None:
         """A loss that reads probabilities was handed values that are not (the adapter
@@ -351,7 +355,15 @@ class Session:
         if not standing or loss is None:
             return ()
         several = self.adapter.objectives() > 1
-        found = silent_failures(standing, loss.steps, loss.values, self.steps_watched, several)
+        began = self._training_began  # the current model's losses: its start is its own
+        points = [(s, v) for s, v in zip(loss.steps, loss.values, strict=True) if s >= began]
+        found = silent_failures(
+            standing,
+            [s for s, _ in points],
+            [v for _, v in points],
+            self.steps_watched - began,
+            several,
+        )
         known = {problem.category for problem in self.problems}
         return tuple(finding for finding in found if finding.category not in known)
 
