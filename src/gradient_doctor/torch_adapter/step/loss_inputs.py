@@ -116,47 +116,39 @@ class LossInputs:
         )
 
 
-def _user_line() -> SourceLine | None:
-    """The user's line that led to the torch call being handled now (through a loss
-    module's forward, say), with the call's columns, or None."""
-    return source_frames.user_line(sys._getframe(1), source_lines.is_user_file)
-
-
 def _squash_site() -> SourceLine | None:
     """The user's line of the squash being handled now: for a squash module's
     (`nn.Softmax(dim=1)` in a `Sequential`), the one line of the user's file that builds
     it, when there is one; else the user's call."""
-    frame = sys._getframe(2)
-    module = None
-    while frame is not None and not source_lines.is_user_file(frame.f_code.co_filename):
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, _SQUASH_MODULES):
-            module = type(owner).__name__
-        frame = frame.f_back
-    if frame is None:
-        return None
-    built = _only_call(frame.f_code.co_filename, module) if module is not None else None
-    return built or source_frames.user_line(frame, source_lines.is_user_file)
+    return _built_or_called(_SQUASH_MODULES)[0]
 
 
 def _loss_site(name: str) -> tuple[SourceLine | None, tuple[str, str]]:
     """The user's line that names loss `name`, and how (`LossInput.loss_argument`): for a
     loss module (`nn.NLLLoss()`) that calls it, the one line of the user's file that
     builds that module's class, when there is one; else the user's call."""
-    frame = sys._getframe(2)
+    site, module = _built_or_called((torch.nn.modules.loss._Loss,))
+    return site, ("call", module or name)
+
+
+def _built_or_called(modules: tuple[type, ...]) -> tuple[SourceLine | None, str | None]:
+    """Out from the torch call being handled now, to the user's frame: the one line of
+    the user's file that builds the innermost module of `modules` running it, with that
+    module's class name, when there is such a line; else the user's line of the call
+    and None."""
+    frame = sys._getframe(1)
     module = None
     while frame is not None and not source_lines.is_user_file(frame.f_code.co_filename):
         owner = frame.f_locals.get("self")
-        if isinstance(owner, torch.nn.modules.loss._Loss):
+        if module is None and isinstance(owner, modules):
             module = type(owner).__name__
         frame = frame.f_back
     if frame is None:
-        return None, ("call", name)
-    if module is not None:
-        built = _only_call(frame.f_code.co_filename, module)
-        if built is not None:
-            return built, ("call", module)
-    return source_frames.user_line(frame, source_lines.is_user_file), ("call", name)
+        return None, None
+    built = _only_call(frame.f_code.co_filename, module) if module is not None else None
+    if built is not None:
+        return built, module
+    return source_frames.user_line(frame, source_lines.is_user_file), None
 
 
 @functools.lru_cache(maxsize=64)
