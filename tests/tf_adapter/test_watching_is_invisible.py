@@ -164,3 +164,35 @@ def test_a_replay_traces_the_step_with_the_layers_trainable_as_the_compiled_step
     assert seen == trained and trained
     assert model.trainable is False and model.trainable_variables == []  # put back
     hook.detach()
+
+
+def test_a_student_fitted_after_its_teacher_is_judged_afresh():
+    # One run, two models: the teacher trained to a loss near 0, then a new student from
+    # where a new model starts. Its first losses are no spike of the teacher's run.
+    from gradient_doctor.tf_adapter.watcher import make_watcher
+
+    keras.utils.set_random_seed(2)
+    x, y = _data()
+    watcher = make_watcher(verbose=False)
+    teacher = _model()
+    teacher.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    teacher.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=4,
+        verbose=0,
+        callbacks=[gradient_doctor.Doctor(watcher=watcher)],
+    )
+    student = keras.Sequential([keras.Input((12,)), keras.layers.Dense(1, bias_initializer="ones")])
+    student.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mse")
+    student.fit(
+        x,
+        y * 30,
+        batch_size=16,
+        epochs=1,
+        verbose=0,
+        callbacks=[gradient_doctor.Doctor(watcher=watcher)],
+    )
+    assert watcher.steps_watched == 5 * 16
+    assert "loss_spike" not in [w.category for w in watcher.warnings]

@@ -181,6 +181,9 @@ class Watcher(Adapter):
         self.snapshots = SnapshotRing()
         self.on_problem = on_problem
         self._patches = None  # the `gradient-doctor run` patches, while installed
+        # The Keras models trained so far and the ids of their variables (`model_seen`).
+        self._models_seen: weakref.WeakSet = weakref.WeakSet()
+        self._variables_seen: set[int] = set()
 
     # The hooks' entry points.
 
@@ -238,6 +241,25 @@ class Watcher(Adapter):
                 self._patches.script_ended(end.held)
             except TrainingStopped:  # a failure found there: the session holds it
                 pass
+
+    def model_seen(self, model) -> None:
+        """A Keras model is trained by `fit` or `train_on_batch`: one seen for the first
+        time after training began, none of whose variables a model before it trained, is
+        another model's training (a teacher's done, its student begins): the detectors
+        start afresh (`Session.new_training`)."""
+        if model in self._models_seen:
+            return
+        self._models_seen.add(model)
+        mine = {id(variable) for variable in model.trainable_variables}
+        another = (
+            self.session.steps_watched > 0
+            and bool(self._variables_seen)
+            and bool(mine)
+            and not mine & self._variables_seen
+        )
+        self._variables_seen |= mine
+        if another:
+            self.session.new_training()
 
     def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:
         """Diagnose an update asked for with `None` gradients (once per group of variables).

@@ -217,6 +217,7 @@ def attach(model, watcher) -> ModelHook:
     """The model's hook for `watcher`, made on first use and kept on the model."""
     hook = getattr(model, "_gradient_doctor_model_hook", None)
     if hook is None or hook.watcher is not watcher:
+        watcher.model_seen(model)
         hook = ModelHook(model, watcher)
         model._gradient_doctor_model_hook = hook
     else:
