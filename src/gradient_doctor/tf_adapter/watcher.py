@@ -181,9 +181,8 @@ class Watcher(Adapter):
         self.snapshots = SnapshotRing()
         self.on_problem = on_problem
         self._patches = None  # the `gradient-doctor run` patches, while installed
-        # The Keras models trained so far and the ids of their variables (`model_seen`).
+        # The Keras models trained so far (`model_seen`).
         self._models_seen: weakref.WeakSet = weakref.WeakSet()
-        self._variables_seen: set[int] = set()
 
     # The hooks' entry points.
 
@@ -250,15 +249,7 @@ class Watcher(Adapter):
         if model in self._models_seen:
             return
         self._models_seen.add(model)
-        mine = {id(variable) for variable in model.trainable_variables}
-        another = (
-            self.session.steps_watched > 0
-            and bool(self._variables_seen)
-            and bool(mine)
-            and not mine & self._variables_seen
-        )
-        self._variables_seen |= mine
-        if another:
+        if self.session.trains_another_model(id(v) for v in model.trainable_variables):
             self.session.new_training()
 
     def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:

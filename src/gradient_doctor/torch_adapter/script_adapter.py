@@ -133,10 +133,6 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.reruns: StepReruns | None = None
         self.rerun_seconds: list[float] = []
         self._stepped: set[int] = set()  # ids of the optimizers stepped in this step
-        # Ids of the parameters of every optimizer seen, those the script let go included:
-        # a new optimizer that holds none of them, after training began, trains another
-        # model (a teacher's done, its student begins: `Session.new_training`).
-        self._trained_ids: set[int] = set()
         self._checks: list[Check] = []
         self._step_after = -1  # the update after which this step began
         self.cuts = CutWatch()  # parameters left without a gradient
@@ -192,14 +188,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             known = self.optimizers
             if not isinstance(optimizer, ManualUpdate):  # backward()s before it was built
                 known = [o for o in known if not isinstance(o, ManualUpdate)]
-            mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
-            another_model = (
-                self.session.steps_watched > 0
-                and bool(self._trained_ids)
-                and bool(mine)
-                and not mine & self._trained_ids
-            )
-            self._trained_ids |= mine
+            mine = (id(p) for group in optimizer.param_groups for p in group["params"])
+            another_model = self.session.trains_another_model(mine)
             self._optimizers = [*(weakref.ref(o) for o in known), weakref.ref(optimizer)]
         if id(optimizer) in self._stepped or (another_model and self._stepped):
             self._end_step(index - 1)  # a new round of the optimizers: a new step

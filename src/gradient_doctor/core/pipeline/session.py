@@ -124,6 +124,7 @@ class Session:
         # and the step the current one began at.
         self._retired: list[Finding] = []
         self._training_began = 0
+        self._parameters_seen: set[int] = set()  # ids (`trains_another_model`)
 
     def before_step(self) -> None:
         """Called by the hooks before each step runs."""
@@ -258,6 +259,15 @@ class Session:
         if self.on_finding is not None:
             self.on_finding(finding)
         return finding
+
+    def trains_another_model(self, parameter_ids: Iterable[int]) -> bool:
+        """Note the parameters a newly seen optimizer or model trains (their ids), and say
+        whether they are another model's, whose training begins now: none of them was
+        trained before, and training had begun (a teacher's done, its student begins).
+        The adapter then ends the step in progress and calls `new_training`."""
+        mine = set(parameter_ids)
+        seen, self._parameters_seen = self._parameters_seen, self._parameters_seen | mine
+        return self.steps_watched > 0 and bool(seen) and bool(mine) and not mine & seen
 
     def new_training(self) -> None:
         """Another model starts training where one finished (a teacher, then its
