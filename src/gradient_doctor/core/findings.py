@@ -129,7 +129,8 @@ FIX_FAMILIES = (
 # the line that built the optimizer whose own update ran it; the user's line in the input
 # pipeline (a `tf.data` map's function, a `Dataset.__getitem__`) that made the batch's
 # non-finite values.
-SOURCE_KINDS = ("op", "layer_creation", "state_write", "optimizer_creation", "input_pipeline")
+OPTIMIZER_CREATION = "optimizer_creation"
+SOURCE_KINDS = ("op", "layer_creation", "state_write", OPTIMIZER_CREATION, "input_pipeline")
 
 
 @dataclass(frozen=True)

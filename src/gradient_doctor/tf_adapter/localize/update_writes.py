@@ -17,7 +17,7 @@ import warnings
 from dataclasses import replace
 
 from gradient_doctor.core.evidence import BrokenState, Evidence, StateValues, UpdateOverflow
-from gradient_doctor.core.findings import Origin
+from gradient_doctor.core.findings import OPTIMIZER_CREATION, Origin
 from gradient_doctor.tf_adapter.hooks.creation_sites import (
     creation_line,
     layer_of_variable,
@@ -31,8 +31,6 @@ from gradient_doctor.tf_adapter.localize.optimizer_state import (
 from gradient_doctor.tf_adapter.localize.step_context import StepCall
 from gradient_doctor.tf_adapter.localize.update_replay import ReplayedUpdates, replay_updates
 from gradient_doctor.tf_adapter.step import loss_scale
-
-OPTIMIZER_CREATION = "optimizer_creation"
 
 
 def with_update_overflow(

@@ -18,13 +18,11 @@ from dataclasses import replace
 import torch
 
 from gradient_doctor.core.evidence import Evidence, StateValues, UpdateOverflow
-from gradient_doctor.core.findings import SourceLine
+from gradient_doctor.core.findings import OPTIMIZER_CREATION, SourceLine
 from gradient_doctor.core.source_frames import source_line
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites, step_code
 from gradient_doctor.torch_adapter.localize import source_lines
 from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE
-
-OPTIMIZER_CREATION = "optimizer_creation"
 
 
 def written_by_an_update(

@@ -115,13 +115,10 @@ def _explanation(fed: LossInput, treatment: str) -> str:
         made = f"the raw output of a {fed.producer}, with no {fed.activation} after it"
     else:
         made = f"values no {fed.activation} made"
-    seen = ""
-    if fed.values is not None:
-        low, high = fed.values
-        seen = f", here from {format_number(low)} to {format_number(high)}"
     return (
         f"`{fed.loss}` reads its predictions as {fed.expects} (from_logits=False, the "
-        f"default), but they are {made}: any real number{seen}. Keras {treatment}: every "
+        f"default), but they are {made}: any real number{_seen(fed)}. Keras {treatment}: "
+        "every "
         "prediction the clip moves gets no gradient, and what is left is no likelihood of "
         "the labels. Nothing becomes non-finite; the model learns little or nothing."
     )
@@ -265,15 +262,19 @@ def _without_module(site: SourceLine, code: str, activation: str) -> Edit | None
     return Edit(site.file, site.line, site.line, (new,), (code,))
 
 
+def _seen(fed: LossInput) -> str:
+    """ ", here from -3.2 to 4.5" when the values were read, else ""."""
+    if fed.values is None:
+        return ""
+    low, high = fed.values
+    return f", here from {format_number(low)} to {format_number(high)}"
+
+
 def _unbounded_below(fed: LossInput) -> str:
-    seen = ""
-    if fed.values is not None:
-        low, high = fed.values
-        seen = f", here from {format_number(low)} to {format_number(high)}"
     return (
         f"`{fed.loss}` reads its input as log-probabilities, each at most 0 (the output of "
         "log_softmax), and returns minus the target's entry; but it is handed raw scores"
-        f"{seen}. The loss then has no floor: training lowers it by pushing the target's "
+        f"{_seen(fed)}. The loss then has no floor: training lowers it by pushing the target's "
         "score up without end, with no softmax tying the classes' scores together, and the "
         "loss falls below zero. Nothing becomes non-finite until the scores overflow."
     )
