@@ -212,3 +212,39 @@ def test_the_features_fed_to_the_first_layer_give_the_input_scale():
     # No dense or convolution op read a fed tensor: no scale.
     evidence = trace_evidence(events[:1] + events[2:], [6], 3, data_ids=frozenset({9})).evidence
     assert evidence.input_scale is None
+
+
+def _sized(magnitude: float) -> TensorStats:
+    return TensorStats("float32", (4,), -magnitude, magnitude, nan=0, inf=0, zeros=0)
+
+
+def test_a_finite_step_names_where_its_forward_values_blew_up_and_the_other_such_exp():
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    events = [
+        event(0, "MatMul", [(1, _sized(3.0)), (2, _sized(0.5))], [(3, _sized(40.0))]),
+        event(1, "Exp", [(3, _sized(40.0))], [(4, _sized(2e17))]),  # the blow-up
+        event(2, "MatMul", [(4, _sized(2e17)), (5, _sized(0.5))], [(6, _sized(1e17))]),
+        event(3, "Exp", [(3, _sized(40.0))], [(7, _sized(2e17))]),  # a second, elsewhere
+        event(4, "Square", [(6, _sized(1e17))], [(8, _sized(1e34))]),
+        event(5, "Exp", [(1, _sized(3.0))], [(9, _sized(20.0))]),  # a small exp: left out
+        event(6, "AddV2", [(8, _sized(1e34)), (7, _sized(2e17))], [(10, _sized(1e34))]),
+    ]
+    found = trace_evidence(events, [], step=0, data_ids=frozenset({1})).evidence
+    assert found.origin is None
+    assert [(call.op, call.source.line) for call in found.forward_blowup] == [
+        ("Exp", 2),
+        ("Exp", 4),
+    ]
+    assert found.forward_blowup[0].outputs[0].max == 2e17
+
+
+def test_values_huge_from_the_data_itself_are_no_forward_blowup():
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    events = [
+        event(0, "MatMul", [(1, _sized(1e9)), (2, _sized(0.5))], [(3, _sized(4e9))]),
+        event(1, "Square", [(3, _sized(4e9))], [(4, _sized(1.6e19))]),
+    ]
+    found = trace_evidence(events, [], step=0, data_ids=frozenset({1})).evidence
+    assert found.forward_blowup == ()

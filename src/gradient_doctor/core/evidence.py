@@ -292,6 +292,7 @@ class OpCall:
             the line wrote, "layer_creation" for an op a library layer's code ran.
         framework_op: the framework's own name for the op where it is not `op`
             (PyTorch's aten name), which the explanations give.
+        outputs: its outputs' summaries at the failing step.
     """
 
     op: str
@@ -299,6 +300,7 @@ class OpCall:
     inputs: tuple[TensorStats, ...]
     source_kind: str = "op"
     framework_op: str | None = None
+    outputs: tuple[TensorStats, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -406,6 +408,11 @@ class Evidence:
             looked for through views; None when there is none or its line is unknown.
         loss_input: a probability loss fed values that are not probabilities (a
             silent failure: no value is non-finite); None otherwise.
+        forward_blowup: for a step whose every value was finite but whose forward
+            values left any sane range (past `origin_search.HUGE`) on their way to the
+            loss: first the op where they grew past it from inputs within it, then
+            the step's other forward calls of that op on a user's line whose output
+            passed it too (a second bare exp of the same log-variance); () otherwise.
     """
 
     step: int | None
@@ -444,3 +451,4 @@ class Evidence:
     log_of_sum: OpCall | None = None
     sigmoid_input: OpCall | None = None
     loss_input: LossInput | None = None
+    forward_blowup: tuple[OpCall, ...] = ()

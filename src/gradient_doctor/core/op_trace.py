@@ -265,6 +265,22 @@ def where_values_grew(
         current = producer
 
 
+def forward_blowup(events: Sequence[OpEvent], threshold: float) -> OpEvent | None:
+    """The op where a step's forward values first grew past `threshold` on their way to
+    the last forward value past it (the loss, or what it was computed from): walked back
+    along the largest inputs as `where_values_grew` does, the last such op itself when
+    its own inputs stayed within `threshold`. None when no forward value passed it, or
+    the path starts above it (the data).
+    """
+    huge = [e for e in events if e.phase == "forward" and largest_output(e) > threshold]
+    if not huge:
+        return None
+    last = huge[-1]
+    if _largest_input(last) <= threshold:
+        return last
+    return where_values_grew(events, last, threshold)
+
+
 def largest_output(event: OpEvent) -> float:
     """The largest finite |value| among an event's outputs (0 when it has none)."""
     return max((_magnitude(stats) for stats in event.outputs), default=0.0)

@@ -14,6 +14,7 @@ from gradient_doctor.core.op_trace import (
     VIEW_OPS,
     OpEvent,
     feeding_op_types,
+    forward_blowup,
     input_producers,
     largest_output,
     log_of_sum,
@@ -245,6 +246,7 @@ def trace_evidence(
         target_scale=_target_scale(events),
         input_scale=_input_scale(events, data_ids),
         bad_inputs=_fed_nonfinite(events, search, data_ids) if event is None else (),
+        forward_blowup=_blowup(events, event),
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}, variable_values),
     )
     return TracedOrigin(event, foreign, evidence)
@@ -373,6 +375,31 @@ def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[OpCall, .
     )
 
 
+def _blowup(events: Sequence[OpEvent], origin: OpEvent | None) -> tuple[OpCall, ...]:
+    """`Evidence.forward_blowup`: where the step's forward values first grew past `HUGE`
+    (on their way to a forward origin's overflow, or, when no op went non-finite, to the
+    loss), with the other calls of that op on a user's line whose output passed `HUGE`
+    too; () when none did, or no user's line made it, or the origin is a backward op."""
+    if origin is None:
+        grew = forward_blowup(events, HUGE)
+    elif origin.phase == "forward":
+        grew = where_values_grew(events, origin, HUGE)
+    else:
+        return ()
+    if grew is None or grew.source is None:
+        return ()
+    places = {_place(grew.source): grew}
+    for event in events:
+        if (
+            event.phase == "forward"
+            and event.op_type == grew.op_type
+            and event.source is not None
+            and largest_output(event) > HUGE
+        ):
+            places.setdefault(_place(event.source), event)
+    return tuple(_call(event) for event in places.values())
+
+
 def _call_or_none(event: OpEvent | None) -> OpCall | None:
     """`event` as a call on the user's line, or None when it or its line is unknown."""
     return None if event is None or event.source is None else _call(event)
@@ -380,7 +407,14 @@ def _call_or_none(event: OpEvent | None) -> OpCall | None:
 
 def _call(event: OpEvent) -> OpCall:
     """`event` as a call on the user's line (its source is known)."""
-    return OpCall(event.op_type, event.source, event.inputs, event.source_kind, event.framework_op)
+    return OpCall(
+        event.op_type,
+        event.source,
+        event.inputs,
+        event.source_kind,
+        event.framework_op,
+        event.outputs,
+    )
 
 
 def _place(source) -> tuple:

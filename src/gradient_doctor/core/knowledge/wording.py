@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from gradient_doctor.core.evidence import OpCall
 from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
 
 
@@ -115,15 +116,31 @@ def from_data_note(weights_upstream: bool | None) -> str:
     )
 
 
-def growth_note(growth: tuple[str | None, str, float] | None) -> str:
-    """ " The values first grew past 1e6 in layer `x` ..." when the replay saw where."""
+def growth_note(growth: tuple[str | None, str, float] | None, blowup: Sequence[OpCall] = ()) -> str:
+    """ " The values first grew past 1e6 in layer `x` ..." when the replay saw where,
+    with the user's line of that op when `blowup` (`Evidence.forward_blowup`) has it."""
     if growth is None:
         return ""
     layer, op, reached = growth
     where = f"in layer `{layer}` ({op})" if layer else f"at {op}"
+    if blowup and blowup[0].op == op and not layer:
+        where += f" ({blowup[0].source.file}:{blowup[0].source.line})"
     return (
         f" The values first grew past 1e6 {where}, up to {format_number(reached)}: "
-        "the overflow began there."
+        f"the overflow began there.{other_blowups(blowup)}"
+    )
+
+
+def other_blowups(blowup: Sequence[OpCall]) -> str:
+    """ " 1 more Exp call of the step went past 1e6 too (line 42)." for the calls of a
+    forward blow-up's op after its first (`Evidence.forward_blowup`); else ""."""
+    others = blowup[1:]
+    if not others:
+        return ""
+    lines = ", ".join(f"line {call.source.line}" for call in others)
+    plural = "s" if len(others) > 1 else ""
+    return (
+        f" {len(others)} more {blowup[0].op} call{plural} of the step went past 1e6 too ({lines})."
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.dtype_limits import DtypeLimits, dtype_limits
 from gradient_doctor.core.evidence import OpCall, Reduction
@@ -467,6 +468,7 @@ def clip_exp_input(
     limits: DtypeLimits,
     focus: tuple[int, int] | None = None,
     framework: str = "tf",
+    bound: float | None = None,
 ) -> Fix | None:
     """Keep the input of exp, expm1, cosh or sinh below the overflow limit.
 
@@ -479,11 +481,14 @@ def clip_exp_input(
         limits: the limits of the op's dtype.
         focus: where on the line the op was made (`SourceLine.span`).
         framework: the framework the user trains with (spells a tensor method's clip).
+        bound: the largest input kept; None: 90% of the dtype's overflow limit.
     """
     operand = None if looks_like_softmax(code) else risky_operand(code, op, focus)
     if operand is None:
         return None
-    bound = format_number(float(math.floor(0.9 * limits.exp_limit)))
+    if bound is None:
+        bound = math.floor(0.9 * limits.exp_limit)
+    bound = format_number(float(bound))
     if op in ("Exp", "Expm1"):
         template = f"{{minimum}}({{arg}}, {bound}.0)"
     else:
@@ -494,4 +499,43 @@ def clip_exp_input(
         f"Keep the input of {op} below {bound} (its gradient is 0 beyond)",
         rewritten,
         rewrite=(rewritten,),
+    )
+
+
+# The forward values past which the doctor calls an activation out of any sane range
+# (`origin_search.HUGE`), and the largest input of an exp that keeps it below them.
+_SANE = 1e6
+SANE_EXP_INPUT = math.floor(math.log(_SANE))
+_EXP_LIKE = frozenset({"Exp", "Expm1"})
+
+
+def clip_blown_up_exps(calls: Sequence[OpCall], framework: str = "tf") -> Fix | None:
+    """For a forward blow-up an exp began (`Evidence.forward_blowup`: a log-variance's
+    `exp(log_var)` in the tens), each of those exp calls of the user's with its input
+    kept below `SANE_EXP_INPUT` (its output then below 1e6), one edit per line; None
+    when the blow-up began elsewhere, or a line cannot be rewritten."""
+    if not calls or calls[0].op not in _EXP_LIKE:
+        return None
+    edits, first = [], None
+    for call in calls:
+        source = call.source
+        code = source.code.strip() if source.code else ""
+        if call.source_kind != "op" or not code or source.end_line is not None:
+            return None
+        dtype = call.inputs[0].dtype if call.inputs else "float32"
+        fix = clip_exp_input(
+            code, call.op, dtype_limits(dtype), source.span, framework, bound=SANE_EXP_INPUT
+        )
+        if fix is None or not fix.rewrite or fix.rewrite[0] == code:
+            return None
+        edits.append(Edit(source.file, source.line, source.line, fix.rewrite, (code,)))
+        first = first or fix
+    lines = ", ".join(f"{call.source.file}:{call.source.line}" for call in calls)
+    return replace(
+        first,
+        title=f"Keep the input of exp below {SANE_EXP_INPUT} at {lines} (its output below "
+        f"{format_number(math.exp(SANE_EXP_INPUT))}; its gradient is 0 beyond)",
+        code="\n".join(edit.new_lines[0] for edit in edits),
+        rewrite=(),
+        edits=tuple(edits),
     )

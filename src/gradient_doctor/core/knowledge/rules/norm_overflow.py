@@ -9,12 +9,15 @@ such a step, and the replay measures the norm in float64.
 
 from __future__ import annotations
 
+import math
+
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Fix, NotFix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.rewrites.exp import clip_blown_up_exps
 from gradient_doctor.core.knowledge.rules.exploding_gradients import norm_growth
-from gradient_doctor.core.knowledge.wording import at_step, format_number
+from gradient_doctor.core.knowledge.wording import at_step, format_number, other_blowups
 
 CLIP_VALUE = Fix(
     "clip_by_value",
@@ -57,14 +60,20 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         f"{format_number(norm)}: its square overflows float32 (above 3.4e38). "
         + _what_the_update_would_do(evidence.setup)
     ) + _largest(evidence.origin)
-    explanation += _growth_note(evidence)
+    explanation += _growth_note(evidence) + _blowup_note(evidence)
     fixes = (
+        clip_blown_up_exps(evidence.forward_blowup, evidence.setup.framework),
         remedies.lower_learning_rate(evidence.setup),
         CLIP_VALUE,
         remedies.better_init(evidence.setup.framework),
         remedies.batch_normalization("each hidden layer", evidence.setup.framework),
     )
-    return Diagnosis("exploding_gradients", explanation, (GLOBAL_NORM_CLIPPING,), fixes)
+    return Diagnosis(
+        "exploding_gradients",
+        explanation,
+        (GLOBAL_NORM_CLIPPING,),
+        tuple(fix for fix in fixes if fix is not None),
+    )
 
 
 # Keras optimizers that keep no square of the gradients: their update is the gradient
@@ -106,13 +115,19 @@ def _torch(evidence: Evidence, largest: float) -> Diagnosis:
         "be inf, and every later update of it 0 (the average gradient over the root of "
         "inf), so it would stop training for good with every value finite."
     )
-    explanation += _growth_note(evidence)
+    explanation += _growth_note(evidence) + _blowup_note(evidence)
     fixes = (
+        clip_blown_up_exps(evidence.forward_blowup, evidence.setup.framework),
         TORCH_CLIP_VALUE,
         remedies.lower_learning_rate(evidence.setup),
         remedies.better_init("torch"),
     )
-    return Diagnosis("exploding_gradients", explanation, (TORCH_GLOBAL_NORM_CLIPPING,), fixes)
+    return Diagnosis(
+        "exploding_gradients",
+        explanation,
+        (TORCH_GLOBAL_NORM_CLIPPING,),
+        tuple(fix for fix in fixes if fix is not None),
+    )
 
 
 def _growth_note(evidence: Evidence) -> str:
@@ -143,3 +158,27 @@ def _largest(origin: Origin | None) -> str:
     largest = origin.inputs[0].largest_magnitude if origin.inputs else None
     size = f", up to {format_number(largest)}" if largest is not None else ""
     return f" The largest is the gradient of `{origin.variable}`{place}{size}."
+
+
+def _blowup_note(evidence: Evidence) -> str:
+    """ " The gradients were that large because the forward pass was: ..." naming the op
+    and line where the step's forward values first grew past 1e6, when the replay saw
+    where; else ""."""
+    if not evidence.forward_blowup:
+        return ""
+    first = evidence.forward_blowup[0]
+    fed = max((s.largest_magnitude or 0.0 for s in first.inputs), default=0.0)
+    reached = max((s.largest_magnitude or 0.0 for s in first.outputs), default=0.0)
+    loss = evidence.step_loss
+    loss_note = (
+        f" (the step's loss was {format_number(loss)})"
+        if loss is not None and math.isfinite(loss)
+        else ""
+    )
+    return (
+        " The gradients were that large because the forward pass was"
+        f"{loss_note}: its values first grew past 1e6 at {first.op} "
+        f"({first.source.file}:{first.source.line}), from inputs up to {format_number(fed)} "
+        f"to {format_number(reached)}, and the gradients of what such values feed are as "
+        f"large.{other_blowups(evidence.forward_blowup)}"
+    )

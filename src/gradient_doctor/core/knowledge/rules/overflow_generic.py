@@ -16,7 +16,7 @@ from gradient_doctor.core.knowledge.facts import (
 )
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
-from gradient_doctor.core.knowledge.rewrites.exp import stable_softmax
+from gradient_doctor.core.knowledge.rewrites.exp import clip_blown_up_exps, stable_softmax
 from gradient_doctor.core.knowledge.rules import masked_softmax
 from gradient_doctor.core.knowledge.rules.exploding_gradients import exploding_fixes
 from gradient_doctor.core.knowledge.wording import (
@@ -77,13 +77,15 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             if normalize
             else (constrain,)
         )
+        # Values an exp of the user's blew up (`exp(log_var)`): its input is the cause.
+        clipped = clip_blown_up_exps(evidence.forward_blowup, evidence.setup.framework)
         return Diagnosis(
             category="forward_overflow",
             explanation=explain(origin, evidence.step, "values")
-            + growth_note(evidence.growth)
+            + growth_note(evidence.growth, evidence.forward_blowup)
             + from_data_note(upstream),
             not_fixes=forward_not_fixes(f"the overflow in {origin.reported_op}", upstream),
-            fixes=fixes,
+            fixes=(clipped, *fixes) if clipped is not None else fixes,
         )
     return Diagnosis(
         category="exploding_gradients",
