@@ -126,3 +126,16 @@ def test_variables_a_tape_was_told_not_to_watch_are_named_and_watching_is_the_fi
     assert [f["family"] for f in problem["fixes"]] == ["tape_watch"]
     remedies = {n["remedy"] for n in problem["not_fixes"]}
     assert remedies.isdisjoint({"tape_watch", "watch_accessed_variables", "use_model_fit"})
+
+
+def test_none_gradients_the_loop_filters_out_are_still_found_at_the_argmax(doctor_run):
+    # `if g is not None` hands the optimizer only the experts' gradients: Keras never
+    # warns, and the router, behind an argmax, silently never trains.
+    script = "tests/scripts/filtered_none_gradients_router.py"
+    run = doctor_run(script)
+    problem, disconnected = _disconnected(run)
+    assert disconnected["variables"] == ["router/kernel", "router/bias"]
+    assert disconnected["all"] is False
+    assert disconnected["break"]["op"] == "ArgMax"
+    assert disconnected["break"]["line"] == line_of(script, "route = tf.argmax(router(batch)")
+    assert run.report["steps_watched"] == 8  # the rest trains on, as the script wants

@@ -248,3 +248,15 @@ def test_values_huge_from_the_data_itself_are_no_forward_blowup():
     ]
     found = trace_evidence(events, [], step=0, data_ids=frozenset({1})).evidence
     assert found.forward_blowup == ()
+
+
+def test_weights_already_huge_are_no_forward_blowup():
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    events = [
+        event(0, "ReadVariableOp", [], [(2, _sized(7e29))]),  # an update threw the weights
+        event(1, "MatMul", [(1, _sized(3.0)), (2, _sized(7e29))], [(3, _sized(4e30))]),
+        event(2, "Square", [(3, _sized(4e30))], [(4, _sized(1.6e37))]),
+    ]
+    found = trace_evidence(events, [], step=1, data_ids=frozenset({1})).evidence
+    assert found.forward_blowup == ()

@@ -159,3 +159,20 @@ def test_the_patches_are_put_back():
         assert keras_nn.binary_crossentropy is not originals["binary_crossentropy"]
     assert keras_nn.binary_crossentropy is originals["binary_crossentropy"]
     assert keras.losses.Loss.__init__ is init
+
+
+def test_the_keras_callback_finds_it_too_and_puts_the_losses_back():
+    import gradient_doctor
+
+    originals = {name: getattr(keras_nn, name) for name in ("categorical_crossentropy",)}
+    keras.utils.set_random_seed(0)
+    x, y = _data()
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    model.compile("adam", "sparse_categorical_crossentropy")
+    doctor = gradient_doctor.Doctor(verbose=False, trial_steps=0)
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0, callbacks=[doctor])
+    (problem,) = doctor.report().problems
+    assert (problem.category, problem.step) == ("logits_as_probabilities", 0)
+    activation = next(fix for fix in problem.fixes if fix.family == "activation_change")
+    assert f"Give layer `{model.layers[-1].name}` the softmax activation" in activation.title
+    assert {name: getattr(keras_nn, name) for name in originals} == originals

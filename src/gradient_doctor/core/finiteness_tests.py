@@ -28,13 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from gradient_doctor.core.attribute_patches import AttributePatches
 from gradient_doctor.core.source_frames import user_line
 from gradient_doctor.errors import TrainingStopped
 
 # Python's and NumPy's tests of a number: (name, True when its answer means "finite").
 _NUMBER_TESTS = (("isnan", False), ("isinf", False), ("isfinite", True))
-# A stand-in for an attribute the owner did not hold itself (it was inherited).
-_INHERITED = object()
 
 
 @dataclass(frozen=True)
@@ -72,38 +71,26 @@ class FinitenessTests:
     ) -> None:
         self._on_nonfinite = on_nonfinite
         self._tensors = tensors
-        self._saved: list[tuple[object, str, object]] = []
+        self._patches = AttributePatches()
         self._busy = False
 
     def install(self) -> None:
-        if self._saved:
+        if self._patches.installed:
             return
         for owner, name, says_finite in self._tensors.tests:
-            self._replace(owner, name, self._tensor_test(getattr(owner, name), says_finite))
+            self._patches.replace(owner, name, self._tensor_test(getattr(owner, name), says_finite))
         for owner, name in self._tensors.self_comparisons:
-            self._replace(owner, name, self._self_comparison(getattr(owner, name)))
+            self._patches.replace(owner, name, self._self_comparison(getattr(owner, name)))
         import numpy  # here, not at the top: the core loads no numerical library itself
 
         for name, says_finite in _NUMBER_TESTS:
-            self._replace(math, name, self._number_test(getattr(math, name), says_finite))
+            self._patches.replace(math, name, self._number_test(getattr(math, name), says_finite))
             ufunc = getattr(numpy, name)
             test = self._number_test(ufunc, says_finite, depth=2)  # called by _FollowedUfunc
-            self._replace(numpy, name, _FollowedUfunc(ufunc, test))
+            self._patches.replace(numpy, name, _FollowedUfunc(ufunc, test))
 
     def uninstall(self) -> None:
-        for owner, name, original in reversed(self._saved):
-            if original is _INHERITED:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        self._saved = []
-
-    def _replace(self, owner, name: str, value) -> None:
-        held = (
-            vars(owner).get(name, _INHERITED) if isinstance(owner, type) else getattr(owner, name)
-        )
-        self._saved.append((owner, name, held))
-        setattr(owner, name, value)
+        self._patches.restore()
 
     def _tensor_test(self, original, says_finite: bool):
         tensors = self._tensors

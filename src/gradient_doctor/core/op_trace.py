@@ -241,8 +241,9 @@ def where_values_grew(
     Walks upstream along the input of largest magnitude and returns the earliest op
     on that path whose output exceeded `threshold` although its inputs did not:
     for a loss that overflowed on predictions of 1e30, the recurrent layer whose
-    loop blew them up, not the loss. None when the path starts above `threshold`
-    (the data) or never crosses it.
+    loop blew them up, not the loss. None when the path starts above `threshold` (the
+    data, or a weight already that large, read by an op with no inputs) or never
+    crosses it.
     """
     producers = _producers_before(events, target)
     crossing = None
@@ -256,7 +257,7 @@ def where_values_grew(
             return crossing
         magnitude, tensor = max(inputs)
         producer = producers.get(tensor)
-        if producer is None:
+        if producer is None or not producer.inputs:  # the data, or a weight or constant read
             return None if magnitude > threshold else crossing
         if producer.index >= current.index:  # an op that wrote its own input: no further back
             return crossing
@@ -270,14 +271,14 @@ def forward_blowup(events: Sequence[OpEvent], threshold: float) -> OpEvent | Non
     the last forward value past it (the loss, or what it was computed from): walked back
     along the largest inputs as `where_values_grew` does, the last such op itself when
     its own inputs stayed within `threshold`. None when no forward value passed it, or
-    the path starts above it (the data).
+    the path starts above it (the data, or weights that large).
     """
     huge = [e for e in events if e.phase == "forward" and largest_output(e) > threshold]
     if not huge:
         return None
     last = huge[-1]
     if _largest_input(last) <= threshold:
-        return last
+        return last if last.inputs else None
     return where_values_grew(events, last, threshold)
 
 

@@ -6,9 +6,11 @@ import warnings
 
 import keras
 
+from gradient_doctor.core.attribute_patches import AttributePatches
 from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
 from gradient_doctor.core.report import Report
 from gradient_doctor.tf_adapter._tf_internals import flat_layers
+from gradient_doctor.tf_adapter.hooks.loss_inputs import LossInputs
 from gradient_doctor.tf_adapter.hooks.model_hooks import ModelHook, attach
 from gradient_doctor.tf_adapter.watcher import make_watcher
 
@@ -60,6 +62,9 @@ class Doctor(keras.callbacks.Callback):
         self.watcher = watcher or make_watcher(stop_on_problem, verbose, trial_steps, layer_stats)
         self._hook: ModelHook | None = None
         self._variables_checked = False
+        # The cross-entropies watched for a layer's raw output while `fit` traces its
+        # step (`gradient-doctor run` watches them for the whole script itself).
+        self._loss_checks = AttributePatches()
 
     def adopt(self, watcher) -> None:
         """Report to `watcher` (a whole run's) instead of this callback's own."""
@@ -74,6 +79,10 @@ class Doctor(keras.callbacks.Callback):
             return
         if self._hook is None or self._hook.model is not self.model:
             self._hook = attach(self.model, self.watcher)
+        if not self._persistent and not self._loss_checks.installed:
+            model = self.model
+            checks = LossInputs(self.watcher.session.loss_input_seen, lambda: flat_layers(model))
+            self._loss_checks.replace_all(checks.patches())
 
     def _check_something_trains(self) -> bool:
         """False, with a warning, when the built model has no trainable variables."""
@@ -103,6 +112,7 @@ class Doctor(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_train_end(self, logs=None) -> None:
+        self._loss_checks.restore()
         if self._hook is not None and not self._persistent:
             # The end of this callback's run: an unread latch, silent failures (a run of
             # its own session ends where the session does).

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType
 
 import keras
@@ -73,10 +73,18 @@ class LossInputs:
 
     Args:
         on_found: called with each `LossInput` found (once per loss and layer).
+        layers: the layers whose variables may make a loss's input: by default those
+            built under `gradient-doctor run` (`creation_sites`); the callback, which
+            sees no layer built, passes its model's.
     """
 
-    def __init__(self, on_found: Callable[[LossInput], None]) -> None:
+    def __init__(
+        self,
+        on_found: Callable[[LossInput], None],
+        layers: Callable[[], Iterable] = creation_sites.recorded_layers,
+    ) -> None:
         self._on_found = on_found
+        self._layers = layers
         self._seen: set[tuple[str, str]] = set()
         self._eager_looks: dict[str, int] = {}
 
@@ -108,7 +116,7 @@ class LossInputs:
             raw = _raw_output(output.op)
             if raw is None:
                 return
-            producer, layer = raw.type, _owning_layer(raw)
+            producer, layer = raw.type, _owning_layer(raw, self._layers())
             key = (name, layer.name if layer is not None else raw.name)
         else:
             looks = self._eager_looks.get(name, 0)
@@ -116,6 +124,9 @@ class LossInputs:
                 return
             self._eager_looks[name] = looks + 1
             array = output.numpy()
+            array = array[np.isfinite(array)]  # NaN is no verdict on the kind of score
+            if array.size == 0:
+                return
             low, high = float(np.min(array)), float(np.max(array))
             if 0.0 <= low and high <= 1.0:
                 return
@@ -160,14 +171,12 @@ def _raw_output(op):
     return None
 
 
-def _owning_layer(op):
+def _owning_layer(op, candidates: Iterable):
     """The layer whose variable is read closest upstream of `op` (its bias or kernel),
-    among the layers built under `gradient-doctor run`; None when none is found."""
+    among `candidates`; None when none is found."""
     captured = {id(internal.op): external for external, internal in op.graph.captures}
     owners = {}  # a variable's handle -> the innermost layer holding it (not a model)
-    layers = [
-        layer for layer in creation_sites.recorded_layers() if not isinstance(layer, keras.Model)
-    ]
+    layers = [layer for layer in candidates if not isinstance(layer, keras.Model)]
     for layer in sorted(layers, key=lambda layer: -len(layer.weights)):
         for weight in layer.weights:
             handle = getattr(getattr(weight, "value", None), "handle", None)

@@ -9,6 +9,7 @@ import sys
 import keras
 import tensorflow as tf
 
+from gradient_doctor.core.attribute_patches import AttributePatches
 from gradient_doctor.core.finiteness_tests import FinitenessTests, TensorTests
 from gradient_doctor.core.source_frames import is_user_file, user_frame, user_line
 from gradient_doctor.errors import TrainingStopped
@@ -37,7 +38,6 @@ from gradient_doctor.tf_adapter.trials.trial_data import FitCall
 from gradient_doctor.tf_adapter.watcher import Watcher
 
 GUARDED = "_gradient_doctor_guarded"
-_INHERITED = object()  # marks a patched attribute that the class did not define itself
 
 
 def _is_user_function(function) -> bool:
@@ -52,14 +52,10 @@ class RunPatches:
 
     def __init__(self, watcher: Watcher) -> None:
         self.watcher = watcher
-        self._saved: list[tuple[object, str, object]] = []
+        self._patches = AttributePatches()
         # The script's own finiteness tests: one that finds the loss of the eager step
         # in progress not finite ends that step there, before the script skips or stops.
         self._tests = FinitenessTests(functools.partial(_tested_loss, watcher), _FINITENESS_TESTS)
-
-    def _replace(self, owner, name: str, value) -> None:
-        self._saved.append((owner, name, owner.__dict__.get(name, _INHERITED)))
-        setattr(owner, name, value)
 
     def install(self) -> None:
         watcher = self.watcher
@@ -72,11 +68,11 @@ class RunPatches:
             *state_writes.recording_patches(),
             *LossInputs(watcher.session.loss_input_seen).patches(),
         ]:
-            self._replace(owner, name, value)
+            self._patches.replace(owner, name, value)
         # A LossScaleOptimizer overrides `apply`: it is guarded as a whole (it decides
         # which overflowing steps to skip), and its inner optimizer's update runs inside.
         for owner in (BaseOptimizer, keras.optimizers.LossScaleOptimizer):
-            self._replace(owner, "apply", _guarded_apply(watcher, owner.apply))
+            self._patches.replace(owner, "apply", _guarded_apply(watcher, owner.apply))
 
         original_call = polymorphic_function.Function.__call__
 
@@ -94,7 +90,7 @@ class RunPatches:
                 traceable=function.python_function,
             )
 
-        self._replace(polymorphic_function.Function, "__call__", call)
+        self._patches.replace(polymorphic_function.Function, "__call__", call)
 
         original_fit = keras.Model.fit
 
@@ -126,9 +122,11 @@ class RunPatches:
             finally:
                 watcher.trial_batches = None
 
-        self._replace(keras.Model, "fit", fit)
-        self._replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
-        self._replace(tf.debugging, "enable_check_numerics", check_numerics_left_to_the_doctor)
+        self._patches.replace(keras.Model, "fit", fit)
+        self._patches.replace(keras.Model, "train_on_batch", _watched_train_on_batch(watcher))
+        self._patches.replace(
+            tf.debugging, "enable_check_numerics", check_numerics_left_to_the_doctor
+        )
         self._tests.install()
         eager_trace.enable()
 
@@ -144,12 +142,7 @@ class RunPatches:
     def uninstall(self) -> None:
         eager_trace.disable()
         self._tests.uninstall()
-        for owner, name, value in reversed(self._saved):
-            if value is _INHERITED:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-        self._saved.clear()
+        self._patches.restore()
 
 
 def _watched_train_on_batch(watcher: Watcher):

@@ -75,7 +75,7 @@ def _gradient(self, target, sources, *args, **kwargs):
         with recorder.backward(target, window):
             return _original_gradient(self, target, sources, *args, **kwargs)
     grads = eager_trace.gradient(self, _original_gradient, target, sources, *args, **kwargs)
-    step_context.note_loss(target, window, grads)
+    step_context.note_loss(target, window, grads, sources)
     if grads is None or (isinstance(grads, list | tuple) and any(g is None for g in grads)):
         _note_none(self, sources, grads)
     return grads

@@ -131,7 +131,11 @@ def breaks_in_graph(graph, loss, variables, window) -> list[PathBreak]:
 def breaks_in_replay(result: ReplayResult, variables, call: StepCall | None) -> list[PathBreak]:
     """Find the breaks in the op trace of a replayed eager step."""
     missing = {id(v) for v in variables}
+    # The update they were handed to; when the user's code left them out of every update
+    # (their None gradients filtered), the last update's loss, which they did not reach.
     update = next((u for u in result.updates if any(id(v) in missing for v in u[1])), None)
+    if update is None and result.updates:
+        update = result.updates[-1]
     losses = update[2] if update is not None and update[2] else []
     loss, window = losses[-1] if losses else (None, None)
     start, end = window or (None, None)

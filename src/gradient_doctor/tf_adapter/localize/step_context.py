@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import tensorflow as tf
+
 _local = threading.local()
 
 
@@ -80,20 +82,34 @@ def step_scope(scope: StepScope) -> Iterator[StepScope]:
 _GRADIENT_CALLS_KEPT = 4
 
 
-def note_loss(target, tape_window=None, grads=None) -> None:
+def note_loss(target, tape_window=None, grads=None, sources=None) -> None:
     """Remember a `tape.gradient` target (and its tape's window) for the update that
-    follows, and, by `grads` (what the call returned), for the update they are given to."""
+    follows, and, by `grads` (what the call returned), for the update they are given to,
+    with the `sources` it returned None for."""
     scope = current_scope()
     if scope is not None:
         scope.loss, scope.tape_window = target, tape_window
     _local.loss = (target, tape_window)
-    flat = [g for g in (grads if isinstance(grads, list | tuple) else [grads]) if g is not None]
+    returned = tf.nest.flatten(grads) if grads is not None else []
+    flat = [g for g in returned if g is not None]
     if flat:
+        given = tf.nest.flatten(sources) if sources is not None else []
+        none_for = [s for s, g in zip(given, returned, strict=False) if g is None]
         calls = getattr(_local, "gradient_calls", None)
         if calls is None:
             calls = _local.gradient_calls = []
-        calls.append((flat, (target, tape_window)))
+        calls.append((flat, (target, tape_window), none_for))
         del calls[:-_GRADIENT_CALLS_KEPT]
+
+
+def given_none(grads) -> list:
+    """The sources that the `tape.gradient` call that returned `grads` (matched by
+    identity, as `take_loss` matches them) gave None; [] when there is no such call.
+    Read before `take_loss`, which forgets the call."""
+    for returned, _, none_for in getattr(_local, "gradient_calls", None) or []:
+        if any(g is r for g in grads for r in returned):
+            return none_for
+    return []
 
 
 def take_loss(grads=()) -> tuple:
@@ -105,7 +121,7 @@ def take_loss(grads=()) -> tuple:
     recent target noted.
     """
     calls = getattr(_local, "gradient_calls", None) or []
-    for index, (returned, noted) in enumerate(calls):
+    for index, (returned, noted, _) in enumerate(calls):
         if any(g is r for g in grads for r in returned):
             del calls[index]
             _local.loss = None

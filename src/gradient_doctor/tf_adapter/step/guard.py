@@ -284,12 +284,16 @@ class Guard:
         step_context.mark_applied()
         self.optimizers.add(id(optimizer))
         grads = list(grads)
+        given_none = step_context.given_none(grads)
         loss, tape_window = step_context.take_loss(grads)
         variables = updated_variables(optimizer, trainable_variables)
         missing = [v for g, v in zip(grads, variables) if g is None]
         if missing and self.on_missing is not None:
             if self.on_missing(missing, len(missing) == len(grads), loss, tape_window):
                 return None, None  # nothing to update; the step's check stops training
+        dropped = _dropped_before_the_update(given_none, variables)
+        if dropped and not missing and self.on_missing is not None:
+            self.on_missing(dropped, False, loss, tape_window)
         float_pairs = [
             (gradient_values(g), v)
             for g, v in zip(grads, variables)
@@ -632,3 +636,17 @@ def _scalar_loss(loss) -> tf.Tensor:
     ):
         return tf.constant(0.0)
     return tf.reduce_mean(tf.cast(loss, tf.float32))
+
+
+def _dropped_before_the_update(given_none, variables) -> list:
+    """The trainable variables that the step's `tape.gradient` call gave None and that
+    the user's code then left out of this update (`[(g, v) for g, v in zip(grads, vs) if g
+    is not None]`): they are as disconnected as if handed over with a None gradient."""
+    updated = {id(variable) for variable in variables}
+    return [
+        source
+        for source in given_none
+        if getattr(source, "trainable", False) is True  # a variable (a tensor has no flag)
+        and tf.as_dtype(source.dtype).is_floating
+        and id(source) not in updated
+    ]
