@@ -422,3 +422,30 @@ def test_a_tenth_of_the_rate_that_held_but_diverged_is_tried_a_decade_lower():
     ran.clear()
     kept, same = _stronger_if_failed(finding, "lower_learning_rate", falling, Trials(), run)
     assert ran == [] and kept is falling and same is finding
+
+
+def test_a_trial_from_the_failing_step_and_one_from_that_steps_number_are_compared():
+    # A focal loss's log of 0 at step 0: a clamp, tried from the failing step (start
+    # None), crawled 9.97 -> 7.95; standardised features, tried from the start of
+    # training (step 0: the same saved state), reached 0.094 on as many steps.
+    def patched(family):
+        return Fix(family, family, "code", patch=_PATCH)
+
+    finding = dataclasses.replace(
+        _finding(), step=0, fixes=(patched("safe_log"), patched("normalize_input")), not_fixes=()
+    )
+    outcomes = [
+        _outcome("safe_log", losses=(9.97, 8.1, 8.0, 7.95)),
+        _outcome("normalize_input", losses=(0.76, 0.3, 0.12, 0.094), start=0),
+    ]
+    judged = judge(finding, FAILED_BASELINE, outcomes)
+    assert [(f.family, f.verified) for f in judged.fixes] == [
+        ("normalize_input", True),
+        ("safe_log", True),  # 85 times behind: ranked after, still verified
+    ]
+    # Failing at step 3, the two start from other states: not compared.
+    later = dataclasses.replace(finding, step=3, category="exploding_gradients")
+    assert [f.family for f in judge(later, FAILED_BASELINE, outcomes).fixes] == [
+        "safe_log",
+        "normalize_input",
+    ]

@@ -411,7 +411,7 @@ def judge(
         baselines = {baselines.start: baselines}
     by_remedy = {o.remedy: o for o in outcomes}
     phase = finding.phase
-    drift = finding.category in DRIFTS
+    drift = _may_have_built_up(finding)
 
     def baseline_of(outcome: TrialOutcome | None) -> TrialOutcome:
         key = None if outcome is None else outcome.start
@@ -443,7 +443,7 @@ def judge(
             promoted.append(_judged_fix(fix, outcome, baseline, start, phase, loss_before, drift))
         else:
             not_fixes.append(_judged_not_fix(item, outcome, baseline, start, phase, loss_before))
-    fixes = _compared(fixes + tuple(promoted), by_remedy)
+    fixes = _compared(fixes + tuple(promoted), by_remedy, start)
     judged = dataclasses.replace(finding, fixes=fixes, not_fixes=tuple(not_fixes))
     return ranked(judged)
 
@@ -457,12 +457,17 @@ FAR_BEHIND = 100.0
 BEHIND_RANKED = 10.0
 
 
-def _compared(fixes: tuple[Fix, ...], by_remedy: Mapping[str, TrialOutcome]) -> tuple[Fix, ...]:
+def _compared(
+    fixes: tuple[Fix, ...], by_remedy: Mapping[str, TrialOutcome], failing_step: int | None
+) -> tuple[Fix, ...]:
     """The verified fixes' trials compared with each other: one whose loss ended far
     behind the best's is not verified, one behind ranks after the rest (the order
     within each group kept). Only trials of one loss, above zero, from the same start
     and as long as each other are compared, and none whose patch computes the loss in
-    other units (standardised targets)."""
+    other units (standardised targets). A trial from the failing step (its `start`
+    None) and one from that step's number start from the same saved state (a clamp
+    tried from step 0 where it failed, standardised features from the start of
+    training, step 0 too)."""
     ended = {}
     for fix in fixes:
         outcome = by_remedy.get(fix.family)
@@ -473,7 +478,8 @@ def _compared(fixes: tuple[Fix, ...], by_remedy: Mapping[str, TrialOutcome]) -> 
         losses = [v for v in outcome.judged_losses() if math.isfinite(v)]
         if losses and min(losses) > 0:
             window = max(1, len(losses) // 10)
-            key = (outcome.start, outcome.steps_run, outcome.repeated_from)
+            start = outcome.start if outcome.start is not None else failing_step
+            key = (start, outcome.steps_run, outcome.repeated_from)
             ended[fix.family] = (key, sum(losses[-window:]) / window, outcome.setting)
     compared = []
     for fix in fixes:
@@ -511,13 +517,19 @@ def ranked(finding: Finding) -> Finding:
     fix that works around the category's cause (`WORKS_AROUND`) after one that removes it.
     """
     order = {True: 0, None: 1, False: 2}
-    drift = finding.category in DRIFTS
+    drift = _may_have_built_up(finding)
     around = WORKS_AROUND.get(finding.category, frozenset())
 
     def rank(fix: Fix) -> tuple[int, bool, bool]:
         return order[fix.verified], drift and fix.family in SLOWS_ONLY, fix.family in around
 
     return dataclasses.replace(finding, fixes=tuple(sorted(finding.fixes, key=rank)))
+
+
+def _may_have_built_up(finding: Finding) -> bool:
+    """Whether the value that failed may have built up over training (`DRIFTS`): not at
+    the first step, which no update came before (a log of 0 from the initial weights)."""
+    return finding.category in DRIFTS and finding.step != 0
 
 
 def _helped(
