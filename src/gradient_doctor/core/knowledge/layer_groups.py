@@ -67,3 +67,16 @@ def describe_layers(groups: Sequence[LayerGroup], limit: int = 4) -> str:
     if len(groups) == 1:
         return named[0]
     return f"{count(len(groups), 'layer')}: {listing(named, limit)}"
+
+
+def variable_names(groups: Sequence[LayerGroup], separator: str = "/") -> tuple[str, ...]:
+    """The full names of the variables in `groups`, in order (`group_by_layer` undone)."""
+    return tuple(
+        name
+        for group in groups
+        for name in (
+            [f"{group.layer}{separator}{leaf}" for leaf in group.leaves]
+            if group.leaves
+            else [group.layer]
+        )
+    )

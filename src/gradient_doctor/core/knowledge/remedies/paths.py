@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gradient_doctor.core.findings import Fix, SourceLine
-from gradient_doctor.core.knowledge.layer_groups import LayerGroup
+from gradient_doctor.core.knowledge.layer_groups import LayerGroup, variable_names
 from gradient_doctor.core.knowledge.rewrites.numpy_calls import stay_in_tensorflow
 from gradient_doctor.core.knowledge.source.calls import (
     Call,
@@ -145,17 +145,18 @@ def exclude_unused_variables(groups: Sequence[LayerGroup], title: str, lead: str
         lead: str, a comment line that opens the code (what else the user can do).
 
     Returns:
-        An `exclude_unused_variables` fix that filters the variables by layer path.
+        An `exclude_unused_variables` fix that filters out exactly these variables (a
+        layer's prefix would take its other variables too, which may train).
     """
-    prefixes = [f'"{g.layer}/"' if g.leaves else f'"{g.layer}"' for g in groups]
-    listed = ", ".join(prefixes) + ("," if len(prefixes) == 1 else "")
+    listed = ", ".join(f'"{name}"' for name in variable_names(groups, "/"))
     lines = [
         f"# {lead}",
-        f"unused = ({listed})",
-        "variables = [v for v in model.trainable_variables if not v.path.startswith(unused)]",
+        f"unused = {{{listed}}}",
+        "variables = [v for v in model.trainable_variables if v.path not in unused]",
         "grads = tape.gradient(loss, variables)",
         "optimizer.apply_gradients(zip(grads, variables))",
-        "# with model.fit: set layer.trainable = False on these layers before compile()",
+        "# with model.fit: layer.trainable = False before compile() for a layer that should",
+        "# not train; a variable its layer never reads: do not create it in build()",
     ]
     return Fix("exclude_unused_variables", title, "\n".join(lines))
 

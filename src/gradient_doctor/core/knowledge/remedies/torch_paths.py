@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gradient_doctor.core.findings import Fix, SourceLine
-from gradient_doctor.core.knowledge.layer_groups import LayerGroup
+from gradient_doctor.core.knowledge.layer_groups import LayerGroup, variable_names
 from gradient_doctor.core.knowledge.rewrites.numpy_calls import TORCH_REENTRY_CALLS
 from gradient_doctor.core.knowledge.rewrites.numpy_calls import stay_in_torch as torch_rewrite
 from gradient_doctor.core.knowledge.source.calls import (
@@ -290,17 +290,16 @@ def reentry_call(back: SourceLine | None) -> str:
 def exclude_unused_parameters(groups: Sequence[LayerGroup], title: str, lead: str) -> Fix:
     """Freeze the parameters the loss does not depend on, or leave them out of the
     optimizer (the user's own optimizer: its class and settings are not rewritten here)."""
-    layers = [g.layer for g in groups]
-    listed = ", ".join(f'"{layer}."' for layer in layers) + ("," if len(layers) == 1 else "")
+    listed = ", ".join(f'"{name}"' for name in variable_names(groups, "."))
     return Fix(
         "exclude_unused_variables",
         title,
         "\n".join(
             [
                 f"# {lead}",
-                f"unused = ({listed})",
+                f"unused = {{{listed}}}",
                 "for name, parameter in model.named_parameters():",
-                "    if name.startswith(unused):",
+                "    if name in unused:",
                 "        parameter.requires_grad_(False)",
                 "# optimizer.step() skips them (their .grad stays None); to leave them out of",
                 "# it, build it from [p for p in model.parameters() if p.requires_grad]",

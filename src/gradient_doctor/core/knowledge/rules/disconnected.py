@@ -229,14 +229,14 @@ def _never_read(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     source = path_break.node.source if path_break.node is not None else None
     built = f" (on your line {quoted_line(source)})" if source is not None else ""
     return Account(
-        story=f"The step never reads these variables: their layer is built{built} but not "
-        "called in the forward pass.",
+        story=f"The step never reads these variables: the forward pass does not use them "
+        f"(their layer is built{built} but not called, or its `call` does not read them).",
         reason="the step never reads these variables",
         fixes=(
             _exclude(path_break)(
                 groups,
-                "Call the layer in the forward pass, or stop training it",
-                "call the layer in the forward pass if it should train, or remove it; otherwise:",
+                "Use these variables in the forward pass, or stop training them",
+                "call their layer (or read them in its `call`) if they should train; otherwise:",
             ),
         ),
     )
