@@ -39,6 +39,9 @@ def test_a_float16_mask_of_minus_1e9_is_named_with_the_float16_limit(make_eviden
 def test_without_a_literal_on_the_line_the_constant_is_still_blamed(make_evidence, families):
     diagnosis = diagnose(_mask_evidence(make_evidence, code="scores = scores + penalty"))
     assert "a constant, or a tensor computed before the step" in diagnosis.explanation
+    # No overflow of the step's: a value made before it, as class weights of 1/0 are.
+    assert diagnosis.category == "bad_input"
+    assert "Make that value finite where it was computed" in diagnosis.explanation
     assert families(diagnosis) == ["float32_island"]
 
 

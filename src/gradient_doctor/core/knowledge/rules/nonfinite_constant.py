@@ -1,4 +1,5 @@
-"""An op that read a non-finite value no op of the step made: a constant its dtype cannot hold.
+"""An op that read a non-finite value no op of the step made: a constant its dtype cannot
+hold (an overflow), or a value computed before the step that already held it (bad input).
 
 The classic case is an attention mask written `scores + (1 - mask) * -1e9` under
 mixed precision: -1e9 does not fit float16 (largest 65504), so the constant is
@@ -58,6 +59,12 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         f"{kind} before any op of the step made it: {cause}. {origin.reported_op} then wrote "
         f"{nonfinite_counts(origin)}."
     )
+    if literal is None:  # data the step was given, made before it: make it finite there
+        explanation += (
+            " Make that value finite where it was computed: an inf there usually comes from "
+            "a division by zero (a count or a norm of 0, which NumPy only warns about), a NaN "
+            "from 0/0 or the log of a negative number."
+        )
     fixes: list[Fix | None] = [_safe_constant(code, literal, dtype, limit)]
     if dtype in HALF_PRECISION:
         fixes.append(
@@ -66,7 +73,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             )
         )
     return Diagnosis(
-        category="forward_overflow",
+        # A number its dtype cannot hold overflowed as it was converted; any other value
+        # was non-finite before the step: bad input, as a broken weight is.
+        category="forward_overflow" if literal is not None else "bad_input",
         explanation=explanation,
         not_fixes=tuple(
             replace(item, why=_NO_WEIGHTS, structural=True)
