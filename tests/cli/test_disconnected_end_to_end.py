@@ -139,3 +139,21 @@ def test_none_gradients_the_loop_filters_out_are_still_found_at_the_argmax(docto
     assert disconnected["break"]["op"] == "ArgMax"
     assert disconnected["break"]["line"] == line_of(script, "route = tf.argmax(router(batch)")
     assert run.report["steps_watched"] == 8  # the rest trains on, as the script wants
+
+
+def test_a_discriminator_frozen_before_its_own_first_step_is_named_with_the_line_that_trains_it(
+    doctor_run,
+):
+    script = "tests/scripts/frozen_discriminator_train_on_batch.py"
+    run = doctor_run(script)
+    assert "discriminator weights moved: 0.0" in run.stdout  # Keras 3 trained nothing
+    problem, disconnected = _disconnected(run)
+    assert len(disconnected["variables"]) == 4
+    assert all(name.startswith("critic/") for name in disconnected["variables"])
+    line = line_of(script, "discriminator.train_on_batch(batch, labels)")
+    assert f"Model `critic` is trained by your line {script}:{line}" in problem["explanation"]
+    assert "none of its 4 weights is trainable" in problem["explanation"]
+    (fix,) = problem["fixes"]
+    assert fix["family"] == "unfreeze_model"
+    assert fix["code"].startswith("discriminator.trainable = True")
+    assert run.report["steps_watched"] == 12  # the combined model trains on

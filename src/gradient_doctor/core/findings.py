@@ -71,6 +71,9 @@ FIX_FAMILIES = (
     "exclude_unused_variables",
     # Added: build the optimizer from the model the loss uses (it held another model's).
     "rebuild_optimizer",
+    # Added: a Keras model frozen (`trainable = False`, for a combined GAN model) before
+    # its own train step was built, which then trains nothing: unfreeze it around it.
+    "unfreeze_model",
     # Added for remedies users try that a diagnosis must be able to rule out.
     "larger_batch",
     "regularization",

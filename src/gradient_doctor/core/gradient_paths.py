@@ -20,6 +20,9 @@ NOT_WATCHED = "not_watched"  # the tape watched only what it was given, and not 
 # The loss's gradients went to other parameters, which no optimizer updates: the optimizer
 # was built from another model object (one made again after it).
 OTHER_PARAMETERS = "other_parameters"
+# A model trained on its own (`fit`, `train_on_batch`) while none of its weights was
+# trainable: no path to break, its step has nothing to update.
+FROZEN = "frozen"
 BREAK_KINDS = (
     NON_DIFFERENTIABLE,
     OUTSIDE_TAPE,
@@ -30,6 +33,7 @@ BREAK_KINDS = (
     UNLOCATED,
     NOT_WATCHED,
     OTHER_PARAMETERS,
+    FROZEN,
 )
 
 
@@ -88,6 +92,8 @@ class PathBreak:
         trained_instead: for `other_parameters`, the parameters that got the gradients
             (of the model the step ran), which no optimizer updates.
         optimizer_line: for `other_parameters`, the user's line that built the optimizer.
+        model: for `frozen`, the name of the model whose own training trains nothing.
+        trained_at: for `frozen`, the user's line that trained it (`d.train_on_batch(...)`).
     """
 
     kind: str
@@ -99,6 +105,8 @@ class PathBreak:
     why: str | None = None
     trained_instead: tuple[str, ...] = ()
     optimizer_line: SourceLine | None = None
+    model: str | None = None
+    trained_at: SourceLine | None = None
 
 
 def cancelled_biases(

@@ -20,7 +20,7 @@ from gradient_doctor.core import source_frames
 from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import FixSites
-from gradient_doctor.core.gradient_paths import cancelled_biases
+from gradient_doctor.core.gradient_paths import FROZEN, PathBreak, cancelled_biases
 from gradient_doctor.core.pipeline import (
     DEFAULT_TRIAL_STEPS,
     Adapter,
@@ -181,8 +181,9 @@ class Watcher(Adapter):
         self.snapshots = SnapshotRing()
         self.on_problem = on_problem
         self._patches = None  # the `gradient-doctor run` patches, while installed
-        # The Keras models trained so far (`model_seen`).
+        # The Keras models trained so far (`model_seen`), and those found frozen.
         self._models_seen: weakref.WeakSet = weakref.WeakSet()
+        self._frozen_seen: weakref.WeakSet = weakref.WeakSet()
 
     # The hooks' entry points.
 
@@ -251,6 +252,25 @@ class Watcher(Adapter):
         self._models_seen.add(model)
         if self.session.trains_another_model(id(v) for v in model.trainable_variables):
             self.session.new_training()
+
+    def model_trains_nothing(self, model, trained_at=None) -> bool:
+        """Whether a Keras model about to be trained on its own (`fit`, `train_on_batch`)
+        has weights but none trainable; the first time, a problem: its own step moves
+        nothing (a GAN's discriminator frozen for the combined model before its own step
+        was built). Training goes on: the script's other models may train.
+
+        Args:
+            model: the Keras model.
+            trained_at: the user's line that trains it, when known.
+        """
+        if model.trainable_weights or not model.weights:
+            return False
+        if model not in self._frozen_seen:
+            self._frozen_seen.add(model)
+            names = tuple(variable_name(weight) for weight in model.weights)
+            frozen = PathBreak(FROZEN, None, names, model=model.name, trained_at=trained_at)
+            self.session.record_path_breaks([frozen], all_missing=False)
+        return True
 
     def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:
         """Diagnose an update asked for with `None` gradients (once per group of variables).

@@ -332,7 +332,10 @@ def test_layer_never_called(make_break_evidence, families):
     assert "v.path not in unused" in diagnosis.fixes[0].code
 
 
-@pytest.mark.parametrize("kind", [kind for kind in BREAK_KINDS if kind != NOT_WATCHED])
+# A frozen model has no path and no tape to trick (its own test below).
+@pytest.mark.parametrize(
+    "kind", [kind for kind in BREAK_KINDS if kind not in (NOT_WATCHED, "frozen")]
+)
 def test_every_kind_rules_out_the_tape_tricks(make_break_evidence, not_fixes, kind):
     diagnosis = diagnose(make_break_evidence(kind=kind))
     assert diagnosis.category == "disconnected_gradients"
@@ -401,3 +404,29 @@ def test_an_unlocated_break_still_names_the_parameters_that_never_train():
     assert 'unused = {"head.weight", "head.bias", "encoder.0.weight"}' in code
     assert "if name in unused:" in code  # encoder.0.bias, which trains, is left alone
     assert "optimizer.step() skips them" in code and "Adam" not in code  # not the user's
+
+
+def test_a_model_frozen_before_its_own_step_names_the_line_and_unfreezes_it_around_it():
+    from gradient_doctor.core.findings import SourceLine
+    from gradient_doctor.core.gradient_paths import FROZEN
+
+    trained = SourceLine("gan.py", 31, "    d_loss = d.train_on_batch(batch, labels)")
+    cut = PathBreak(
+        FROZEN, None, ("disc/dense/kernel", "disc/dense/bias"), model="disc", trained_at=trained
+    )
+    diagnosis = diagnose(
+        Evidence(step=0, phase=None, origin=None, path_break=cut, all_disconnected=False)
+    )
+    assert diagnosis.category == "disconnected_gradients"
+    assert diagnosis.explanation.startswith(
+        "Model `disc` is trained by your line gan.py:31 `d_loss = d.train_on_batch(batch, "
+        "labels)`, but none of its 2 weights is trainable"
+    )
+    assert diagnosis.not_fixes == ()  # no tape, no path: none of the tape tricks applies
+    (fix,) = diagnosis.fixes
+    assert fix.family == "unfreeze_model"
+    assert fix.code.splitlines() == [
+        "d.trainable = True  # before its own train_on_batch / fit",
+        "d_loss = d.train_on_batch(batch, labels)",
+        "d.trainable = False  # before the combined model's train_on_batch",
+    ]

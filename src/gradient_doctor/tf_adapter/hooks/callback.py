@@ -9,6 +9,7 @@ import keras
 from gradient_doctor.core.attribute_patches import AttributePatches
 from gradient_doctor.core.pipeline import DEFAULT_TRIAL_STEPS
 from gradient_doctor.core.report import Report
+from gradient_doctor.core.source_frames import user_line
 from gradient_doctor.tf_adapter._tf_internals import flat_layers
 from gradient_doctor.tf_adapter.hooks.loss_inputs import LossInputs
 from gradient_doctor.tf_adapter.hooks.model_hooks import ModelHook, attach
@@ -89,6 +90,8 @@ class Doctor(keras.callbacks.Callback):
         self._variables_checked = True
         if self.model.trainable_weights:
             return True
+        if self.watcher.model_trains_nothing(self.model, user_line()):
+            return False  # the weights are there, all frozen: a problem, reported
         warnings.warn(
             "gradient-doctor: the model has no trainable variables, so there are no "
             "gradients to watch. Check `layer.trainable` and that the model was built.",

@@ -159,6 +159,7 @@ def _watched_train_on_batch(watcher: Watcher):
         if not getattr(model, "compiled", False):  # Keras's own error says what to do
             return original(model, *args, **kwargs)
         hook = attach(model, watcher)
+        watcher.model_trains_nothing(model, user_line())  # a problem, the first time
         logs = original(model, *args, **kwargs)
         finding = hook.after_steps()
         if finding is not None and watcher.stop_on_problem:

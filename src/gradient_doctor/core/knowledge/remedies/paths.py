@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from gradient_doctor.core.findings import Fix, SourceLine
@@ -172,4 +173,29 @@ def _custom_gradient_code(body: str, args: str, name: str) -> str:
             "        return upstream  # its derivative times upstream; identity = straight-through",
             "    return y, grad",
         ]
+    )
+
+
+# `name.train_on_batch(` or `name.fit(` on the user's line: the model trained there.
+_TRAINED_MODEL = re.compile(r"([A-Za-z_][\w.]*)\.(train_on_batch|fit)\(")
+
+
+def unfreeze_model(trained_at: SourceLine | None) -> Fix:
+    """Make a frozen Keras model trainable around its own training (`trainable` read when
+    its step is built and, in Keras 3, each time it changes), frozen again for the
+    combined model's: the line that trains it, with the two settings around it."""
+    code = trained_at.code.strip() if trained_at is not None and trained_at.code else ""
+    found = _TRAINED_MODEL.search(code)
+    model = found.group(1) if found else "discriminator"
+    call = code if found else f"{model}.train_on_batch(x, y)"
+    return Fix(
+        "unfreeze_model",
+        f"Make `{model}` trainable for its own training step, frozen for the combined model's",
+        "\n".join(
+            [
+                f"{model}.trainable = True  # before its own train_on_batch / fit",
+                call,
+                f"{model}.trainable = False  # before the combined model's train_on_batch",
+            ]
+        ),
     )

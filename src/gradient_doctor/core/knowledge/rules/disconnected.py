@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import Edit, Fix, SourceLine
 from gradient_doctor.core.gradient_paths import (
+    FROZEN,
     LEFT_FRAMEWORK,
     NEVER_READ,
     NON_DIFFERENTIABLE,
@@ -83,6 +84,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     torch = _in_torch(path_break)
     groups = group_by_layer(path_break.variables, "." if torch else "/")
     account = _ACCOUNTS[path_break.kind](path_break, groups)
+    if path_break.kind == FROZEN:  # no path, no tape: nothing of the tape tricks applies
+        return Diagnosis("disconnected_gradients", account.story, (), account.fixes)
     if path_break.kind == ZERO_GRADIENT:
         framework_says = _TORCH_ZERO_SILENT if torch else _ZERO_SILENT
     elif torch:
@@ -242,6 +245,25 @@ def _never_read(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     )
 
 
+def _frozen(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
+    model = f"`{path_break.model}`" if path_break.model else "The model"
+    trained = path_break.trained_at
+    where = f" by your line {quoted_line(trained)}" if trained is not None else ""
+    count_weights = count(len(path_break.variables), "weight")
+    return Account(
+        story=(
+            f"Model {model} is trained{where}, but none of its {count_weights} is trainable "
+            f"({describe_layers(groups)}), so its own training moves nothing. Keras 3 reads "
+            "`trainable` when a model's train step is built, at its first `fit` or "
+            "`train_on_batch`, not at `compile()`: a model frozen before then (a GAN's "
+            "discriminator frozen for the combined model) stays frozen in its own step. "
+            'Keras only warns ("The model does not have any trainable weights").'
+        ),
+        reason="the model's weights are all frozen",
+        fixes=(path_remedies.unfreeze_model(trained),),
+    )
+
+
 def _not_watched(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
     call = path_break.gradient_call
     asked = f" (your line {quoted_line(call)})" if call is not None else ""
@@ -366,6 +388,7 @@ _ACCOUNTS: dict[str, Callable[[PathBreak, Sequence[LayerGroup]], Account]] = {
     LEFT_FRAMEWORK: _left_framework,
     NOT_USED: _not_used,
     NEVER_READ: _never_read,
+    FROZEN: _frozen,
     ZERO_GRADIENT: _zero_gradient,
     UNLOCATED: _unlocated,
     NOT_WATCHED: _not_watched,
