@@ -187,7 +187,7 @@ def test_healthy_line_is_green(healthy_report):
 def test_script_error_is_shown():
     text = rendered(Report(script="train.py", steps_watched=4, script_error="KeyError: 'label'"))
 
-    assert "the script raised: KeyError: 'label'" in text
+    assert "the script raised KeyError: 'label' (traceback above)" in text
     # A crash is no numerical problem: the header does not count "0 problems".
     assert text.splitlines()[0] == (
         "gradient-doctor problem: train.py, 4 steps watched, the script raised an error, "
@@ -351,3 +351,20 @@ def test_a_finding_printed_during_the_run_says_reruns_may_still_overturn_it(exp_
     assert confirmation_pending("never", trial_steps=200) is None
     assert confirmation_pending("auto", trial_steps=0) is None
     assert "(when the run took at most 120 s)" in confirmation_pending("auto", trial_steps=200)
+
+
+def test_a_graph_error_is_summed_up_by_what_it_says_not_where():
+    # TensorFlow's message: a first line saying nothing, the failing node's stack (the
+    # traceback above shows it all), then what went wrong, then the node again.
+    error = (
+        "InvalidArgumentError: Graph execution error:\n\nDetected at node loss/Sparse "
+        'defined at (most recent call last):\n  File "train.py", line 14, in <module>\n\n'
+        "Received a label value of 10 which is outside the valid range of [0, 10).  Label "
+        "values: 6 10 7\n\t [[{{node loss/Sparse}}]] [Op:__inference_step_2018]"
+    )
+    text = rendered(Report(script="train.py", steps_watched=0, script_error=error))
+    assert (
+        "the script raised InvalidArgumentError: Received a label value of 10 which is "
+        "outside the valid range of [0, 10)."
+    ) in " ".join(text.split())
+    assert "Detected at node" not in text and "File " not in text

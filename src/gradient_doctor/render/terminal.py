@@ -20,6 +20,7 @@ from gradient_doctor.render.text import (
     NOT_FIXES_HEADING,
     WARNINGS_HEADING,
     diagnosis_lines,
+    error_headline,
     finding_title,
     fix_heading_lines,
     header_line,
@@ -72,7 +73,9 @@ def render_report(
         )
     )
     if report.script_error is not None:
-        console.print(Text(f"the script raised: {report.script_error}", style="red"))
+        # Its traceback is printed above in full; the JSON report keeps the whole message.
+        headline = error_headline(report.script_error)
+        console.print(Text(f"the script raised {headline} (traceback above)", style="red"))
     for number, finding in enumerate(report.problems, start=1):
         changed = number <= len(shown) and _verdicts(shown[number - 1]) != _verdicts(finding)
         if changed:

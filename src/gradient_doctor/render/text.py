@@ -466,3 +466,27 @@ def warning_lines(finding: Finding) -> list[str]:
 def headroom_text(headroom: Headroom) -> str:
     """Return "value 61.3 of limit 88.72"."""
     return f"value {format_number(headroom.value)} of limit {format_number(headroom.limit)}"
+
+
+# Lines of a framework's error message that say where, not what (TensorFlow's graph
+# errors list the op's stack and node after a first line that says only "Graph
+# execution error:").
+_WHERE_LINES = ("File ", "[[", "Detected at node")
+_HEADLINE_CHARACTERS = 300
+
+
+def error_headline(error: str) -> str:
+    """The line of a script's error that says what went wrong, for a summary printed
+    under its full traceback: "InvalidArgumentError: Received a label value of 10 which is
+    outside the valid range of [0, 10)...", not TensorFlow's stack of the failing node.
+    The exception's type (the text before the first ": ") is kept in front."""
+    kind, _, message = error.partition(": ")
+    if not message:
+        kind, message = "", error
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    telling = [line for line in lines if not line.startswith(_WHERE_LINES)]
+    said = [line for line in telling if not line.endswith(":")] or telling or [error.strip()]
+    headline = said[0]
+    if len(headline) > _HEADLINE_CHARACTERS:
+        headline = headline[: _HEADLINE_CHARACTERS - 3].rstrip() + "..."
+    return f"{kind}: {headline}" if kind else headline
