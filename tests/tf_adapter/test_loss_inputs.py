@@ -176,3 +176,47 @@ def test_the_keras_callback_finds_it_too_and_puts_the_losses_back():
     activation = next(fix for fix in problem.fixes if fix.family == "activation_change")
     assert f"Give layer `{model.layers[-1].name}` the softmax activation" in activation.title
     assert {name: getattr(keras_nn, name) for name in originals} == originals
+
+
+@pytest.mark.parametrize("traced", [True, False], ids=["tf_function", "eager"])
+def test_tf_nn_logit_losses_handed_a_sigmoid_layers_output_are_found(traced):
+    x, _ = _data()
+    labels = (x[:, :1] > 0).astype("float32")
+    with _watched() as found:
+        model = keras.Sequential(
+            [keras.Input((5,)), keras.layers.Dense(1, activation="sigmoid")]  # squashed
+        )
+
+        def loss_of(xb, yb):
+            return tf.nn.sigmoid_cross_entropy_with_logits(labels=yb, logits=model(xb))  # loss
+
+        (tf.function(loss_of) if traced else loss_of)(x, labels)
+    (fed,) = found
+    assert (fed.loss, fed.expects, fed.activation) == (
+        "sigmoid_cross_entropy_with_logits",
+        "logits",
+        "sigmoid",
+    )
+    assert fed.loss_site.line == _line("loss")
+    if traced:  # the layer whose activation it was, through the graph
+        assert fed.layer == model.layers[-1].name
+        assert fed.layer_site.line == _line("squashed")
+
+
+def test_tf_nn_logit_losses_handed_logits_or_keras_losses_are_left_alone():
+    x, y = _data()
+    with _watched() as found:
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+
+        @tf.function
+        def loss_of(xb, yb):
+            logits = model(xb)
+            raw = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yb, logits=logits)
+            # Keras's own loss takes a softmax's logits back before calling tf.nn's.
+            taken_back = keras.losses.categorical_crossentropy(
+                tf.one_hot(yb, 3), tf.nn.softmax(logits)
+            )
+            return tf.reduce_mean(raw) + tf.reduce_mean(taken_back)
+
+        loss_of(x, y)
+    assert found == []

@@ -247,3 +247,33 @@ def test_a_sigmoid_handed_to_cross_entropy_is_named_as_the_sigmoid(tmp_path):
     assert "applies its own softmax" in finding.explanation
     assert "handed the output of a sigmoid at train.py:5" in finding.explanation
     assert _added(finding.fixes[0].patch) == ["    return self.head(h)"]
+
+
+def test_a_sigmoid_layer_handed_to_tf_nn_sigmoid_cross_entropy_gets_no_activation(tmp_path):
+    model = 'model = keras.Sequential([layers.Dense(8), layers.Dense(1, activation="sigmoid")])'
+    loss = "loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=model(x))"
+    script = f"import keras\nimport tensorflow as tf\nfrom keras import layers\n\n{model}\n{loss}\n"
+    layer_site = _site(model, 5, "layers.Dense(1")
+    fed = LossInput(
+        loss="sigmoid_cross_entropy_with_logits",
+        expects="logits",
+        activation="sigmoid",
+        producer="sigmoid",
+        layer="dense_1",
+        layer_class="Dense",
+        layer_site=layer_site,
+        loss_site=_site(loss, 6),
+        loss_argument=("call", "sigmoid_cross_entropy_with_logits"),
+        made_at=layer_site,
+    )
+    finding = _placed(tmp_path, fed, script)
+    assert finding.category == "probabilities_as_logits"
+    assert "applies its own sigmoid" in finding.explanation
+    assert "the output of a sigmoid at train.py:5" in finding.explanation
+    (fix,) = finding.fixes
+    assert fix.family == "activation_change"
+    assert "build layer `dense_1` with no activation" in fix.title
+    assert "torch" not in fix.title + fix.code
+    assert _added(fix.patch) == [
+        "model = keras.Sequential([layers.Dense(8), layers.Dense(1, activation=None)])"
+    ]

@@ -44,6 +44,12 @@ LOSSES = {
     "sparse_categorical_crossentropy": "softmax",
     "binary_crossentropy": "sigmoid",
 }
+# TensorFlow's losses that apply their own squash to logits -> that squash's op.
+LOGIT_LOSSES = {
+    "sigmoid_cross_entropy_with_logits": "Sigmoid",
+    "softmax_cross_entropy_with_logits": "Softmax",
+    "sparse_softmax_cross_entropy_with_logits": "Softmax",
+}
 # Ops that pass a value on unchanged but for its shape or dtype.
 _PASS_THROUGH = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "ExpandDims"})
 # Ops whose output is a layer's raw output: a weighted sum of its inputs.
@@ -93,7 +99,62 @@ class LossInputs:
         classes' constructor (which notes the user's line that built a loss); the
         caller installs them and puts the originals back."""
         found = [(keras_nn, name, self._watched(name, getattr(keras_nn, name))) for name in LOSSES]
+        found += [
+            (tf.nn, name, self._watched_logits(name, getattr(tf.nn, name))) for name in LOGIT_LOSSES
+        ]
         return [*found, (keras.losses.Loss, "__init__", _recording_init(keras.losses.Loss))]
+
+    def _watched_logits(self, name: str, original):
+        """`tf.nn`'s loss `name`, which applies its own squash, looking at its logits."""
+
+        @functools.wraps(original)
+        def with_logits(*args, **kwargs):
+            logits = kwargs.get("logits", args[1] if len(args) > 1 else None)
+            try:
+                self._look_at_logits(name, logits, sys._getframe(1))
+            except Exception:  # the doctor's look must never break the user's loss
+                pass
+            return original(*args, **kwargs)
+
+        return with_logits
+
+    def _look_at_logits(self, name: str, logits, caller: FrameType) -> None:
+        """Report `logits` that a sigmoid or softmax made (the op that made them, traced;
+        eagerly, a Keras activation's output, which keeps its logits): squashed twice."""
+        squash = LOGIT_LOSSES[name]
+        if isinstance(logits, tf.Variable) or not isinstance(logits, tf.Tensor):
+            return
+        layer = None
+        if hasattr(logits, "op") and not tf.executing_eagerly():
+            made = _through(logits.op)
+            if made.type != squash:
+                return
+            raw = _raw_output(made.inputs[0].op) if made.inputs else None
+            layer = _owning_layer(raw, self._layers()) if raw is not None else None
+            key = (name, layer.name if layer is not None else made.name)
+        elif hasattr(logits, "_keras_logits"):  # a Keras sigmoid or softmax activation's
+            key = (name, "eager")
+        else:
+            return
+        if key in self._seen:
+            return
+        line = next((line for frame in _frames(caller) if (line := _user_line(frame))), None)
+        self._seen.add(key)
+        activation = squash.lower()
+        self._on_found(
+            LossInput(
+                loss=name,
+                expects="logits",
+                activation=activation,
+                producer=activation,
+                layer=getattr(layer, "name", None),
+                layer_class=type(layer).__name__ if layer is not None else None,
+                layer_site=creation_sites.creation_line(layer) if layer is not None else None,
+                loss_site=line,
+                loss_argument=("call", name) if line is not None else None,
+                made_at=creation_sites.creation_line(layer) if layer is not None else None,
+            )
+        )
 
     def _watched(self, name: str, original):
         @functools.wraps(original)
@@ -227,6 +288,13 @@ def _loss_site(
             return site, None
         frame = frame.f_back
     return None, None
+
+
+def _frames(frame: FrameType | None):
+    """`frame` and its callers, innermost first."""
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
 
 
 def _spelled(loss: str) -> str:

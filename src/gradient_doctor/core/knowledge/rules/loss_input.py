@@ -43,6 +43,14 @@ SQUASHED_TWICE = "probabilities_as_logits"
 # PyTorch's losses that apply their own softmax or sigmoid, and the call that computes
 # the loss from log-probabilities; the loss for raw scores in place of `nll_loss`.
 _TORCH_LOGIT_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy_with_logits"})
+# TensorFlow's (`tf.nn`): the same mistake, a Keras layer's activation the usual squash.
+_TF_LOGIT_LOSSES = frozenset(
+    {
+        "sigmoid_cross_entropy_with_logits",
+        "softmax_cross_entropy_with_logits",
+        "sparse_softmax_cross_entropy_with_logits",
+    }
+)
 _TORCH_LOG_PROBABILITY_LOSS = "nll_loss"
 _FOR_RAW_SCORES = {"nll_loss": "cross_entropy", "NLLLoss": "CrossEntropyLoss"}
 # The calls whose output a loss that reads logits must not be handed, by activation.
@@ -80,6 +88,10 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if fed.loss in _TORCH_LOGIT_LOSSES:
         return Diagnosis(
             SQUASHED_TWICE, _squashed_twice(fed), _not_fixes("logits"), (_unsquashed_fix(fed),)
+        )
+    if fed.loss in _TF_LOGIT_LOSSES:
+        return Diagnosis(
+            SQUASHED_TWICE, _squashed_twice(fed), _not_fixes("logits"), (_linear_layer_fix(fed),)
         )
     if fed.loss == _TORCH_LOG_PROBABILITY_LOSS:
         return Diagnosis(
@@ -215,6 +227,29 @@ def _unsquashed_fix(fed: LossInput) -> Fix:
         return Fix("from_logits", title, code)
     shown = edit.new_lines[0] if edit.new_lines else f"# delete: {edit.old_lines[0]}"
     return Fix("from_logits", title, shown, edits=(edit,))
+
+
+def _linear_layer_fix(fed: LossInput) -> Fix:
+    """TensorFlow's: the layer whose activation made the values built with none (its
+    logits then reach the loss), where the layer is known."""
+    title = (
+        f"Hand `tf.nn.{fed.loss}` the logits: build the layer with no activation (the loss "
+        f"applies its own {fed.activation}), and apply tf.nn.{fed.activation} only where you "
+        "read probabilities"
+    )
+    if fed.layer is None or fed.layer_class is None:
+        return Fix("from_logits", title, f"logits  # in place of tf.nn.{fed.activation}(logits)")
+    title = title.replace("the layer", f"layer `{fed.layer}`", 1)
+    code = f"{fed.layer_class}(..., activation=None)"
+    edits = ()
+    if fed.layer_site is not None:
+        code += f"  # the layer built at {fed.layer_site.file}:{fed.layer_site.line}"
+        edits = (
+            KeywordEdit(
+                fed.layer_site, "activation", (fed.activation,), "None", callee=fed.layer_class
+            ),
+        )
+    return Fix("activation_change", title, code, keyword_edits=edits)
 
 
 def _without_squash(site: SourceLine, activation: str) -> Edit | None:
