@@ -368,3 +368,14 @@ def test_a_graph_error_is_summed_up_by_what_it_says_not_where():
         "outside the valid range of [0, 10)."
     ) in " ".join(text.split())
     assert "Detected at node" not in text and "File " not in text
+
+
+def test_many_variables_without_a_gradient_are_counted_by_their_layers_in_either_framework():
+    from gradient_doctor.core.findings import Disconnected
+    from gradient_doctor.render.text import disconnected_lines
+
+    torch_names = tuple(f"blocks.{i}.{leaf}" for i in range(6) for leaf in ("weight", "bias"))
+    keras_names = tuple(f"model/dense_{i}/{leaf}" for i in range(6) for leaf in ("kernel", "bias"))
+    for names in (torch_names, keras_names):
+        (line,) = disconnected_lines(Disconnected(names, False, None))
+        assert line.startswith("no gradient reaches 12 trained variables in 6 layers"), line

@@ -377,7 +377,12 @@ def disconnected_lines(disconnected: Disconnected) -> list[str]:
     if len(variables) <= NAMES_LISTED:
         lines = [f"no gradient reaches {amount} {noun}: {listing(variables)}"]
     else:
-        layers = {layer_of_name(name) for name in variables}
+        # Keras names a variable `layer/kernel`, PyTorch `layer.weight`.
+        separator = "/" if any("/" in name for name in variables) else "."
+        layers = {
+            layer_of_name(name) if separator == "/" else name.rpartition(".")[0] or name
+            for name in variables
+        }
         lines = [
             f"no gradient reaches {amount} {noun} in {count(len(layers), 'layer')} "
             "(the names are in the JSON report)"
