@@ -71,6 +71,10 @@ FIX_FAMILIES = (
     "exclude_unused_variables",
     # Added: build the optimizer from the model the loss uses (it held another model's).
     "rebuild_optimizer",
+    # Added: a std or variance over one value per result (a batch of one example):
+    # the last, smaller batch dropped, or the spread taken with correction=0.
+    "drop_last_batch",
+    "biased_spread",
     # Added: a Keras model frozen (`trainable = False`, for a combined GAN model) before
     # its own train step was built, which then trains nothing: unfreeze it around it.
     "unfreeze_model",

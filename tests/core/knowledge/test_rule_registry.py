@@ -67,4 +67,8 @@ def test_every_forward_origin_rules_out_the_gradient_remedies(make_evidence, mak
         for op in sorted(family.forward_ops):
             diagnosis = diagnose(make_evidence(op=op, outputs=(make_stats(inf=2, nan=1),)))
             remedies = [item.remedy for item in diagnosis.not_fixes]
-            assert remedies == ["gradient_clipping", "lower_learning_rate", "larger_batch"], op
+            # A spread over one value per result: the batch's size is the cause.
+            expected = ["gradient_clipping", "lower_learning_rate"]
+            if family.name != "sample_spread":
+                expected.append("larger_batch")
+            assert remedies == expected, op

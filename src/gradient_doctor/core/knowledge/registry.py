@@ -35,6 +35,7 @@ from gradient_doctor.core.knowledge.rules import (
     normalization,
     optimizer_overflow,
     overflow_generic,
+    sample_spread,
     sqrt_domain,
     stuck_units,
     weight_norm,
@@ -79,6 +80,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("masked_softmax", masked_softmax.diagnose, forward_ops=masked_softmax.OPS),
     Family("normalization", normalization.diagnose, forward_ops=normalization.OPS),
     Family("weight_norm", weight_norm.diagnose, forward_ops=weight_norm.OPS),
+    Family("sample_spread", sample_spread.diagnose, forward_ops=sample_spread.OPS),
     Family(
         "backward_singularity",
         backward_singularity.diagnose,
