@@ -67,7 +67,9 @@ class OptimizerSites:
     """Notes, while installed, the lines that construct and step each torch optimizer
     and construct its learning-rate schedulers."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_built=None) -> None:
+        """`on_built(optimizer)`, when given, is called after each user's optimizer is built."""
+        self._on_built = on_built
         self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # scheduler -> (a weak reference to its optimizer, where it was built)
@@ -104,6 +106,10 @@ class OptimizerSites:
             note(instance, args, kwargs, sys._getframe(1))
 
         cls.__init__ = noting_init
+
+    def built(self) -> list[torch.optim.Optimizer]:
+        """The optimizers the user's code built so far (alive), in no set order."""
+        return list(self._built.keys())
 
     def construction(self, optimizer: torch.optim.Optimizer) -> Construction | None:
         """How `optimizer` was built, or None when it was built before the install."""
@@ -155,6 +161,8 @@ class OptimizerSites:
             if optimizer not in self._built:
                 params = args[0] if args else kwargs.get("params")
                 self._note_built(optimizer, params, frame)
+                if self._on_built is not None and optimizer in self._built:
+                    self._on_built(optimizer)
         except Exception:  # noqa: BLE001 - never let the doctor's notes break the user's code
             pass
 

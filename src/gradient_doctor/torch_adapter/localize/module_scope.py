@@ -60,8 +60,9 @@ def parameter_names(
     """Parameter id -> qualified name ("head.linear.weight"), over the models (each path
     under its root's `module_names` name when there are several), then the optimizers'
     parameters no model holds: by the script's own name for a module that holds them
-    ("actor.log_std": a parameter of a module the script never calls, only its parts),
-    else by place ("optimizer0.param3")."""
+    ("actor.log_std": a parameter of a module the script never calls, only its parts)
+    or for the tensor itself (`logits_p = torch.zeros(K, requires_grad=True)`), else
+    by place ("optimizer0.param3")."""
     names = module_names(models)
     models = list(dict.fromkeys(_compiled_module(model) or model for model in models))
     found: dict[int, str] = {}
@@ -81,6 +82,9 @@ def parameter_names(
             for path, parameter in module.named_parameters():
                 if id(parameter) in unowned:
                     found.setdefault(id(parameter), f"{name}.{path}")
+        for name, tensor in _script_tensors():  # `w = torch.zeros(..., requires_grad=True)`
+            if id(tensor) in unowned:
+                found.setdefault(id(tensor), name)
     for index, optimizer in enumerate(optimizers):
         for group in optimizer.param_groups:
             for number, parameter in enumerate(group["params"]):
@@ -105,6 +109,17 @@ def _script_modules() -> list[tuple[str, torch.nn.Module]]:
         (name, value)
         for name, value in list(namespace.items())
         if isinstance(value, torch.nn.Module) and not name.startswith("_")
+    ]
+
+
+def _script_tensors() -> list[tuple[str, torch.Tensor]]:
+    """The tensors the running script binds to its own global names, in that order."""
+    main = sys.modules.get("__main__")
+    namespace = getattr(main, "__dict__", {})
+    return [
+        (name, value)
+        for name, value in list(namespace.items())
+        if isinstance(value, torch.Tensor) and not name.startswith("_")
     ]
 
 

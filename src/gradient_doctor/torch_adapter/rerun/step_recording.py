@@ -34,6 +34,7 @@ from gradient_doctor.torch_adapter.dump.tape_files import TAPE_ERROR, write_tape
 from gradient_doctor.torch_adapter.hooks.anomaly_mode import AnomalyModeLeftOff
 from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.localize.gradient_paths import PathRecorder, missing_gradients
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.localize.module_scope import (
     ModuleScope,
     module_names,
@@ -88,6 +89,9 @@ class StepRecording(UpdateListener):
         self._roots: list[torch.nn.Module] = []  # modules first called at depth 0
         self._depth = 0
         self._optimizers: list[torch.optim.Optimizer] = []
+        # Every optimizer the script builds, whose parameters are the step's weights
+        # before its first `step()` (tensors made with requires_grad=True and no module).
+        self._sites = OptimizerSites(on_built=self._optimizer_built)
         self._module_names: dict[int, str] = {}
         self._parameters: dict[int, str] = {}
         self._window = contextlib.ExitStack()
@@ -98,6 +102,7 @@ class StepRecording(UpdateListener):
         """The update hooks and the search for root modules; the window opens now for a
         failing first step."""
         self.anomaly_mode.install()
+        self._sites.install()
         self.hooks.install()
         self._handles = [
             register_module_forward_pre_hook(self._entered),
@@ -111,6 +116,7 @@ class StepRecording(UpdateListener):
         for handle in self._handles:
             handle.remove()
         self.hooks.uninstall()
+        self._sites.uninstall()
         self.anomaly_mode.uninstall()
 
     def script_ended(self, end: ScriptEnd) -> None:
@@ -171,7 +177,7 @@ class StepRecording(UpdateListener):
         """Start recording: the modules and parameters known so far are named."""
         models = self._models()
         self._module_names.update(module_names(models))
-        self._parameters.update(parameter_names(models, self._optimizers))
+        self._parameters.update(parameter_names(models, self._known_optimizers()))
         scope = ModuleScope(self._module_names)
         if self.paths:
             self.recorder = PathRecorder(scope, self._parameters)
@@ -182,6 +188,21 @@ class StepRecording(UpdateListener):
             self.recorder = OpRecorder(scope, self._parameters)
         self._window.enter_context(scope.hooked())
         self._window.enter_context(self.recorder)
+
+    def _optimizer_built(self, optimizer: torch.optim.Optimizer) -> None:
+        """Name the parameters of an optimizer built while the window is open (a failing
+        first step's: its window opens before the script runs)."""
+        if self.recorder is None:
+            return
+        with self.recorder.paused():
+            parameters = parameter_names(self._models(), self._known_optimizers())
+        for key, name in parameters.items():
+            self._parameters.setdefault(key, name)
+
+    def _known_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers that stepped so far, then those only built so far."""
+        stepped = self._optimizers
+        return [*stepped, *(o for o in self._sites.built() if o not in stepped)]
 
     def _models(self) -> list[torch.nn.Module]:
         """The roots that hold parameters (a loss module called alone is not a model)."""
@@ -201,7 +222,7 @@ class StepRecording(UpdateListener):
         """Name a root first called inside the window, keeping every name given so far."""
         with self.recorder.paused():
             names = module_names(self._models())
-            parameters = parameter_names(self._models(), self._optimizers)
+            parameters = parameter_names(self._models(), self._known_optimizers())
         for key, name in names.items():
             self._module_names.setdefault(key, name)
         for key, name in parameters.items():
