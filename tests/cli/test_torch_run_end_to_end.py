@@ -817,3 +817,25 @@ def test_an_optimizer_of_a_model_built_again_is_named_with_the_parameters_it_mis
         "detect_anomaly",
     }
     assert "running your script again" not in run.stderr  # no rerun was needed
+
+
+def test_a_product_that_underflowed_to_zero_is_named_under_the_log_of_plain_tensors(tmp_path):
+    # The parameters are tensors an optimizer trains, held by no module: weights all the
+    # same (was: "Its input comes from the batch alone"), from the first step on.
+    name = "bernoulli_product_likelihood.py"
+    shutil.copy(ROOT / SCRIPTS / name, tmp_path / name)
+    run = run_doctor(name, tmp=tmp_path, options=("--trial-steps", "0"), cwd=tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    problem = run.problem
+    assert (problem["category"], problem["step"], problem["origin"]["op"]) == (
+        "forward_domain",
+        0,
+        "log",
+    )
+    text = problem["explanation"]
+    assert "batch alone" not in text
+    prod = line_of(f"{SCRIPTS}/{name}", "torch.prod(per_feature, dim=2)")
+    assert f"Those zeros began at Prod ({name}:{prod}), which wrote exact zeros" in text
+    assert problem["fixes"][0]["family"] == "log_space"
+    why = {item["remedy"]: item["why"] for item in problem["not_fixes"]}
+    assert "No trainable weight lies" not in why.get("lower_learning_rate", "")

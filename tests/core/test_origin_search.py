@@ -260,3 +260,26 @@ def test_weights_already_huge_are_no_forward_blowup():
     ]
     found = trace_evidence(events, [], step=1, data_ids=frozenset({1})).evidence
     assert found.forward_blowup == ()
+
+
+def _zeros(count: int) -> TensorStats:
+    return TensorStats("float32", (4,), 0.0, 0.5, nan=0, inf=0, zeros=count)
+
+
+def test_zeros_a_log_read_are_traced_to_the_product_that_underflowed_not_to_a_relu():
+    from gradient_doctor.core.op_trace import where_zeros_began
+
+    probabilities = TensorStats("float32", (4, 300), 0.1, 0.9, nan=0, inf=0, zeros=0)
+    underflow = [
+        event(0, "Prod", [(1, probabilities)], [(2, _zeros(4))]),
+        event(1, "Mul", [(2, _zeros(4)), (3, FINITE)], [(4, _zeros(4))]),
+        event(2, "Sum", [(4, _zeros(4))], [(5, _zeros(4))]),
+        event(3, "Log", [(5, _zeros(4))], [(6, INF)]),
+    ]
+    assert where_zeros_began(underflow, underflow[-1]).op_type == "Prod"
+    # A relu's zeros are made on purpose, no underflow: nothing to name.
+    relu = [
+        event(0, "Relu", [(1, FINITE)], [(2, _zeros(2))]),
+        event(1, "Log", [(2, _zeros(2))], [(3, INF)]),
+    ]
+    assert where_zeros_began(relu, relu[-1]) is None

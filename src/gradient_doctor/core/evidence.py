@@ -408,6 +408,10 @@ class Evidence:
             looked for through views; None when there is none or its line is unknown.
         loss_input: a probability loss fed values that are not probabilities (a
             silent failure: no value is non-finite); None otherwise.
+        zeros_began: for a forward origin whose first input held exact zeros, the op
+            upstream that underflowed to them from inputs that held none (a `prod` of
+            hundreds of probabilities, an exp of a large negative number); None when
+            the zeros came otherwise (a relu, a mask, the data).
         forward_blowup: for a step whose every value was finite but whose forward
             values left any sane range (past `origin_search.HUGE`) on their way to the
             loss: first the op where they grew past it from inputs within it, then
@@ -452,3 +456,4 @@ class Evidence:
     sigmoid_input: OpCall | None = None
     loss_input: LossInput | None = None
     forward_blowup: tuple[OpCall, ...] = ()
+    zeros_began: OpCall | None = None

@@ -71,6 +71,8 @@ FIX_FAMILIES = (
     "exclude_unused_variables",
     # Added: build the optimizer from the model the loss uses (it held another model's).
     "rebuild_optimizer",
+    # Added: a log of a product that underflowed to 0, computed as the sum of the logs.
+    "log_space",
     # Added: a std or variance over one value per result (a batch of one example):
     # the last, smaller batch dropped, or the spread taken with correction=0.
     "drop_last_batch",

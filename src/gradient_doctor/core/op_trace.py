@@ -178,6 +178,35 @@ def input_producers(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEvent
     return tuple(found)
 
 
+# Ops whose exact zeros from inputs that held none are an underflow: a product of many
+# factors below 1, an exp of a large negative number, a softmax's far-off entries.
+UNDERFLOWS = frozenset({"Prod", "Mul", "Exp", "Pow", "Softmax", "Sigmoid", "RealDiv", "Div"})
+# How far upstream the zeros are followed.
+_ZEROS_FOLLOWED = 12
+
+
+def where_zeros_began(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
+    """The op that underflowed to the exact zeros `target` read as its first input: walked
+    upstream along the input holding zeros, the first op that wrote zeros from inputs
+    holding none, when it is one that underflows (`UNDERFLOWS`: `prod` of 300
+    probabilities); None when the zeros came otherwise (a relu, a mask, the data)."""
+    producers = _producers_before(events, target)
+    current = target
+    for _ in range(_ZEROS_FOLLOWED):
+        zeroed = [
+            tensor
+            for tensor, stats in zip(current.input_ids, current.inputs, strict=False)
+            if stats.zeros
+        ]
+        producer = producers.get(zeroed[0]) if zeroed else None
+        if producer is None or producer.index >= current.index:
+            return None
+        if not any(stats.zeros for stats in producer.inputs):
+            return producer if producer.op_type in UNDERFLOWS else None
+        current = producer
+    return None
+
+
 def sigmoid_input(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
     """The sigmoid whose output `target` reads as its first input, itself or through one
     subtraction (`log(1 - p)` of `p = sigmoid(z)`), looking through views; else None."""

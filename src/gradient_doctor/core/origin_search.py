@@ -24,6 +24,7 @@ from gradient_doctor.core.op_trace import (
     unowned_variable,
     weights_upstream,
     where_values_grew,
+    where_zeros_began,
 )
 from gradient_doctor.core.summed_groups import ReductionReader, find_reduction
 
@@ -257,7 +258,8 @@ def _upstream_facts(
 ) -> dict:
     """What the trace says about what fed a forward origin: the `Evidence` fields
     `feeding_ops`, `weights_layer`, `weights_variable`, `read_variables`,
-    `weights_upstream` and `growth`."""
+    `weights_upstream`, `growth`, `log_of_sum`, `input_producers`, `sigmoid_input` and
+    `zeros_began`."""
     if origin is None or origin.phase != "forward":
         return {}
     read = nearest_weight_read(events, origin, weight_reads)
@@ -279,6 +281,7 @@ def _upstream_facts(
             for event in input_producers(events, origin)
         ),
         "sigmoid_input": _call_or_none(sigmoid_input(events, origin)),
+        "zeros_began": _call_or_none(where_zeros_began(events, origin)),
     }
 
 

@@ -32,9 +32,9 @@ from gradient_doctor.errors import DoctorError, TrainingStopped
 from gradient_doctor.torch_adapter.dump.step_tape import TapedRecorder
 from gradient_doctor.torch_adapter.dump.tape_files import TAPE_ERROR, write_tape
 from gradient_doctor.torch_adapter.hooks.anomaly_mode import AnomalyModeLeftOff
+from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.script_hooks import Update, UpdateHooks, UpdateListener
 from gradient_doctor.torch_adapter.localize.gradient_paths import PathRecorder, missing_gradients
-from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.localize.module_scope import (
     ModuleScope,
     module_names,

@@ -97,11 +97,56 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     diagnosis = diagnose_domain(evidence, domain, extra, siblings)
     if activation is not None and activation is not generic and diagnosis is not None:
         diagnosis = _relu_made_most(diagnosis, evidence, domain, activation)
+    if diagnosis is not None and evidence.zeros_began is not None:
+        diagnosis = _underflowed(diagnosis, evidence.zeros_began, evidence.setup.framework)
     exact = exact or log_softmax(code, op, source_focus(evidence))
     if diagnosis is None or exact is None:
         return diagnosis
     # First: it computes the same value, finite everywhere; the guard changes it.
     return replace(diagnosis, fixes=(exact, *diagnosis.fixes))
+
+
+# Why each op that underflows wrote its zeros, and what to compute instead.
+_UNDERFLOWED = {
+    "Prod": "a product of many factors below 1 falls below float32's smallest value "
+    "(1e-45) and becomes 0; its log is the sum of the factors' logs, which stays finite",
+    "Exp": "the exp of a value below -103 is 0 in float32; the log of an exp is its "
+    "exponent, which stays finite",
+    "Softmax": "a softmax's entries far below the largest underflow to 0; log_softmax "
+    "gives their logs directly",
+}
+
+
+def _underflowed(diagnosis: Diagnosis, began, framework: str) -> Diagnosis:
+    """The zeros the log read traced to the op that underflowed to them (`prod` of 300
+    probabilities), said in the explanation; for a product, its log computed as the sum
+    of the logs as the first fix (the code to write: what reads the product changes)."""
+    why = _UNDERFLOWED.get(began.op, "its values fell below the dtype's smallest and became 0")
+    where = f"{began.source.file}:{began.source.line}"
+    explanation = (
+        f"{diagnosis.explanation} Those zeros began at {began.op} ({where}), which wrote "
+        f"exact zeros from inputs that held none: {why}."
+    )
+    if began.op != "Prod":
+        return replace(diagnosis, explanation=explanation)
+    if framework == "torch":
+        code = (
+            "log_prod = torch.log(x).sum(dim=d)  # in place of torch.prod(x, dim=d): its log\n"
+            "# a sum of such products in log space: torch.logsumexp(log_prod + log_w, dim=1)"
+        )
+    else:
+        code = (
+            "log_prod = tf.reduce_sum(tf.math.log(x), axis=d)  # in place of reduce_prod: its "
+            "log\n# a sum of such products in log space: tf.reduce_logsumexp(log_prod + log_w, "
+            "axis=1)"
+        )
+    log_space = Fix(
+        "log_space",
+        f"Compute the product's log as the sum of its factors' logs ({where}), and combine "
+        "such logs with logsumexp: nothing underflows",
+        code,
+    )
+    return replace(diagnosis, explanation=explanation, fixes=(log_space, *diagnosis.fixes))
 
 
 def _relu_made_most(
