@@ -214,7 +214,7 @@ def _judged(
         if learned is None:
             return Rerun(False, steps, f"{trained}, but {compared}", inconclusive=True)
         if not learned:
-            return Rerun(False, steps, f"{trained}, but {compared}, so it learned no better")
+            return Rerun(False, steps, f"{trained}, but {compared}")
         trained += f", {compared}"
     first, final = _first_and_final(report)
     return Rerun(
@@ -297,7 +297,20 @@ def _learned_more(report: dict, reference: Sequence[tuple[int, float]]) -> tuple
     ours, yours = sum(mine) / len(mine), sum(theirs) / len(theirs)
     steps = f"steps {start + 1}-{last}" if last > start + 1 else f"step {last}"
     compared = f"its loss over {steps} averaging {ours:.4g} where your run's averaged {yours:.4g}"
-    return ours <= LEARNED_MORE * yours, compared
+    learned = ours <= LEARNED_MORE * yours
+    return learned, compared if learned else compared + _short_of(ours, yours)
+
+
+def _short_of(ours: float, yours: float) -> str:
+    """Why a copy's loss is no proof it learned more: ", so it learned no better", or,
+    for one lower by less than `LEARNED_MORE` asks, by how much it was."""
+    if ours >= yours:
+        return ", so it learned no better"
+    lower = 100.0 * (1.0 - ours / yours)
+    return (
+        f": lower by {lower:.0f}%, less than the {100.0 * (1.0 - LEARNED_MORE):.0f}% that "
+        "tells a fix from the noise within these steps, so it is not verified"
+    )
 
 
 def _learned_from_its_start(report: dict, untold: str) -> tuple[bool | None, str]:
@@ -307,10 +320,12 @@ def _learned_from_its_start(report: dict, untold: str) -> tuple[bool | None, str
     first, final = _first_and_final(report)
     if first is None or final is None or first <= 0:
         return None, f"its loss cannot be compared with your run's, {untold}"
-    return final <= LEARNED_MORE * first, (
+    learned = final <= LEARNED_MORE * first
+    compared = (
         f"its loss falling from {first:.4g} to {final:.4g} over its last tenth of steps (your "
         "run's fell below zero, where a loss with a floor cannot: the two are not compared)"
     )
+    return learned, compared if learned else compared + _short_of(final, first)
 
 
 def _series(report: dict) -> dict[str, list]:
