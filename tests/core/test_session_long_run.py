@@ -169,7 +169,7 @@ EXPECTED_WARNINGS = {
             None,
             (
                 "The loss jumped to 3.141 at step 1501, 7.7 times the running median "
-                "0.409 of the last 100 losses (spike threshold 0.5229); it stayed above"
+                "0.409 of the last 100 losses (spike threshold 0.6135); it stayed above"
                 " the threshold for 3 steps, from step 1500 to step 1502. It is the "
                 "largest of 2 spike episodes so far, the first at step 500."
             ),
@@ -246,7 +246,7 @@ EXPECTED_WARNINGS = {
             None,
             (
                 "The loss jumped to 9.551 at step 500, 7.9 times the running median "
-                "1.202 of the last 100 losses (spike threshold 1.578). It is the "
+                "1.202 of the last 100 losses (spike threshold 1.802). It is the "
                 "largest of 2 spike episodes so far, the first at step 500."
             ),
             ("gradient_clipping", "lower_learning_rate"),

@@ -30,7 +30,9 @@ from gradient_doctor.core.records import StepRecord
 WINDOW = 100
 WARMUP = 20
 SIGMAS = 6.0
-MIN_RISE = 0.25
+# A spike is at least half again the median: a GAN's generator loss swinging to 1.4x,
+# a VAE's last, smaller batch at 1.3x are the loss's own noise, not an event.
+MIN_RISE = 0.5
 # The tail of a skewed loss is its own spread: a hinge or triplet loss is 0 on most
 # batches (MAD 0) and 0.005-0.011 on a third of them, and such a batch is no spike.
 # For noise that is symmetric about the median (q90 - median ~ 1.28 sigma) the term is
@@ -76,7 +78,7 @@ class LossSpikeDetector(CountedFindings):
         sigmas: float, robust standard deviations (1.4826 * MAD) above the running
             median that make a spike. Defaults to 6.0.
         min_rise: float, the least rise above the median, as a fraction of |median|.
-            Defaults to 0.25.
+            Defaults to 0.5.
         min_scale_rise: float, the least rise above the median, as a fraction of the
             run's starting scale (the median |loss| of its first `warmup` losses).
             Defaults to 0.05.
