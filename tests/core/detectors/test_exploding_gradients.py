@@ -137,3 +137,16 @@ def test_gradients_waking_up_far_below_any_overflow_are_no_explosion_until_they_
     findings = run(ExplodingGradientsDetector(), growing)
     first = next(step for step, found in enumerate(findings) if found)
     assert growing[first].grad_norm >= 1.0 > growing[first - 1].grad_norm
+
+
+def test_the_warning_gives_the_norms_measured_at_the_windows_ends_not_the_fit(run):
+    # A GRU at a high rate: the norm rose 2.84 -> 6.8e27 over ten steps, faster at first;
+    # a fit's value at step 0 (0.0046) was no norm the run ever had.
+    from gradient_doctor.core.records import StepRecord
+
+    norms = [2.84, 53.9, 2329.2, 2.53e5, 4.61e8, 2.40e10, 1.29e13, 6.91e16, 1.62e21, 4.99e23]
+    records = [StepRecord(step, grad_norm=norm) for step, norm in enumerate([*norms, 6.81e27])]
+    warning = next(findings for findings in run(ExplodingGradientsDetector(), records) if findings)[
+        0
+    ]
+    assert "from 2.8 at step 0 to " in warning.explanation, warning.explanation
