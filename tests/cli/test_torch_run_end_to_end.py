@@ -200,8 +200,9 @@ def test_parameters_cut_where_no_rerun_can_reach_are_still_reported(tmp_path, mo
     assert run.report["steps_watched"] == 20  # a part of the optimizer: training went on
     (problem,) = run.report["problems"]
     # The parameters trained at steps 0-7: a part that trained before is reported once it
-    # went PERSISTENT_UPDATES (10) updates in a row without a gradient, at step 17.
-    assert (problem["category"], problem["step"]) == ("disconnected_gradients", 17)
+    # went PERSISTENT_UPDATES (10) updates in a row without a gradient (at step 17), dated
+    # to the step it first had none, 8.
+    assert (problem["category"], problem["step"]) == ("disconnected_gradients", 8)
     assert problem["disconnected"] == {
         "variables": ["encoder.0.weight", "encoder.0.bias"],  # the script's own names
         "all": False,

@@ -271,14 +271,16 @@ class TorchAdapter(PyTorchAdapter):
         return Localized(evidence, rerun=replay)
 
     def disconnected(
-        self, call: FailedCall, cuts: Sequence[tuple[torch.optim.Optimizer, list[torch.Tensor]]]
+        self,
+        call: FailedCall,
+        cuts: Sequence[tuple[torch.optim.Optimizer, list[torch.Tensor], int]],
     ) -> None:
         """Record where the paths to parameters left without a gradient break (each
         group once): the call run again under the path recorder (`gradient_paths`)."""
         names = parameter_names(self.models, self.optimizers)
         cuts = [
             (optimizer, cut)
-            for optimizer, cut in cuts
+            for optimizer, cut, _ in cuts
             if self.session.disconnected_first_seen(names[id(p)] for p in cut)
         ]
         if not cuts:

@@ -213,8 +213,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
                 self.stats.begin_sample()
         if update.present is not None:
             self.cuts.observe(update.optimizer, update.present)
-        for optimizer, cut in self.cuts.take():
-            self._disconnected(update.index, optimizer, cut)
+        for optimizer, cut, updates in self.cuts.take():
+            self._disconnected(update.index, optimizer, cut, updates)
         if not update.skipped:
             return
         self._failing = weakref.ref(update.optimizer)
@@ -267,21 +267,23 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
                 raise TrainingStopped(finding)  # every parameter of an optimizer cut off
 
     def _disconnected(
-        self, index: int, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor]
+        self, index: int, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor], updates: int
     ) -> None:
         """Record where the paths to `cut`, the parameters update `index` left without a
-        gradient, break: the script run again, seeded, recording that step's paths. When
-        the break cannot be looked for, the parameters are recorded without it."""
+        gradient (and the `updates - 1` updates of `optimizer` before it), break: the script
+        run again, seeded, recording that step's paths. When the break cannot be looked
+        for, the parameters are recorded without it. The problem is dated to the step
+        they first had none."""
         if len(cut) == trainable_count(optimizer) and self._trained_instead(optimizer, cut):
             return
-        step = self.session.steps_watched
+        step = max(self.session.steps_watched - updates + 1, 0)
         counted = (
             f"{len(cut)} parameters of {type(optimizer).__name__} got no gradient at step {step}"
         )
         if self.reruns is None or self._path_reruns >= MAX_PATH_RERUNS:
             why = f"{MAX_PATH_RERUNS} reruns were spent on such sets already"
             _say(f"{counted}; {why}, so where their path breaks is not looked for")
-            self._unlocated(optimizer, cut, why)
+            self._unlocated(optimizer, cut, why, step)
             return
         self._path_reruns += 1
         _say(
@@ -295,7 +297,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             if not recorded.reached or paths is None:
                 why = recorded.why or "the rerun recorded no paths"
                 _say(f"{why}; the break is not named")
-                self._unlocated(optimizer, cut, why)
+                self._unlocated(optimizer, cut, why, step)
                 return
             if not self.session.disconnected_first_seen(paths.parameters):
                 return
@@ -303,7 +305,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
                 recorded.events, recorded.stats, paths.grad_enabled, paths.carries, paths.exits
             )
             breaks = breaks_in(record, paths.parameters, paths.loss_ids)
-            self.session.record_path_breaks(breaks, len(cut) == trainable_count(optimizer))
+            all_cut = len(cut) == trainable_count(optimizer)
+            self.session.record_path_breaks(breaks, all_cut, step)
         except Exception as error:  # never let the doctor's analysis break the user's run
             warnings.warn(
                 "gradient-doctor could not trace where the gradients of "
@@ -340,7 +343,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         return True
 
     def _unlocated(
-        self, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor], why: str
+        self, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor], why: str, step: int
     ) -> None:
         """Record the parameters left without a gradient, where no rerun named the break:
         the report still says which never train."""
@@ -349,7 +352,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         if not self.session.disconnected_first_seen(variables):
             return
         unlocated = PathBreak(UNLOCATED, None, variables, framework="torch", why=why)
-        self.session.record_path_breaks([unlocated], len(cut) == trainable_count(optimizer))
+        self.session.record_path_breaks([unlocated], len(cut) == trainable_count(optimizer), step)
 
     def _reading(self, failed: bool) -> StepReading:
         """The step's reading: the last checked loss, the global norm over its updates;

@@ -310,13 +310,17 @@ class Session:
         self._disconnected_seen.add(key)
         return True
 
-    def record_path_breaks(self, breaks: Iterable[PathBreak], all_missing: bool) -> bool:
+    def record_path_breaks(
+        self, breaks: Iterable[PathBreak], all_missing: bool, step: int | None = None
+    ) -> bool:
         """Record where the gradient paths to some variables break (missing gradients).
 
         Args:
             breaks: one break per group of variables cut off at the same place.
             all_missing: no variable handed to the optimizer has a gradient; training
                 then stops at the next step's end (when `stop_on_problem`).
+            step: the step they first had none, when the adapter noted them later (after
+                a few updates in a row); None: the step now.
 
         Returns:
             True when anything was recorded.
@@ -324,7 +328,7 @@ class Session:
         findings = [
             self.record(
                 Evidence(
-                    step=self.steps_watched,
+                    step=self.steps_watched if step is None else step,
                     phase=None,
                     origin=None,
                     path_break=path_break,

@@ -115,7 +115,7 @@ class CutWatch:
         self._streaks: dict[int, _Streak] = {}  # id(optimizer) -> the part missing now
         self._trained: set[int] = set()  # ids of parameters seen with a gradient
         self._noted: set[frozenset[int]] = set()
-        self._found: list[tuple[torch.optim.Optimizer, list[torch.Tensor]]] = []
+        self._found: list[tuple[torch.optim.Optimizer, list[torch.Tensor], int]] = []
 
     def observe(self, optimizer: torch.optim.Optimizer, present: int) -> None:
         """Take in an update of `optimizer` about to apply `present` gradients."""
@@ -144,11 +144,12 @@ class CutWatch:
         streak.updates += 1
         if streak.updates >= streak.needed or len(streak.cut) == trainable_count(optimizer):
             self._noted.add(streak.key)
-            self._found.append((optimizer, streak.cut))
+            self._found.append((optimizer, streak.cut, streak.updates))
             del self._streaks[key]
 
-    def take(self) -> list[tuple[torch.optim.Optimizer, list[torch.Tensor]]]:
-        """The (optimizer, parameters without a gradient) noted since the last call."""
+    def take(self) -> list[tuple[torch.optim.Optimizer, list[torch.Tensor], int]]:
+        """The (optimizer, parameters without a gradient, for how many of its updates in a
+        row they had none) noted since the last call."""
         found, self._found = self._found, []
         return found
 
