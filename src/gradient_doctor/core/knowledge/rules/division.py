@@ -17,6 +17,7 @@ from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rewrites.activation import positive_activation
 from gradient_doctor.core.knowledge.rewrites.division import safe_div
 from gradient_doctor.core.knowledge.rewrites.norm import safe_norm
+from gradient_doctor.core.knowledge.source.twins import twin_calls, with_twins
 from gradient_doctor.core.knowledge.wording import (
     count,
     explain_input,
@@ -37,8 +38,14 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     if origin is None or evidence.phase != "forward":
         return None
     code, focus = source_code(evidence), source_focus(evidence)
-    norm = safe_norm(code, focus=focus)
-    division = safe_div(code, origin.op, focus, evidence.setup.framework)
+    framework = evidence.setup.framework
+    twins = twin_calls(origin.source, evidence.same_op_calls)
+    norm = with_twins(safe_norm(code, focus=focus), twins, lambda c, f: safe_norm(c, focus=f))
+    division = with_twins(
+        safe_div(code, origin.op, focus, framework),
+        twins,
+        lambda c, f: safe_div(c, origin.op, f, framework),
+    )
     fixes = (norm, division) if norm else (division,)
     # A denominator a relu made is meant to be positive: make it so where it is made.
     softplus = positive_activation(evidence, 0 if origin.op in _UNARY else 1)
