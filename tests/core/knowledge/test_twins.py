@@ -54,3 +54,33 @@ def test_a_division_by_a_zero_norm_guards_its_twin_line_too():
     (edit,) = guard.edits
     assert (edit.line, edit.old_lines) == (21, (second,))
     assert "b.norm(dim=-1, keepdim=True) == 0" in edit.new_lines[0]
+
+
+def test_a_log_guarded_on_the_line_that_failed_is_guarded_on_its_twin_far_from_zero():
+    zeros = TensorStats("float32", (32,), 0.0, 0.9, nan=0, inf=0, zeros=3)
+    away = TensorStats("float32", (32,), 0.2, 0.9, nan=0, inf=0, zeros=0)
+    out = TensorStats("float32", (32,), None, None, nan=0, inf=3, zeros=0, neg_inf=3)
+    first = "log_a = torch.log(p_a)"
+    second = "log_b = torch.log(p_b)"
+    origin = Origin(
+        op="Log",
+        op_name="log",
+        layer=None,
+        source=SourceLine("train.py", 30, first, column=8, end_column=len(first)),
+        gradient_of=None,
+        inputs=(zeros,),
+        outputs=(out,),
+    )
+    twin = OpCall(
+        "Log", SourceLine("train.py", 31, second, column=8, end_column=len(second)), (away,)
+    )
+    evidence = Evidence(
+        step=4,
+        phase="forward",
+        origin=origin,
+        setup=TrainingSetup(framework="torch"),
+        same_op_calls=(twin,),
+    )
+    guard = next(fix for fix in diagnose(evidence).fixes if fix.family == "safe_log")
+    (edit,) = guard.edits
+    assert edit.line == 31 and "p_b" in edit.new_lines[0] and edit.new_lines[0] != second

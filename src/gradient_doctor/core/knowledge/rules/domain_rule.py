@@ -19,6 +19,7 @@ from gradient_doctor.core.knowledge.facts import (
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rewrites.activation import positive_output
 from gradient_doctor.core.knowledge.rewrites.guards import already_guarded, guard_fix
+from gradient_doctor.core.knowledge.source.twins import twin_calls
 from gradient_doctor.core.knowledge.wording import (
     at_step,
     count,
@@ -91,10 +92,16 @@ def risky_siblings(
     not one), made by the user's own line and not already guarded as written.
 
     A call met several times in the step (a loop) counts once, and only when no run of
-    it left the range.
+    it left the range. A call on a twin of the origin's line (`twin_calls`) is guarded
+    however far from the edge it stood at this step: the next batch takes it there.
     """
     if domain.boundary is None or domain.extreme != "min" or evidence.origin is None:
         return ()
+    # Lines written as the origin's is (`log(p_a)` beside `log(p_b)`): at any distance.
+    twins = {
+        (call.source.file, call.source.line)
+        for call in twin_calls(evidence.origin.source, evidence.same_op_calls)
+    }
     by_place: dict[tuple, list[OpCall]] = {}
     for call in evidence.same_op_calls:
         place = (call.source.file, call.source.line, call.source.span)
@@ -105,7 +112,8 @@ def risky_siblings(
         source = calls[0].source
         if any(low is None for low in lows) or source.span is None:
             continue
-        if near is not None and min(lows) - domain.boundary >= near:
+        twin = (source.file, source.line) in twins
+        if near is not None and min(lows) - domain.boundary >= near and not twin:
             continue
         if already_guarded(source.code.strip(), calls[0].op, source.span):
             continue
