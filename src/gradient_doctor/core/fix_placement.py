@@ -373,11 +373,12 @@ def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
         make = layer_rewrite.he_initialised
         below = [s.bias_constant for s in targets if layer_rewrite.starts_below_threshold(s)]
         if below:
+            zeroed = ", and start the biases at 0"
+            base = fix.title.removesuffix(zeroed)  # the rule may have said so already
             fix = dataclasses.replace(
                 fix,
-                title=f"{fix.title}, and start the biases at 0: a constant bias of "
-                f"{format_number(min(below))} puts every unit below its threshold from the "
-                "first step",
+                title=f"{base}{zeroed}: a constant bias of {format_number(min(below))} puts "
+                "every unit below its threshold from the first step",
             )
     edits: dict[tuple[str, int], Edit] = {}
     for site in targets:

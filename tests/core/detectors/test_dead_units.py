@@ -63,3 +63,14 @@ def test_short_bursts_and_healthy_fractions_are_quiet(layer_record, run):
 def test_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DeadUnitsDetector(**kwargs)
+
+
+def test_units_dead_at_the_first_record_blame_the_start_not_the_rate(layer_record, run):
+    # Biases initialised at -2: every unit dead before any update; a lower rate cannot
+    # revive a unit that gets no gradient.
+    records = [layer_record(step, "dead_fraction", dense=1.0) for step in range(0, 300, 10)]
+    history = run(DeadUnitsDetector(setup=TrainingSetup(learning_rate=0.01)), records)
+    (warning,) = history[-1]
+    assert "They were dead at the first record, before any update" in warning.explanation
+    assert [fix.family for fix in warning.fixes] == ["better_init", "activation_change"]
+    assert warning.fixes[0].title.endswith("and start the biases at 0")

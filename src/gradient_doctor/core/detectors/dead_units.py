@@ -26,16 +26,22 @@ class DeadUnitsDetector(SustainedFractionDetector):
     UNITS = "ReLU units"
     STATE = "output 0 for every example"
     CONSEQUENCE = "A dead unit gets no gradient, so it never recovers."
+    FROM_START = (
+        "They were dead at the first record, before any update could kill them: how the "
+        "layers start puts their units' inputs below 0 for every example (a negative "
+        "constant bias, or weights drawn far too small or too large for the inputs), so "
+        "a lower learning rate cannot help."
+    )
 
-    def fixes(self) -> tuple[Fix, ...]:
-        """A leaky activation, a lower learning rate (large updates kill units), He init."""
+    def fixes(self, from_start: bool = False) -> tuple[Fix, ...]:
+        """A leaky activation, a lower learning rate (large updates kill units), He init;
+        for units dead from the start, the initialisation first and no lower rate."""
         framework = self._setup.framework
-        return (
-            remedies.activation_change(
-                "leaky_relu",
-                "its units keep a small gradient when inactive and can recover",
-                framework,
-            ),
-            remedies.lower_learning_rate(self._setup),
-            remedies.better_init(framework),
+        leaky = remedies.activation_change(
+            "leaky_relu",
+            "its units keep a small gradient when inactive and can recover",
+            framework,
         )
+        if from_start:
+            return (remedies.better_init(framework, zero_biases=True), leaky)
+        return (leaky, remedies.lower_learning_rate(self._setup), remedies.better_init(framework))

@@ -27,7 +27,7 @@ class SaturationDetector(SustainedFractionDetector):
     STATE = "sit in the flat ends of the curve for every example"
     CONSEQUENCE = "A saturated unit passes almost no gradient back, so the layers below stall."
 
-    def fixes(self) -> tuple[Fix, ...]:
+    def fixes(self, from_start: bool = False) -> tuple[Fix, ...]:
         """Normalise what feeds the units, or use an activation that does not saturate."""
         framework = self._setup.framework
         return (

@@ -57,6 +57,9 @@ class SustainedFractionDetector(CountedFindings):
     UNITS = ""  # e.g. "ReLU units"
     STATE = ""  # e.g. "output 0 for every example"
     CONSEQUENCE = ""
+    # Said when every stuck layer was already stuck at the first record (before any
+    # update could have done it); "" says nothing more.
+    FROM_START = ""
 
     def __init__(
         self,
@@ -75,9 +78,11 @@ class SustainedFractionDetector(CountedFindings):
         # frozen layer are not a failure of training.
         self._trained: set[str] = set()
         self._latest_step: int | None = None
+        self._first_record: int | None = None  # the first record that measured the field
 
-    def fixes(self) -> tuple[Fix, ...]:
-        """The remedies, most direct first."""
+    def fixes(self, from_start: bool = False) -> tuple[Fix, ...]:
+        """The remedies, most direct first; `from_start`: every stuck layer was stuck at
+        the first record, before any update."""
         raise NotImplementedError
 
     def observe(self, record: StepRecord) -> None:
@@ -91,6 +96,8 @@ class SustainedFractionDetector(CountedFindings):
         if not fractions:  # most records: the layers' gradient norms alone
             return
         self._latest_step = record.step
+        if self._first_record is None:
+            self._first_record = record.step
         for layer, fraction in fractions.items():
             self._layers.setdefault(layer)
             if fraction <= self._threshold:
@@ -123,15 +130,18 @@ class SustainedFractionDetector(CountedFindings):
         return [Standing(self._finding(since, layers), since, self._latest_step)]
 
     def _finding(self, step: int, layers: list[str]) -> Finding:
+        stuck = tuple(self._stuck[name] for name in self._layers if name in layers)
+        from_start = bool(stuck) and all(item.since == self._first_record for item in stuck)
+        explanation = self.explain(stuck)
+        if from_start and self.FROM_START:
+            explanation += f" {self.FROM_START}"
         return Finding(
             category=self.CATEGORY,
             step=step,
             phase="forward",
             origin=None,
-            explanation=self.explain(
-                tuple(self._stuck[name] for name in self._layers if name in layers)
-            ),
-            fixes=self.fixes(),
+            explanation=explanation,
+            fixes=self.fixes(from_start),
         )
 
     def explain(self, stuck: tuple[Stuck, ...]) -> str:

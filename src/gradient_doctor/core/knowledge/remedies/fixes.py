@@ -176,20 +176,22 @@ def batch_normalization(target: str, framework: str = "tf") -> Fix:
     )
 
 
-def better_init(framework: str = "tf") -> Fix:
-    """Initialise weights with a variance scaled to the layer size."""
+def better_init(framework: str = "tf", zero_biases: bool = False) -> Fix:
+    """Initialise weights with a variance scaled to the layer size (`zero_biases`: and
+    the biases at 0, for units an initial bias keeps below their threshold)."""
+    title = "Initialise weights with a variance scaled to the layer size"
+    if zero_biases:
+        title += ", and start the biases at 0"
     if framework == "torch":
-        return Fix(
-            "better_init",
-            "Initialise weights with a variance scaled to the layer size",
-            'torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")'
-            "  # xavier_uniform_ for tanh",
-        )
-    return Fix(
-        "better_init",
-        "Initialise weights with a variance scaled to the layer size",
-        'keras.layers.Dense(units, kernel_initializer="he_normal")  # "glorot_uniform" for tanh',
-    )
+        code = 'torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")'
+        code += "  # xavier_uniform_ for tanh"
+        if zero_biases:
+            code += "\ntorch.nn.init.zeros_(layer.bias)  # not a negative constant"
+        return Fix("better_init", title, code)
+    code = 'keras.layers.Dense(units, kernel_initializer="he_normal")  # "glorot_uniform" for tanh'
+    if zero_biases:
+        code = 'keras.layers.Dense(units, kernel_initializer="he_normal", bias_initializer="zeros")'
+    return Fix("better_init", title, code)
 
 
 def lower_learning_rate(setup: TrainingSetup) -> Fix:
