@@ -270,9 +270,9 @@ def where_values_grew(
     Walks upstream along the input of largest magnitude and returns the earliest op
     on that path whose output exceeded `threshold` although its inputs did not:
     for a loss that overflowed on predictions of 1e30, the recurrent layer whose
-    loop blew them up, not the loss. None when the path starts above `threshold` (the
-    data, or a weight already that large, read by an op with no inputs) or never
-    crosses it.
+    loop blew them up, not the loss. None when the path starts above `threshold`
+    (the data) or never crosses it; a weight already that large is its read op (an op
+    with no inputs: updates threw the weights there).
     """
     producers = _producers_before(events, target)
     crossing = None
@@ -286,7 +286,7 @@ def where_values_grew(
             return crossing
         magnitude, tensor = max(inputs)
         producer = producers.get(tensor)
-        if producer is None or not producer.inputs:  # the data, or a weight or constant read
+        if producer is None:
             return None if magnitude > threshold else crossing
         if producer.index >= current.index:  # an op that wrote its own input: no further back
             return crossing
@@ -306,9 +306,8 @@ def forward_blowup(events: Sequence[OpEvent], threshold: float) -> OpEvent | Non
     if not huge:
         return None
     last = huge[-1]
-    if _largest_input(last) <= threshold:
-        return last if last.inputs else None
-    return where_values_grew(events, last, threshold)
+    grew = last if _largest_input(last) <= threshold else where_values_grew(events, last, threshold)
+    return grew if grew is not None and grew.inputs else None  # not weights already huge
 
 
 def largest_output(event: OpEvent) -> float:

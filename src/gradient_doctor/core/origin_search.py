@@ -389,7 +389,8 @@ def _blowup(events: Sequence[OpEvent], origin: OpEvent | None) -> tuple[OpCall, 
         grew = where_values_grew(events, origin, HUGE)
     else:
         return ()
-    if grew is None or grew.source is None:
+    # A read of weights already that large (updates threw them) is no op of the step's.
+    if grew is None or grew.source is None or not grew.inputs:
         return ()
     places = {_place(grew.source): grew}
     for event in events:
