@@ -38,7 +38,7 @@ _ALL_MISSING = (
 )
 _SOME_MISSING = (
     'Keras only warns ("Gradients do not exist for variables ...") and trains the rest, '
-    "so these layers silently never train."
+    "so these variables silently never train."
 )
 
 
@@ -51,7 +51,7 @@ _TORCH_ALL_MISSING = (
 )
 _TORCH_SOME_MISSING = (
     "PyTorch gives no warning: `optimizer.step()` skips the parameters whose `.grad` is None "
-    "and trains the rest, so these layers silently never train."
+    "and trains the rest, so these parameters silently never train."
 )
 # `.detach()` is PyTorch's stop_gradient; the blocker's own words name TensorFlow's.
 _TORCH_DETACH_WHY = (
