@@ -283,3 +283,32 @@ def test_zeros_a_log_read_are_traced_to_the_product_that_underflowed_not_to_a_re
         event(1, "Log", [(2, _zeros(2))], [(3, INF)]),
     ]
     assert where_zeros_began(relu, relu[-1]) is None
+
+
+def test_an_exp_input_divided_by_a_temperature_is_found_through_a_diagonal():
+    from gradient_doctor.core.op_trace import scaled_by_constant
+
+    cosines = TensorStats("float32", (8, 8), -1.0, 1.0, nan=0, inf=0, zeros=0)
+    scaled = TensorStats("float32", (8, 8), -200.0, 200.0, nan=0, inf=0, zeros=0)
+    diagonal = TensorStats("float32", (8,), 190.0, 200.0, nan=0, inf=0, zeros=0)
+    tau = TensorStats("float32", (), 0.005, 0.005, nan=0, inf=0, zeros=0)
+    # TensorFlow reads the temperature as a tensor; PyTorch's `x / 0.005` reads a number.
+    for inputs in ([(1, cosines), (2, tau)], [(1, cosines)]):
+        events = [
+            event(0, "RealDiv", inputs, [(3, scaled)]),
+            event(1, "DiagonalCopy", [(3, scaled)], [(4, diagonal)]),
+            event(2, "Exp", [(4, diagonal)], [(5, INF)]),
+        ]
+        found, factor, before = scaled_by_constant(events, events[-1])
+        assert found.op_type == "RealDiv" and round(factor) == 200 and before == 1.0
+    # A division by a number above 1 scales down: no temperature to blame.
+    halved = [
+        event(
+            0,
+            "RealDiv",
+            [(1, scaled), (2, TensorStats("float32", (), 2.0, 2.0, 0, 0, 0))],
+            [(3, cosines)],
+        ),
+        event(1, "Exp", [(3, cosines)], [(4, INF)]),
+    ]
+    assert scaled_by_constant(halved, halved[-1]) is None

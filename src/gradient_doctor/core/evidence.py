@@ -408,6 +408,10 @@ class Evidence:
             looked for through views; None when there is none or its line is unknown.
         loss_input: a probability loss fed values that are not probabilities (a
             silent failure: no value is non-finite); None otherwise.
+        scaled_up: for a forward origin, the op of a user's line that last scaled its
+            first input by a constant (a division by a temperature below 1, a product
+            with a factor above 1), with that factor and the largest magnitude before
+            it: (call, factor, magnitude); None when no such scaling fed it.
         zeros_began: for a forward origin whose first input held exact zeros, the op
             upstream that underflowed to them from inputs that held none (a `prod` of
             hundreds of probabilities, an exp of a large negative number); None when
@@ -457,3 +461,4 @@ class Evidence:
     loss_input: LossInput | None = None
     forward_blowup: tuple[OpCall, ...] = ()
     zeros_began: OpCall | None = None
+    scaled_up: tuple[OpCall, float, float] | None = None

@@ -178,6 +178,66 @@ def input_producers(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEvent
     return tuple(found)
 
 
+# Ops that pick a value's entries without changing them (a diagonal, rows by index).
+_PICKS = VIEW_OPS | {
+    "Diagonal", "DiagonalCopy", "Diag", "MatrixDiagPartV3", "MatrixDiagPart", "GatherV2", "Index"
+}  # fmt: skip
+_SCALINGS = frozenset({"RealDiv", "Div", "Mul"})
+# How far upstream of an op its input's scaling is looked for.
+_SCALING_FOLLOWED = 6
+
+
+def scaled_by_constant(
+    events: Sequence[OpEvent], target: OpEvent
+) -> tuple[OpEvent, float, float] | None:
+    """(the op, the factor, the largest magnitude before it) of a division by a constant
+    scalar below 1, or a multiplication by one above 1, that `target`'s first input went
+    through last, upstream through ops that only pick entries (`sim.diag()` of `sim =
+    z1 @ z2.T / tau`): a temperature scaling the values up. None when there is none."""
+    producers = _producers_before(events, target)
+    tensor = target.input_ids[0] if target.input_ids else None
+    for _ in range(_SCALING_FOLLOWED):
+        producer = producers.get(tensor) if tensor is not None else None
+        if producer is None:
+            return None
+        if producer.op_type in _SCALINGS and len(producer.inputs) in (1, 2):
+            return _constant_factor(producer)
+        if producer.op_type not in _PICKS or not producer.input_ids:
+            return None
+        tensor = producer.input_ids[0]
+    return None
+
+
+def _constant_factor(event: OpEvent) -> tuple[OpEvent, float, float] | None:
+    """(event, factor, largest magnitude of the scaled input) for a scaling by a constant
+    scalar that amplifies (a factor above 1); else None. A framework that records only
+    tensor inputs (PyTorch's `x / 0.005`: the number is no tensor) gives the factor as
+    the ratio of the output's largest magnitude to the input's."""
+    if len(event.inputs) == 1:
+        before, after = event.inputs[0].largest_magnitude, largest_output(event)
+        if not before or not after or after <= before:
+            return None
+        return event, after / before, before
+    values, scalar = event.inputs
+    if event.op_type == "Mul" and _is_constant_scalar(values):
+        values, scalar = scalar, values
+    if not _is_constant_scalar(scalar) or not scalar.min:
+        return None
+    factor = 1.0 / scalar.min if event.op_type in ("RealDiv", "Div") else scalar.min
+    before = values.largest_magnitude
+    if abs(factor) <= 1.0 or before is None:
+        return None
+    return event, abs(factor), before
+
+
+def _is_constant_scalar(stats: TensorStats) -> bool:
+    """One finite value (a Python number the op read, or a 0-d tensor)."""
+    size = 1
+    for dimension in stats.shape:
+        size *= dimension if dimension is not None else 2
+    return size == 1 and stats.min is not None and stats.min == stats.max and stats.finite
+
+
 # Ops whose exact zeros from inputs that held none are an underflow: a product of many
 # factors below 1, an exp of a large negative number, a softmax's far-off entries.
 UNDERFLOWS = frozenset({"Prod", "Mul", "Exp", "Pow", "Softmax", "Sigmoid", "RealDiv", "Div"})

@@ -20,6 +20,7 @@ from gradient_doctor.core.op_trace import (
     log_of_sum,
     nearest_weight_read,
     regression_targets,
+    scaled_by_constant,
     sigmoid_input,
     unowned_variable,
     weights_upstream,
@@ -258,8 +259,8 @@ def _upstream_facts(
 ) -> dict:
     """What the trace says about what fed a forward origin: the `Evidence` fields
     `feeding_ops`, `weights_layer`, `weights_variable`, `read_variables`,
-    `weights_upstream`, `growth`, `log_of_sum`, `input_producers`, `sigmoid_input` and
-    `zeros_began`."""
+    `weights_upstream`, `growth`, `log_of_sum`, `input_producers`, `sigmoid_input`,
+    `zeros_began` and `scaled_up`."""
     if origin is None or origin.phase != "forward":
         return {}
     read = nearest_weight_read(events, origin, weight_reads)
@@ -282,7 +283,18 @@ def _upstream_facts(
         ),
         "sigmoid_input": _call_or_none(sigmoid_input(events, origin)),
         "zeros_began": _call_or_none(where_zeros_began(events, origin)),
+        "scaled_up": _scaled_up(events, origin),
     }
+
+
+def _scaled_up(events, origin: OpEvent) -> tuple[OpCall, float, float] | None:
+    """`Evidence.scaled_up`: the constant scaling the origin's input last went through,
+    on a user's line; None without one."""
+    found = scaled_by_constant(events, origin)
+    if found is None or found[0].source is None:
+        return None
+    event, factor, before = found
+    return _call(event), factor, before
 
 
 def _fed_nonfinite(

@@ -209,3 +209,14 @@ def test_a_torch_sum_method_inside_the_log_is_one_logsumexp():
     fix = stable_logsumexp(code)
     assert fix.code == "loss = (-sim.diag() + torch.logsumexp(sim, dim=1)).mean()"
     assert stable_logsumexp("l = torch.log(torch.exp(s).sum(dim=1) + w)") is None
+
+
+def test_an_exp_input_a_temperature_scaled_past_the_limit_says_the_least_divisor(make_evidence):
+    from gradient_doctor.core.findings import TensorStats
+
+    cosines = TensorStats("float32", (128, 128), -1.0, 0.9997, nan=0, inf=0, zeros=0)
+    division = OpCall("RealDiv", SourceLine("train.py", 23, "sim = z1 @ z2.t() / tau"), (cosines,))
+    evidence = dataclasses.replace(make_evidence(), scaled_up=(division, 200.0, 0.9997))
+    explanation = diagnose(evidence).explanation
+    assert "Its input was divided by 0.005 at train.py:23 (a temperature)" in explanation
+    assert "a divisor of at least 0.01127 keeps the exp finite" in explanation

@@ -61,6 +61,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     return Diagnosis(
         category="forward_overflow",
         explanation=explain(origin, evidence.step)
+        + scaled_note(evidence)
         + summed_note(evidence.reduction)
         + from_data_note(upstream),
         not_fixes=forward_not_fixes(f"the overflow in {origin.reported_op}", upstream),
@@ -87,6 +88,35 @@ def explain(origin: Origin, step: int | None) -> str:
         subject = "The magnitude of the input to"
     rule = f"{dtype} {origin.op.lower()} overflows above {format_number(limit)}"
     return explain_input(origin, step, subject, format_number(reached), rule)
+
+
+def scaled_note(evidence: Evidence) -> str:
+    """ " Its input was divided by 0.005 at train.py:22 ..." when a constant factor scaled
+    the exp's input up past its limit from values that stayed below it (a temperature);
+    else ""."""
+    scaled = evidence.scaled_up
+    origin = evidence.origin
+    if scaled is None or origin.op not in _EXP_LIKE:
+        return ""
+    call, factor, before = scaled
+    limit = limits_of(origin).exp_limit
+    if before <= 0 or before > limit:
+        return ""
+    source = call.source
+    how = (
+        f"divided by {format_number(1.0 / factor)}"
+        if call.op in ("RealDiv", "Div")
+        else f"multiplied by {format_number(factor)}"
+    )
+    least = f"a divisor of at least {format_number(before / limit)}"
+    if call.op == "Mul":
+        least = f"a factor of at most {format_number(limit / before)}"
+    return (
+        f" Its input was {how} at {source.file}:{source.line} (a temperature), which takes "
+        f"values of magnitude up to {format_number(before)} to {format_number(factor * before)}"
+        f": {least} keeps the exp finite, or compute the loss from the scaled values with "
+        "logsumexp (a cross-entropy over them), which needs no exp of its own."
+    )
 
 
 def summed_note(reduction: Reduction | None) -> str:
