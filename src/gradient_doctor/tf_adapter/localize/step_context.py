@@ -93,8 +93,10 @@ def note_loss(target, tape_window=None, grads=None, sources=None) -> None:
     returned = tf.nest.flatten(grads) if grads is not None else []
     flat = [g for g in returned if g is not None]
     if flat:
-        given = tf.nest.flatten(sources) if sources is not None else []
-        none_for = [s for s, g in zip(given, returned, strict=False) if g is None]
+        none_for = []
+        if len(flat) < len(returned) and sources is not None:  # some None: which sources
+            given = tf.nest.flatten(sources)
+            none_for = [s for s, g in zip(given, returned, strict=False) if g is None]
         calls = getattr(_local, "gradient_calls", None)
         if calls is None:
             calls = _local.gradient_calls = []
