@@ -85,9 +85,12 @@ def test_model_without_trainable_variables_is_said_clearly(tmp_path):
         """,
     )
     run = run_doctor(script, tmp=tmp_path)
-    assert "the model has no trainable variables" in run.stderr
-    assert run.exit_code == 0
-    assert run.report["status"] == "healthy"
+    # Its fit trains nothing: a problem (was a warning and "healthy"), said clearly.
+    assert run.exit_code == 1
+    (problem,) = run.report["problems"]
+    assert problem["category"] == "disconnected_gradients"
+    assert "but none of its 2 weights is trainable" in problem["explanation"]
+    assert problem["fixes"][0]["family"] == "unfreeze_model"
 
 
 def test_scripts_own_doctor_passed_positionally_reports_to_the_run(tmp_path):

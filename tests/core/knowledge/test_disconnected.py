@@ -428,5 +428,5 @@ def test_a_model_frozen_before_its_own_step_names_the_line_and_unfreezes_it_arou
     assert fix.code.splitlines() == [
         "d.trainable = True  # before its own train_on_batch / fit",
         "d_loss = d.train_on_batch(batch, labels)",
-        "d.trainable = False  # before the combined model's train_on_batch",
+        "d.trainable = False  # only before a combined model's step (a GAN's)",
     ]

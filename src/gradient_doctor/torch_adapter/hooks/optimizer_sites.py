@@ -107,10 +107,6 @@ class OptimizerSites:
 
         cls.__init__ = noting_init
 
-    def built(self) -> list[torch.optim.Optimizer]:
-        """The optimizers the user's code built so far (alive), in no set order."""
-        return list(self._built.keys())
-
     def construction(self, optimizer: torch.optim.Optimizer) -> Construction | None:
         """How `optimizer` was built, or None when it was built before the install."""
         return self._built.get(optimizer)

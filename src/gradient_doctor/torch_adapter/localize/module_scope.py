@@ -82,9 +82,9 @@ def parameter_names(
             for path, parameter in module.named_parameters():
                 if id(parameter) in unowned:
                     found.setdefault(id(parameter), f"{name}.{path}")
-        for name, tensor in _script_tensors():  # `w = torch.zeros(..., requires_grad=True)`
-            if id(tensor) in unowned:
-                found.setdefault(id(tensor), name)
+        for key, name in script_tensor_names().items():  # `w = torch.zeros(..., ...)`
+            if key in unowned:
+                found.setdefault(key, name)
     for index, optimizer in enumerate(optimizers):
         for group in optimizer.param_groups:
             for number, parameter in enumerate(group["params"]):
@@ -110,6 +110,15 @@ def _script_modules() -> list[tuple[str, torch.nn.Module]]:
         for name, value in list(namespace.items())
         if isinstance(value, torch.nn.Module) and not name.startswith("_")
     ]
+
+
+def script_tensor_names() -> dict[int, str]:
+    """Tensor id -> the global name the running script bound it to (`logits_p =
+    torch.zeros(K, requires_grad=True)`), the first name for a tensor bound twice."""
+    found: dict[int, str] = {}
+    for name, tensor in _script_tensors():
+        found.setdefault(id(tensor), name)
+    return found
 
 
 def _script_tensors() -> list[tuple[str, torch.Tensor]]:

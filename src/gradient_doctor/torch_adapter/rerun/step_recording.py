@@ -39,6 +39,7 @@ from gradient_doctor.torch_adapter.localize.module_scope import (
     ModuleScope,
     module_names,
     parameter_names,
+    script_tensor_names,
 )
 from gradient_doctor.torch_adapter.localize.op_recorder import OpRecorder
 from gradient_doctor.torch_adapter.rerun import step_events
@@ -89,8 +90,8 @@ class StepRecording(UpdateListener):
         self._roots: list[torch.nn.Module] = []  # modules first called at depth 0
         self._depth = 0
         self._optimizers: list[torch.optim.Optimizer] = []
-        # Every optimizer the script builds, whose parameters are the step's weights
-        # before its first `step()` (tensors made with requires_grad=True and no module).
+        # Each optimizer as the script builds it: the tensors it trains that no module
+        # holds are the step's weights before its first `step()` (`_optimizer_built`).
         self._sites = OptimizerSites(on_built=self._optimizer_built)
         self._module_names: dict[int, str] = {}
         self._parameters: dict[int, str] = {}
@@ -177,7 +178,7 @@ class StepRecording(UpdateListener):
         """Start recording: the modules and parameters known so far are named."""
         models = self._models()
         self._module_names.update(module_names(models))
-        self._parameters.update(parameter_names(models, self._known_optimizers()))
+        self._parameters.update(parameter_names(models, self._optimizers))
         scope = ModuleScope(self._module_names)
         if self.paths:
             self.recorder = PathRecorder(scope, self._parameters)
@@ -191,18 +192,19 @@ class StepRecording(UpdateListener):
 
     def _optimizer_built(self, optimizer: torch.optim.Optimizer) -> None:
         """Name the parameters of an optimizer built while the window is open (a failing
-        first step's: its window opens before the script runs)."""
+        first step's: its window opens before the script runs) that are tensors the
+        script binds to its own names, held by no module (`logits_p = torch.zeros(...,
+        requires_grad=True)`): the step reads them as weights. A module's parameters are
+        named when the module is first called (`_name_late`), by its path."""
         if self.recorder is None:
             return
         with self.recorder.paused():
-            parameters = parameter_names(self._models(), self._known_optimizers())
-        for key, name in parameters.items():
-            self._parameters.setdefault(key, name)
-
-    def _known_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimizers that stepped so far, then those only built so far."""
-        stepped = self._optimizers
-        return [*stepped, *(o for o in self._sites.built() if o not in stepped)]
+            bound = script_tensor_names()
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                name = bound.get(id(parameter))
+                if name is not None:
+                    self._parameters.setdefault(id(parameter), name)
 
     def _models(self) -> list[torch.nn.Module]:
         """The roots that hold parameters (a loss module called alone is not a model)."""
@@ -222,7 +224,7 @@ class StepRecording(UpdateListener):
         """Name a root first called inside the window, keeping every name given so far."""
         with self.recorder.paused():
             names = module_names(self._models())
-            parameters = parameter_names(self._models(), self._known_optimizers())
+            parameters = parameter_names(self._models(), self._optimizers)
         for key, name in names.items():
             self._module_names.setdefault(key, name)
         for key, name in parameters.items():

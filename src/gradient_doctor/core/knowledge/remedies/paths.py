@@ -190,12 +190,13 @@ def unfreeze_model(trained_at: SourceLine | None) -> Fix:
     call = code if found else f"{model}.train_on_batch(x, y)"
     return Fix(
         "unfreeze_model",
-        f"Make `{model}` trainable for its own training step, frozen for the combined model's",
+        f"Make `{model}` trainable for its own training step (frozen again for a combined "
+        "model's, where one trains with it frozen)",
         "\n".join(
             [
                 f"{model}.trainable = True  # before its own train_on_batch / fit",
                 call,
-                f"{model}.trainable = False  # before the combined model's train_on_batch",
+                f"{model}.trainable = False  # only before a combined model's step (a GAN's)",
             ]
         ),
     )
