@@ -430,3 +430,20 @@ def test_a_model_frozen_before_its_own_step_names_the_line_and_unfreezes_it_arou
         "d_loss = d.train_on_batch(batch, labels)",
         "d.trainable = False  # only before a combined model's step (a GAN's)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("code", "rewritten"),
+    [
+        ("h = h.detach()", "h = h"),
+        ("return self.norm(x + self.mlp(x).detach())", "return self.norm(x + self.mlp(x))"),
+    ],
+)
+def test_a_detach_of_any_expression_is_taken_off_its_line(code, rewritten):
+    # A residual branch detached by mistake: the fix is a patch of that line, not the
+    # generic `y = x` (a method call on an expression has no name for a prefix).
+    from gradient_doctor.core.knowledge.remedies.torch_paths import detach_fixes
+
+    (fix,) = detach_fixes(code, None)
+    assert fix.family == "remove_stop_gradient"
+    assert fix.rewrite == (rewritten,)

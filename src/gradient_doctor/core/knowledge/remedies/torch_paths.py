@@ -18,6 +18,7 @@ from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
     find_call,
+    find_method_call,
     is_identifier,
     replace_span,
 )
@@ -160,10 +161,16 @@ def comparison_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
 
 
 def detach_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
-    """Drop the `.detach()` on the user's line."""
+    """Drop the `.detach()` on the user's line: of a name (`h.detach()`), or of any
+    expression (`self.mlp(x).detach()`, read as a method call on it)."""
     title = "Remove the .detach() if these parameters must train"
     if call is None:
-        return (Fix("remove_stop_gradient", title, "y = x  # instead of y = x.detach()"),)
+        method = find_method_call(code, ("detach",)) if code else None
+        if method is None or method.args or method.kwargs:
+            return (Fix("remove_stop_gradient", title, "y = x  # instead of y = x.detach()"),)
+        line = replace_span(code, method.start, method.end, method.receiver)
+        was = code[method.start : method.end]
+        return (Fix("remove_stop_gradient", title, f"{line}  # was: {was}", rewrite=(line,)),)
     value = _subject(call, "input") or "x"
     line = replace_span(code, call.start, call.end, value)
     return (Fix("remove_stop_gradient", title, f"{line}  # was: {call.text}", rewrite=(line,)),)
