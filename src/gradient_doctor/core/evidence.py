@@ -417,7 +417,7 @@ class Evidence:
             hundreds of probabilities, an exp of a large negative number); None when
             the zeros came otherwise (a relu, a mask, the data).
         forward_blowup: for a step whose every value was finite but whose forward
-            values left any sane range (past `origin_search.HUGE`) on their way to the
+            values left any sane range (past `op_trace.HUGE`) on their way to the
             loss: first the op where they grew past it from inputs within it, then
             the step's other forward calls of that op on a user's line whose output
             passed it too (a second bare exp of the same log-variance); () otherwise.

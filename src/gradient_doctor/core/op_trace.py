@@ -39,6 +39,11 @@ VIEW_OPS = frozenset(
 )
 
 
+# Activations past this magnitude have left any sane range: where they first crossed
+# it is where a forward overflow began, even when a later op wrote the inf.
+HUGE = 1e6
+
+
 @dataclass(frozen=True)
 class OpEvent:
     """One executed op: what it read, what it wrote, and where the user created it.

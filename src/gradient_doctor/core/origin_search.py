@@ -9,6 +9,7 @@ from gradient_doctor.core.evidence import BadInput, Evidence, OpCall, TargetScal
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
     FILLS,
+    HUGE,
     MEETS_A_MASK,
     SELECT_OPS,
     VIEW_OPS,
@@ -179,11 +180,6 @@ class TracedOrigin:
     event: OpEvent | None
     foreign: bool
     evidence: Evidence
-
-
-# Activations past this magnitude have left any sane range: where they first crossed
-# it is where a forward overflow began, even when a later op wrote the inf.
-HUGE = 1e6
 
 
 def trace_evidence(

@@ -21,7 +21,7 @@ from gradient_doctor.core.findings import (
     SourceLine,
     TensorStats,
 )
-from gradient_doctor.core.knowledge.layer_groups import layer_of_name
+from gradient_doctor.core.knowledge.layer_groups import group_by_layer
 from gradient_doctor.core.knowledge.wording import at_step, count, format_number, listing, op_place
 from gradient_doctor.core.report import Report
 
@@ -379,10 +379,7 @@ def disconnected_lines(disconnected: Disconnected) -> list[str]:
     else:
         # Keras names a variable `layer/kernel`, PyTorch `layer.weight`.
         separator = "/" if any("/" in name for name in variables) else "."
-        layers = {
-            layer_of_name(name) if separator == "/" else name.rpartition(".")[0] or name
-            for name in variables
-        }
+        layers = group_by_layer(variables, separator)
         lines = [
             f"no gradient reaches {amount} {noun} in {count(len(layers), 'layer')} "
             "(the names are in the JSON report)"

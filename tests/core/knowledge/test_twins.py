@@ -25,31 +25,39 @@ def test_twins_differ_only_in_variables_renamed_one_for_one(first, second, twins
     assert are_twins(first, second) is twins
 
 
+def _guarded(op: str, lines: tuple[str, str], column: int, inputs, twin_inputs, outputs, family):
+    """The `family` fix of a forward `op` that failed on the first of two twin `lines`
+    (20 and 21 of train.py, each call from `column` to the line's end)."""
+    first, second = (
+        SourceLine("train.py", 20 + index, code, column=column, end_column=len(code))
+        for index, code in enumerate(lines)
+    )
+    origin = Origin(
+        op=op,
+        op_name=op.lower(),
+        layer=None,
+        source=first,
+        gradient_of=None,
+        inputs=inputs,
+        outputs=outputs,
+    )
+    evidence = Evidence(
+        step=4,
+        phase="forward",
+        origin=origin,
+        setup=TrainingSetup(framework="torch"),
+        same_op_calls=(OpCall(op, second, twin_inputs),),
+    )
+    return next(fix for fix in diagnose(evidence).fixes if fix.family == family)
+
+
 def test_a_division_by_a_zero_norm_guards_its_twin_line_too():
     x = TensorStats("float32", (64, 32), -3.7, 4.9, nan=0, inf=0, zeros=256)
     norms = TensorStats("float32", (64, 1), 0.0, 10.9, nan=0, inf=0, zeros=8)
     nan = TensorStats("float32", (64, 32), None, None, nan=256, inf=0, zeros=0)
-    first = "a = a / a.norm(dim=-1, keepdim=True)"
     second = "b = b / b.norm(dim=-1, keepdim=True)"
-    origin = Origin(
-        op="RealDiv",
-        op_name="div",
-        layer=None,
-        source=SourceLine("train.py", 20, first, column=4, end_column=len(first)),
-        gradient_of=None,
-        inputs=(x, norms),
-        outputs=(nan,),
-    )
-    twin_line = SourceLine("train.py", 21, second, column=4, end_column=len(second))
-    twin = OpCall("RealDiv", twin_line, (x, norms))
-    evidence = Evidence(
-        step=0,
-        phase="forward",
-        origin=origin,
-        setup=TrainingSetup(framework="torch"),
-        same_op_calls=(twin,),
-    )
-    guard = next(fix for fix in diagnose(evidence).fixes if fix.family == "safe_div")
+    lines = ("a = a / a.norm(dim=-1, keepdim=True)", second)
+    guard = _guarded("RealDiv", lines, 4, (x, norms), (x, norms), (nan,), "safe_div")
     assert guard.rewrite and "a.norm(dim=-1, keepdim=True) == 0" in guard.rewrite[0]
     (edit,) = guard.edits
     assert (edit.line, edit.old_lines) == (21, (second,))
@@ -60,27 +68,8 @@ def test_a_log_guarded_on_the_line_that_failed_is_guarded_on_its_twin_far_from_z
     zeros = TensorStats("float32", (32,), 0.0, 0.9, nan=0, inf=0, zeros=3)
     away = TensorStats("float32", (32,), 0.2, 0.9, nan=0, inf=0, zeros=0)
     out = TensorStats("float32", (32,), None, None, nan=0, inf=3, zeros=0, neg_inf=3)
-    first = "log_a = torch.log(p_a)"
     second = "log_b = torch.log(p_b)"
-    origin = Origin(
-        op="Log",
-        op_name="log",
-        layer=None,
-        source=SourceLine("train.py", 30, first, column=8, end_column=len(first)),
-        gradient_of=None,
-        inputs=(zeros,),
-        outputs=(out,),
-    )
-    twin = OpCall(
-        "Log", SourceLine("train.py", 31, second, column=8, end_column=len(second)), (away,)
-    )
-    evidence = Evidence(
-        step=4,
-        phase="forward",
-        origin=origin,
-        setup=TrainingSetup(framework="torch"),
-        same_op_calls=(twin,),
-    )
-    guard = next(fix for fix in diagnose(evidence).fixes if fix.family == "safe_log")
+    lines = ("log_a = torch.log(p_a)", second)
+    guard = _guarded("Log", lines, 8, (zeros,), (away,), (out,), "safe_log")
     (edit,) = guard.edits
-    assert edit.line == 31 and "p_b" in edit.new_lines[0] and edit.new_lines[0] != second
+    assert edit.line == 21 and "p_b" in edit.new_lines[0] and edit.new_lines[0] != second

@@ -141,18 +141,17 @@ class LossInputs:
         line = next((line for frame in _frames(caller) if (line := _user_line(frame))), None)
         self._seen.add(key)
         activation = squash.lower()
+        fields = _layer_fields(layer)
         self._on_found(
             LossInput(
                 loss=name,
                 expects="logits",
                 activation=activation,
                 producer=activation,
-                layer=getattr(layer, "name", None),
-                layer_class=type(layer).__name__ if layer is not None else None,
-                layer_site=creation_sites.creation_line(layer) if layer is not None else None,
                 loss_site=line,
                 loss_argument=("call", name) if line is not None else None,
-                made_at=creation_sites.creation_line(layer) if layer is not None else None,
+                made_at=fields["layer_site"],  # the squash is the layer's activation
+                **fields,
             )
         )
 
@@ -205,14 +204,24 @@ class LossInputs:
                 expects="probabilities",
                 activation=activation,
                 producer=producer,
-                layer=getattr(layer, "name", None),
-                layer_class=type(layer).__name__ if layer is not None else None,
-                layer_site=creation_sites.creation_line(layer) if layer is not None else None,
                 loss_site=loss_site,
                 loss_argument=loss_argument,
                 values=values,
+                **_layer_fields(layer),
             )
         )
+
+
+def _layer_fields(layer) -> dict:
+    """The `LossInput` fields naming the layer that made the loss's input (its name,
+    class and the user's line that built it); Nones for no layer."""
+    if layer is None:
+        return {"layer": None, "layer_class": None, "layer_site": None}
+    return {
+        "layer": layer.name,
+        "layer_class": type(layer).__name__,
+        "layer_site": creation_sites.creation_line(layer),
+    }
 
 
 def _through(op):

@@ -108,10 +108,16 @@ def given_none(grads) -> list:
     """The sources that the `tape.gradient` call that returned `grads` (matched by
     identity, as `take_loss` matches them) gave None; [] when there is no such call.
     Read before `take_loss`, which forgets the call."""
-    for returned, _, none_for in getattr(_local, "gradient_calls", None) or []:
+    index = _call_that_returned(grads)
+    return _local.gradient_calls[index][2] if index is not None else []
+
+
+def _call_that_returned(grads) -> int | None:
+    """The index of the noted `tape.gradient` call that returned any of `grads`."""
+    for index, (returned, _, _) in enumerate(getattr(_local, "gradient_calls", None) or []):
         if any(g is r for g in grads for r in returned):
-            return none_for
-    return []
+            return index
+    return None
 
 
 def take_loss(grads=()) -> tuple:
@@ -122,12 +128,11 @@ def take_loss(grads=()) -> tuple:
     `g_tape.gradient(g_loss, ...)` both come before either update), else the most
     recent target noted.
     """
-    calls = getattr(_local, "gradient_calls", None) or []
-    for index, (returned, noted, _) in enumerate(calls):
-        if any(g is r for g in grads for r in returned):
-            del calls[index]
-            _local.loss = None
-            return noted
+    index = _call_that_returned(grads)
+    if index is not None:
+        _, noted, _ = _local.gradient_calls.pop(index)
+        _local.loss = None
+        return noted
     scope = current_scope()
     noted = (scope.loss, scope.tape_window) if scope is not None else None
     noted = noted or getattr(_local, "loss", None) or (None, None)

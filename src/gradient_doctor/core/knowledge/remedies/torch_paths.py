@@ -164,16 +164,16 @@ def detach_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
     """Drop the `.detach()` on the user's line: of a name (`h.detach()`), or of any
     expression (`self.mlp(x).detach()`, read as a method call on it)."""
     title = "Remove the .detach() if these parameters must train"
-    if call is None:
+    if call is not None:
+        start, end, value = call.start, call.end, _subject(call, "input") or "x"
+    else:
         method = find_method_call(code, ("detach",)) if code else None
         if method is None or method.args or method.kwargs:
             return (Fix("remove_stop_gradient", title, "y = x  # instead of y = x.detach()"),)
-        line = replace_span(code, method.start, method.end, method.receiver)
-        was = code[method.start : method.end]
-        return (Fix("remove_stop_gradient", title, f"{line}  # was: {was}", rewrite=(line,)),)
-    value = _subject(call, "input") or "x"
-    line = replace_span(code, call.start, call.end, value)
-    return (Fix("remove_stop_gradient", title, f"{line}  # was: {call.text}", rewrite=(line,)),)
+        start, end, value = method.start, method.end, method.receiver
+    line = replace_span(code, start, end, value)
+    was = code[start:end]
+    return (Fix("remove_stop_gradient", title, f"{line}  # was: {was}", rewrite=(line,)),)
 
 
 def no_gradient_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:

@@ -30,6 +30,7 @@ from gradient_doctor.core.knowledge.source.spelling import (
     spell,
 )
 from gradient_doctor.core.knowledge.wording import format_number
+from gradient_doctor.core.op_trace import HUGE
 
 _SHIFT_TITLES = {
     "axis": "Subtract the maximum before exp (a softmax's result is unchanged)",
@@ -502,10 +503,8 @@ def clip_exp_input(
     )
 
 
-# The forward values past which the doctor calls an activation out of any sane range
-# (`origin_search.HUGE`), and the largest input of an exp that keeps it below them.
-_SANE = 1e6
-SANE_EXP_INPUT = math.floor(math.log(_SANE))
+# The largest input of an exp that keeps its output within any sane range (`HUGE`).
+SANE_EXP_INPUT = math.floor(math.log(HUGE))
 _EXP_LIKE = frozenset({"Exp", "Expm1"})
 
 

@@ -151,21 +151,7 @@ def _activation_fix(fed: LossInput) -> Fix | None:
         f"{fed.expects} the loss reads (Keras computes the loss from the logits under the "
         f"{fed.activation}, as stably as from_logits=True), and predict() returns them too"
     )
-    code = f'{fed.layer_class}(..., activation="{fed.activation}")'
-    edits = ()
-    if fed.layer_site is not None:
-        code += f"  # the layer built at {fed.layer_site.file}:{fed.layer_site.line}"
-        edits = (
-            KeywordEdit(
-                fed.layer_site,
-                "activation",
-                ("linear", None),
-                f'"{fed.activation}"',
-                callee=fed.layer_class,
-                add=True,
-            ),
-        )
-    return Fix("activation_change", title, code, keyword_edits=edits)
+    return _layer_activation(fed, title, ("linear", None), f'"{fed.activation}"', add=True)
 
 
 def _from_logits_fix(fed: LossInput, loss_class: str) -> Fix:
@@ -240,14 +226,19 @@ def _linear_layer_fix(fed: LossInput) -> Fix:
     if fed.layer is None or fed.layer_class is None:
         return Fix("from_logits", title, f"logits  # in place of tf.nn.{fed.activation}(logits)")
     title = title.replace("the layer", f"layer `{fed.layer}`", 1)
-    code = f"{fed.layer_class}(..., activation=None)"
+    return _layer_activation(fed, title, (fed.activation,), "None")
+
+
+def _layer_activation(fed: LossInput, title: str, was: tuple, new: str, add: bool = False) -> Fix:
+    """The fix setting the activation of the layer that made the loss's input to `new`
+    (source text), where it now holds one of `was`: a patch of the line that built it
+    when that is known, else the call to write (`add`: also where it passes none)."""
+    code = f"{fed.layer_class}(..., activation={new})"
     edits = ()
     if fed.layer_site is not None:
         code += f"  # the layer built at {fed.layer_site.file}:{fed.layer_site.line}"
         edits = (
-            KeywordEdit(
-                fed.layer_site, "activation", (fed.activation,), "None", callee=fed.layer_class
-            ),
+            KeywordEdit(fed.layer_site, "activation", was, new, callee=fed.layer_class, add=add),
         )
     return Fix("activation_change", title, code, keyword_edits=edits)
 
