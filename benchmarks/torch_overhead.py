@@ -49,6 +49,7 @@ from gradient_doctor.core.records import LAYER_STATS_EVERY  # noqa: E402
 from gradient_doctor.torch_adapter.step.sample_schedule import (  # noqa: E402
     BUDGET,
     WARMUP_STEPS,
+    SampleSchedule,
 )
 
 SEED = 1234
@@ -302,11 +303,11 @@ def section(results: dict[str, dict], rounds: int, block: int) -> str:
         "off in turn: the check is the largest piece, ~100 us a step (its "
         "`torch._foreach_norm`, one more read of every gradient right before the "
         "optimizer's own, ~37 us of it alone; one `torch.stack` of the norms and the loss "
-        "and its host read the rest); then the sampled steps, ~40 us a step (module hooks and a "
+        "and its host read the rest); then the sampled steps (module hooks and a "
         "`TorchFunctionMode` on the forward, the parameter copy around the update, the "
         "host read, and every step's per-module gradient norms since the last sample, made "
-        "into records and fed to the detectors: ~2.9 ms more than another step, one step "
-        "in 80); then the detectors and the run's series, "
+        "into records and fed to the detectors: ~2.9 ms more than another step, once a "
+        "period); then the detectors and the run's series, "
         "~20 us a step (the steps' records are fed every few steps, a step at a "
         "time: fed one step at a time they cost several times more, the training between "
         "them taking the detectors' state out of the caches); the random state kept for a "
@@ -316,7 +317,7 @@ def section(results: dict[str, dict], rounds: int, block: int) -> str:
         "step, so the 5% target is out of reach for the MLP on these CPUs unless fewer "
         "than all updates were checked, which the doctor does not do. After its first "
         f"{WARMUP_STEPS} steps (sampled one in {LAYER_STATS_EVERY}) the doctor times the "
-        "run's own steps and samples one in 10, 20, 40 or 80, the shortest period whose "
+        f"run's own steps and samples one in {_periods()}, the shortest period whose "
         f"sampled steps add at most {BUDGET:.0%} to the step time "
         "(`torch_adapter/step/sample_schedule.py`; the period each watched run ended with "
         "is in the table; the detectors' work on a sampled step's records comes after the "
@@ -326,6 +327,12 @@ def section(results: dict[str, dict], rounds: int, block: int) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _periods() -> str:
+    """The sampling periods a watched run may take, as a phrase ("10, 20 or 40")."""
+    periods = [str(period) for period in SampleSchedule().periods]
+    return f"{', '.join(periods[:-1])} or {periods[-1]}"
 
 
 def _rows_by_target(results: dict[str, dict]) -> str:

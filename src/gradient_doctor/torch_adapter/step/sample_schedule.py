@@ -5,7 +5,7 @@ forward, a copy of the parameters around its update, one host read): about 1.5 m
 CPU whatever the model's size, which is 60% of a 2.5 ms MLP step but 10% of a 15 ms
 transformer block's. One step in ten (`LAYER_STATS_EVERY`, as TensorFlow's) would put
 6% on the short step's mean for this alone. So after the first `WARMUP_STEPS` (sampled
-one in ten, where the early trouble is), the period is the shortest of 10, 20, 40 or 80
+one in ten, where the early trouble is), the period is the shortest of 10, 20, 40, ... 320
 steps over which the sampled steps' extra time stays within `BUDGET` of the run's own
 step time, measured on the run itself (wall time between the ends of consecutive
 steps, medians over recent steps). A period changes only at a sampled step; every
@@ -24,7 +24,7 @@ from gradient_doctor.core.records import LAYER_STATS_EVERY
 WARMUP_STEPS = 200
 BUDGET = 0.01
 # The periods a schedule may take, in multiples of its base period.
-_MULTIPLES = (1, 2, 4, 8)
+_MULTIPLES = (1, 2, 4, 8, 16, 32)
 # Steps whose times the medians are taken over.
 _PLAIN_STEPS = 20
 _SAMPLED_STEPS = 3
