@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from gradient_doctor.tf_adapter._tf_internals import keras_nn
 from gradient_doctor.tf_adapter.hooks import compile_sites, creation_sites
-from gradient_doctor.tf_adapter.hooks.loss_inputs import LossInputs
+from gradient_doctor.tf_adapter.hooks.loss_inputs import LOSSES, LossInputs
 from tests.conftest import line_of, patches_installed
 
 HERE = "tests/tf_adapter/test_loss_inputs.py"
@@ -176,6 +176,30 @@ def test_the_keras_callback_finds_it_too_and_puts_the_losses_back():
     activation = next(fix for fix in problem.fixes if fix.family == "activation_change")
     assert f"Give layer `{model.layers[-1].name}` the softmax activation" in activation.title
     assert {name: getattr(keras_nn, name) for name in originals} == originals
+
+
+def test_a_fit_that_raises_leaves_kerass_losses_as_they_were():
+    import gradient_doctor
+
+    """Keras calls no `on_train_end` when `fit` raises: the losses are watched only
+    while the step's Python runs, and put back however it ends."""
+    originals = {name: getattr(keras_nn, name) for name in LOSSES}
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise KeyboardInterrupt
+
+    keras.utils.set_random_seed(0)
+    x, y = _data()
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    model.compile("adam", "sparse_categorical_crossentropy", run_eagerly=True)
+    doctor = gradient_doctor.Doctor(verbose=False, trial_steps=0)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(x, y, epochs=1, batch_size=16, verbose=0, callbacks=[doctor, Interrupt()])
+    assert {name: getattr(keras_nn, name) for name in LOSSES} == originals
+    (problem,) = doctor.report().problems  # seen while the eager steps ran
+    assert problem.category == "logits_as_probabilities"
 
 
 @pytest.mark.parametrize("traced", [True, False], ids=["tf_function", "eager"])

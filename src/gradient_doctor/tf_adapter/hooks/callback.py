@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 import keras
 
@@ -65,7 +67,7 @@ class Doctor(keras.callbacks.Callback):
         self._variables_checked = False
         # The cross-entropies watched for a layer's raw output while `fit` traces its
         # step (`gradient-doctor run` watches them for the whole script itself).
-        self._loss_checks = AttributePatches()
+        self._loss_checks: LossInputs | None = None
 
     def adopt(self, watcher) -> None:
         """Report to `watcher` (a whole run's) instead of this callback's own."""
@@ -80,10 +82,23 @@ class Doctor(keras.callbacks.Callback):
             return
         if self._hook is None or self._hook.model is not self.model:
             self._hook = attach(self.model, self.watcher)
-        if not self._persistent and not self._loss_checks.installed:
-            model = self.model
-            checks = LossInputs(self.watcher.session.loss_input_seen, lambda: flat_layers(model))
-            self._loss_checks.replace_all(checks.patches())
+            if not self._persistent:
+                model = self.model
+                seen = self.watcher.session.loss_input_seen
+                self._loss_checks = LossInputs(seen, lambda: flat_layers(model))
+                self._hook.during_step = self._checking_loss_inputs
+
+    @contextlib.contextmanager
+    def _checking_loss_inputs(self) -> Iterator[None]:
+        """The cross-entropies watched while the model's step is traced (or runs
+        eagerly), put back when it returns or raises: a `fit` that raises never calls
+        `on_train_end`, and must leave Keras's losses as they were."""
+        patches = AttributePatches()
+        patches.replace_all(self._loss_checks.patches())
+        try:
+            yield
+        finally:
+            patches.restore()
 
     def _check_something_trains(self) -> bool:
         """False, with a warning, when the built model has no trainable variables."""
@@ -115,7 +130,6 @@ class Doctor(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_train_end(self, logs=None) -> None:
-        self._loss_checks.restore()
         if self._hook is not None and not self._persistent:
             # The end of this callback's run: an unread latch, silent failures (a run of
             # its own session ends where the session does).

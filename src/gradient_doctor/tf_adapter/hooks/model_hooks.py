@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import tensorflow as tf
 
@@ -65,6 +68,10 @@ class ModelHook:
         self.steps_seen = 0
         self.original_train_step = model.train_step
         self._own_train_step = "train_step" in vars(model)  # set on the instance by the user
+        # Entered around each trace (or eager call) of the model's own step: what a
+        # caller watches only while the step's Python runs (the Keras callback's loss
+        # checks), undone even when the step raises.
+        self.during_step: Callable[[], AbstractContextManager] = contextlib.nullcontext
 
         @functools.wraps(self.original_train_step)
         def train_step(data):
@@ -77,6 +84,7 @@ class ModelHook:
                     )
                 ) as scope,
                 numerics_checks_passed_through(announce=True),
+                self.during_step(),
             ):
                 # Traced with the model's own numerics checks handing their tensor on:
                 # the guard, not a check raising inside Keras's loop, stops the step.
