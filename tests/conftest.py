@@ -145,6 +145,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/float16_adam_tape_loop.py",
         "tests/scripts/oscillator_noise_variance.py",
         "tests/scripts/pipeline_map_flat_windows.py",
+        "tests/scripts/diverging_rnn_fit.py",
     }
 )
 

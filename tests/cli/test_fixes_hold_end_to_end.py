@@ -36,6 +36,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/unscaled_targets_fit.py",  # prices in dollars: y standardised
     "tests/scripts/gan_two_tapes_noise.py",  # trials meet the failing step's noise
     "tests/scripts/float16_adam_tape_loop.py",  # a new dtype policy: proved by the rerun alone
+    "tests/scripts/diverging_rnn_fit.py",  # no value non-finite: the loss diverged
 ]
 
 
@@ -86,6 +87,7 @@ def test_every_verified_patch_applies_and_was_confirmed_from_the_start(
         "tests/scripts/argparse_slow_explosion.py",
         "tests/scripts/dense_unscaled_input.py",
         "tests/scripts/unscaled_targets_fit.py",
+        "tests/scripts/diverging_rnn_fit.py",
     ],
 )
 def test_the_first_verified_patch_applied_by_hand_trains_healthy(doctor_run, script, tmp_path):

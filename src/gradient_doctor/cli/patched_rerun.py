@@ -216,6 +216,9 @@ def _judged(
         if not learned:
             return Rerun(False, steps, f"{trained}, but {compared}")
         trained += f", {compared}"
+        unlearned = _did_not_fall(report)
+        if unlearned is not None:
+            return Rerun(False, steps, f"{trained}, but {unlearned}")
     first, final = _first_and_final(report)
     return Rerun(
         True,
@@ -271,7 +274,9 @@ def _far_behind(report: dict, reference: Sequence[tuple[int, float]], failed_at:
 
 # Problems of learning, not of a value: nothing went non-finite, so a patched copy that
 # stays finite proves nothing; it must learn more than the run did (`learn_more`).
-LEARNING_FAILURES = frozenset({"logits_as_probabilities", "probabilities_as_logits"})
+LEARNING_FAILURES = frozenset(
+    {"logits_as_probabilities", "probabilities_as_logits", "loss_diverged"}
+)
 # A copy that fixes a silent failure must end with its loss at most this share of the
 # run's at the same steps (the run that read raw outputs as probabilities ended at 8.07,
 # each patched copy at 0.0036).
@@ -299,6 +304,21 @@ def _learned_more(report: dict, reference: Sequence[tuple[int, float]]) -> tuple
     compared = f"its loss over {steps} averaging {ours:.4g} where your run's averaged {yours:.4g}"
     learned = ours <= LEARNED_MORE * yours
     return learned, compared if learned else compared + _short_of(ours, yours)
+
+
+def _did_not_fall(report: dict) -> str | None:
+    """Why a copy that ended below the run did not learn either, in words: its own loss
+    over its last tenth was not below `LEARNED_MORE` of its first (a lower rate that
+    learned for a while, then diverged again, ending at 0.88 from 0.85 where the run
+    ended at 5.3); None when it fell, or cannot be told (several objectives, a loss
+    that starts at or below zero)."""
+    first, final = _first_and_final(report)
+    if first is None or final is None or first <= 0 or final <= LEARNED_MORE * first:
+        return None
+    return (
+        f"its own loss did not fall ({first:.4g} at its first step, {final:.4g} over its "
+        "last tenth), so it did not learn either"
+    )
 
 
 def _short_of(ours: float, yours: float) -> str:

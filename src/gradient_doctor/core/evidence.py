@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from gradient_doctor.core.findings import Origin, SourceLine, TensorStats
 from gradient_doctor.core.gradient_paths import PathBreak
 
-if TYPE_CHECKING:  # a field's type only: stuck_units reads the knowledge base, which reads this
+if TYPE_CHECKING:  # fields' types only: both read the knowledge base, which reads this
+    from gradient_doctor.core.divergence import Divergence
     from gradient_doctor.core.stuck_units import StuckUnits
 
 
@@ -391,6 +392,8 @@ class Evidence:
             loss itself was not finite), or None when it was not read.
         stuck_units: for gradients that stayed exactly zero, the layers whose units
             all died or saturated (then there is no `path_break`), else None.
+        divergence: for a run whose loss diverged with every value finite, how it rose
+            and the layer whose updates were far too large (`core/divergence.py`).
         pipeline: for non-finite values in the batch, the function of the input
             pipeline that wrote them, when the adapter found it; else None.
         same_op_calls: for a forward origin, the step's other forward calls of the
@@ -453,6 +456,7 @@ class Evidence:
     skipped_updates: int = 0
     step_loss: float | None = None
     stuck_units: StuckUnits | None = None
+    divergence: Divergence | None = None
     pipeline: PipelineOrigin | None = None
     same_op_calls: tuple[OpCall, ...] = ()
     input_producers: tuple[OpCall | None, ...] = ()

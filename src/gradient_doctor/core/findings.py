@@ -37,6 +37,10 @@ CATEGORIES = (
     # finite, could not run, or recorded no op that wrote the value). Before, such a step
     # was filed as a `loss_spike`, a detector's warning about a finite loss.
     "unlocated_nonfinite",
+    # Added: a loss that climbed far above where the run started and stayed there while
+    # every value was finite (bounded activations), with a layer's weights growing tenfold
+    # or more, or moving by a tenth of their norm a step: the learning rate is too high.
+    "loss_diverged",
 )
 
 FIX_FAMILIES = (

@@ -27,6 +27,7 @@ from gradient_doctor.core.knowledge.rules import (
     ignored_targets,
     inverse_trig,
     log_domain,
+    loss_divergence,
     loss_input,
     loss_scale_collapse,
     masked_softmax,
@@ -159,6 +160,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     rules: list[Rule] = [
         loss_input.diagnose,
         stuck_units.diagnose,
+        loss_divergence.diagnose,
         disconnected.diagnose,
         optimizer_overflow.diagnose,
         bad_input.diagnose,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gradient_doctor.core.detectors.suite import DetectorSuite, default_detectors
+from gradient_doctor.core.divergence import find_divergence
 from gradient_doctor.core.evidence import Evidence, LossInput, StepHistory
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.fix_placement import place_fixes
@@ -356,9 +357,42 @@ class Session:
         if reading is not None and reading.failed and not self._failure_diagnosed:
             self.steps_watched = max(reading.updates - reading.skipped, 0)
             self.after_step(replace(reading, steps=1, failed_at=None), None)
+        self._diagnose_divergence()
         if self.on_finding is not None:
             for finding in self.silent_failures():
                 self.on_finding(finding)
+
+    def _diagnose_divergence(self) -> None:
+        """A run that failed nowhere but whose loss diverged (`core/divergence.py`): a
+        problem, dated to where the loss rose, with the optimizer's line as the fix."""
+        if self.problems:
+            return
+        began = self._training_began  # the current model's losses: its start is its own
+        by_layer: dict[str, dict[str, tuple]] = {"weight_norm": {}, "update_ratio": {}}
+        loss = None
+        for series in self.series.snapshot():
+            kind = series.name.split("/", 1)[0]
+            if series.name == "loss":
+                loss = series
+            elif kind in by_layer and series.about is not None:
+                by_layer[kind][series.about] = (series.steps, series.values)
+        if loss is None:
+            return
+        points = [(s, v) for s, v in zip(loss.steps, loss.values, strict=True) if s >= began]
+        divergence = find_divergence(
+            [s for s, _ in points],
+            [v for _, v in points],
+            by_layer["weight_norm"],
+            by_layer["update_ratio"],
+            self.adapter.objectives() > 1,
+        )
+        if divergence is not None:
+            setup = self.adapter.training_setup()
+            history = self.step_history()
+            evidence = Evidence(
+                divergence.rose_at, None, None, history=history, setup=setup, divergence=divergence
+            )
+            self.record(evidence)
 
     def silent_failures(self) -> tuple[Finding, ...]:
         """Warnings still standing whose loss never improved, as problems (none of a
