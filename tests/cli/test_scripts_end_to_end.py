@@ -45,6 +45,14 @@ def test_a_bias_that_cancels_in_a_pair_difference_is_no_broken_path(doctor_run):
     assert run.report["steps_watched"] == 80
 
 
+def test_zero_gradients_at_a_loss_of_exactly_zero_are_convergence(doctor_run):
+    run = doctor_run("tests/scripts/hinge_converged_fit.py")
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert (run.report["status"], run.report["problems"]) == ("healthy", [])
+    loss = next(s for s in run.report["series"] if s["name"] == "loss")
+    assert loss["values"][-60:] == [0.0] * 60  # the window the zero gradients were seen in
+
+
 def test_nan_in_the_data_is_bad_input_with_row_and_feature(doctor_run):
     run = doctor_run("tests/scripts/bad_input_fit.py")
     assert run.exit_code == 1

@@ -44,12 +44,17 @@ MAX_CONFIRMED = 4
 # failed as it was, or act on the updates, may only have slowed the drift (a lower rate
 # that held 200 steps past step 9 met the failure again at step 245 of 300).
 MAY_ONLY_DELAY = frozenset(SLOWS_ONLY) | UPDATE_REMEDIES
+# Failures that may build up over training, which such a remedy may only delay: a value
+# drifting to a limit, and gradients growing step after step (a regression on a time
+# feature that keeps growing, in time order: its rate lowered 10x held 200 steps past
+# step 148, then exploded at step 413 of 700).
+BUILDS_UP = DRIFTS | {"exploding_gradients"}
 
 
 def runs_to_the_end(category: str, family: str) -> bool:
     """Whether a patched copy of remedy `family` for a problem of `category` must run to
     the script's end (within the time), not only `steps_past` steps past the failure."""
-    return category in DRIFTS and family in MAY_ONLY_DELAY
+    return category in BUILDS_UP and family in MAY_ONLY_DELAY
 
 
 def confirmation_pending(mode: str, trial_steps: int) -> str | None:
@@ -342,8 +347,8 @@ def _untried_note(fix: Fix) -> str:
 
 
 def _may_only_delay(fix: Fix, problem: Finding, rerun: Rerun, expected: str | None = None) -> Fix:
-    """A fix that a rerun confirmed for a value that built up over training (a forward
-    overflow or domain error), and that leaves the op that failed as it was (a lower
+    """A fix that a rerun confirmed for a failure that built up over training (a forward
+    overflow or domain error, gradients growing step after step), and that leaves the op that failed as it was (a lower
     learning rate, standardised data): its copy ran to the script's end within the
     time, and the evidence says how far it held, and that training longer than the
     script does may still meet the failure, slowed, not removed (with the expectation
@@ -351,12 +356,12 @@ def _may_only_delay(fix: Fix, problem: Finding, rerun: Rerun, expected: str | No
     drift as they were, so what it held off was the large ones."""
     if fix.verified is not True or fix.family not in SLOWS_ONLY:
         return fix
-    if problem.category not in DRIFTS:
+    if problem.category not in BUILDS_UP:
         return fix
     held = "to the end of your script" if rerun.to_end else "as far as it ran"
     note = (
-        f"; {SLOWS_ONLY[fix.family]}, and the failure was a value that built up over "
-        f"training: the copy held {held}, but a longer run may meet it later"
+        f"; {SLOWS_ONLY[fix.family]}, and the failure built up over training: the copy "
+        f"held {held}, but a longer run may meet it later"
     )
     if expected:
         note += f" (listed before as: {expected})"

@@ -482,6 +482,8 @@ class Session:
         if not names:
             return
         since = step - self.zero_gradient_window + 1
+        if self._loss_was_zero(since):
+            return
         stuck = self._stuck_units(names, since)
         # Units stuck in the same layers are one problem, though more variables behind
         # them reach a zero gradient later (a dead layer's next layer's kernel, then bias).
@@ -505,6 +507,13 @@ class Session:
                 stuck_units=stuck,
             )
         )
+
+    def _loss_was_zero(self, since: int) -> bool:
+        """Every loss read since step `since` was exactly 0: the loss sat at its floor (a
+        hinge loss once every point is past the margin), where zero gradients are the
+        optimum, not a broken path."""
+        losses = [loss for step, loss, _ in self._history if step >= since]
+        return bool(losses) and all(loss == 0.0 for loss in losses)
 
     def _stuck_units(self, names: tuple[str, ...], since: int) -> StuckUnits | None:
         """The layers whose units all died or saturated behind these zero gradients (known
