@@ -348,12 +348,13 @@ def _untried_note(fix: Fix) -> str:
 
 def _may_only_delay(fix: Fix, problem: Finding, rerun: Rerun, expected: str | None = None) -> Fix:
     """A fix that a rerun confirmed for a failure that built up over training (a forward
-    overflow or domain error, gradients growing step after step), and that leaves the op that failed as it was (a lower
-    learning rate, standardised data): its copy ran to the script's end within the
-    time, and the evidence says how far it held, and that training longer than the
-    script does may still meet the failure, slowed, not removed (with the expectation
-    it was listed under). Clipping is left alone: it leaves the small updates of a slow
-    drift as they were, so what it held off was the large ones."""
+    overflow or domain error, gradients growing step after step), and that leaves the
+    op that failed as it was (a lower learning rate, standardised data): its copy ran
+    to the script's end within the time, and the evidence says how far it held, and
+    that training longer than the script does may still meet the failure, slowed, not
+    removed (with the expectation it was listed under). Clipping is left alone: it
+    leaves the small updates of a slow drift as they were, so what it held off was the
+    large ones."""
     if fix.verified is not True or fix.family not in SLOWS_ONLY:
         return fix
     if problem.category not in BUILDS_UP:
