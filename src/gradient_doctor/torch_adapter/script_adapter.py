@@ -130,6 +130,10 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self._failing: weakref.ref | None = None  # the optimizer of the last skipped update
         self.session = Session(self, **session)
         self._optimizers: list[weakref.ref] = []  # in the order they first stepped
+        # The last optimizer that first stepped, held: the run's end (a problem found
+        # then, its patch of the optimizer's line) still knows it after the script's
+        # globals are gone.
+        self._latest_optimizer: torch.optim.Optimizer | None = None
         self.reruns: StepReruns | None = None
         self.rerun_seconds: list[float] = []
         self._stepped: set[int] = set()  # ids of the optimizers stepped in this step
@@ -172,7 +176,8 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers that stepped so far and still exist (a script that makes a new
-        one per epoch does not keep the old ones' state alive through the doctor)."""
+        one per epoch does not keep the old ones' state alive through the doctor; the
+        latest is held)."""
         return [o for o in (ref() for ref in self._optimizers) if o is not None]
 
     def optimizers_stepped(self) -> int:
@@ -191,6 +196,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             mine = (id(p) for group in optimizer.param_groups for p in group["params"])
             another_model = self.session.trains_another_model(mine)
             self._optimizers = [*(weakref.ref(o) for o in known), weakref.ref(optimizer)]
+            self._latest_optimizer = optimizer
         if id(optimizer) in self._stepped or (another_model and self._stepped):
             self._end_step(index - 1)  # a new round of the optimizers: a new step
         if another_model:  # a teacher trained, now its student: the detectors start afresh
