@@ -56,7 +56,8 @@ def header_line(report: Report) -> str:
         "interrupted by SIGTERM: train.py, 37 steps watched, nothing found before the
         signal" for a run a signal stopped, else e.g. "problem: train.py, 1831 steps
         watched, 1 problem, 2 warnings" (", interrupted by SIGTERM" when it was; "the
-        script raised an error, no numerical problem" for a crash with no problem).
+        script raised an error, no numerical problem found before it" for a crash with no
+        problem).
     """
     watched = f"{count(report.steps_watched, 'step')} watched"
     if report.status == "healthy" and report.steps_watched == 0:
@@ -71,7 +72,7 @@ def header_line(report: Report) -> str:
     if interrupted:
         found = "nothing found before the signal"
     elif report.script_error is not None and not report.problems:
-        found = "the script raised an error, no numerical problem"
+        found = "the script raised an error, no numerical problem found before it"
     else:
         found = count(len(report.problems), "problem")
     parts = [report.script, watched, found]
@@ -475,6 +476,10 @@ def headroom_text(headroom: Headroom) -> str:
 # execution error:").
 _WHERE_LINES = ("File ", "[[", "Detected at node")
 _HEADLINE_CHARACTERS = 300
+# A line ending in ":" this short only announces what follows ("Graph execution error:");
+# a longer one says what went wrong before listing the values ("Expected parameter scale
+# ... to satisfy the constraint GreaterThan(lower_bound=0.0), but found invalid values:").
+_ANNOUNCING_CHARACTERS = 40
 
 
 def error_headline(error: str) -> str:
@@ -487,8 +492,13 @@ def error_headline(error: str) -> str:
         kind, message = "", error
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     telling = [line for line in lines if not line.startswith(_WHERE_LINES)]
-    said = [line for line in telling if not line.endswith(":")] or telling or [error.strip()]
+    said = [line for line in telling if not _announces(line)] or telling or [error.strip()]
     headline = said[0]
     if len(headline) > _HEADLINE_CHARACTERS:
         headline = headline[: _HEADLINE_CHARACTERS - 3].rstrip() + "..."
     return f"{kind}: {headline}" if kind else headline
+
+
+def _announces(line: str) -> bool:
+    """A line that only announces what follows it (`_ANNOUNCING_CHARACTERS`)."""
+    return line.endswith(":") and len(line) <= _ANNOUNCING_CHARACTERS
