@@ -23,6 +23,8 @@ warmup = WarmUp(peak_lr=20.0, warmup_steps=60, min_rate=0.5)
 warmed = tf.keras.optimizers.SGD(learning_rate=warmup, momentum=0.9)
 cycle = OneCycle(3e-3, 100)
 cycled = tf.keras.optimizers.SGD(learning_rate=cycle)
+cosine = WarmupCosine(peak=3e-3 * 256, warmup_steps=60, total_steps=900)
+warm_cosine = tf.keras.optimizers.SGD(learning_rate=cosine, momentum=0.9)
 """.splitlines(keepends=True)
 
 
@@ -83,6 +85,17 @@ def test_the_users_own_schedule_has_the_keywords_that_name_a_rate_scaled():
     assert "warmup = WarmUp(peak_lr=2.0, warmup_steps=60, min_rate=0.05)" in _patched(edits)
     # A rate passed by position to the user's class is not known to be one: no patch.
     assert lower_learning_rate(_site("learning_rate=cycle", "SGD", schedule=True), SCRIPT) is None
+
+
+def test_a_warmups_peak_written_as_arithmetic_is_scaled_as_written():
+    edits, setting = lower_learning_rate(
+        _site("learning_rate=cosine", "SGD", schedule=True), SCRIPT
+    )
+    assert (setting.name, setting.value) == ("learning_rate_scale", 0.1)
+    assert (
+        "cosine = WarmupCosine(peak=(3e-3 * 256) * 0.1, warmup_steps=60, total_steps=900)"
+        in _patched(edits)
+    )
 
 
 def test_a_named_optimizer_is_written_out_with_the_lower_rate():

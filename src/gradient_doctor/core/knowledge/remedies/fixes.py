@@ -199,17 +199,18 @@ def lower_learning_rate(setup: TrainingSetup) -> Fix:
     user's own optimizer class in PyTorch)."""
     if setup.framework == "torch":
         return _torch_lower_learning_rate(setup)
+    kind = setup.optimizer or "Adam"
     if setup.learning_rate is None:
         return Fix(
             "lower_learning_rate",
             "Lower the learning rate 10x",
-            "optimizer = keras.optimizers.Adam(learning_rate=1e-4)  # 10x lower than now",
+            f"optimizer = keras.optimizers.{kind}(learning_rate=1e-4)  # 10x lower than now",
         )
     was, lower = format_number(setup.learning_rate), format_number(setup.learning_rate / 10)
     return Fix(
         "lower_learning_rate",
         f"Lower the learning rate 10x, from {was} to {lower}",
-        f"optimizer = keras.optimizers.Adam(learning_rate={lower})  # was {was}",
+        f"optimizer = keras.optimizers.{kind}(learning_rate={lower})  # was {was}",
     )
 
 

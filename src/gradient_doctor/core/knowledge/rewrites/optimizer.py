@@ -42,9 +42,10 @@ _SCHEDULE_RATES: dict[str, tuple[tuple[int | None, str, float | None], ...]] = {
     "PolynomialDecay": ((0, "initial_learning_rate", None), (2, "end_learning_rate", 0.0001)),
 }
 # A keyword of the user's own schedule class that names a learning rate (`peak_lr`,
-# `max_lr`, `base_lr`, `initial_learning_rate`, `target_rate`): where every such keyword
-# is passed a number, the schedule is scaled by scaling them.
-_RATE_KEYWORD = re.compile(r"(^|_)(lr|learning_rate|rate)(_|$)")
+# `max_lr`, `base_lr`, `initial_learning_rate`, `target_rate`, a warm-up's `peak` or
+# `peak_value`): where every such keyword is passed a number, the schedule is scaled by
+# scaling them.
+_RATE_KEYWORD = re.compile(r"(^|_)(lr|learning_rate|rate|peak)(_|$)")
 # `compile(optimizer="...")` names -> the class Keras builds.
 _OPTIMIZER_NAMES = {
     "adam": "Adam",
@@ -290,10 +291,34 @@ def _schedule_rates(schedule: ast.Call) -> tuple[tuple[int | None, str, float | 
     rates = tuple(
         (None, keyword.arg, None)
         for keyword in schedule.keywords
-        if keyword.arg and _RATE_KEYWORD.search(keyword.arg) and number(keyword.value)
+        if keyword.arg and _RATE_KEYWORD.search(keyword.arg) and _constant(keyword.value)
     )
     positional = any(number(arg) is not None for arg in schedule.args)
     return () if positional else rates
+
+
+_ARITHMETIC = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
+
+
+def _constant(node: ast.expr) -> float | None:
+    """The value of a number written as a literal or as arithmetic on literals
+    (`3e-3 * 256`, a rate scaled by hand for a batch size), else None."""
+    value = number(node)
+    if value is not None or not isinstance(node, ast.BinOp):
+        return value
+    operation = _ARITHMETIC.get(type(node.op))
+    left, right = _constant(node.left), _constant(node.right)
+    if operation is None or left is None or right is None:
+        return None
+    try:
+        return float(operation(left, right))
+    except ZeroDivisionError:
+        return None
 
 
 def _scale_schedule(
