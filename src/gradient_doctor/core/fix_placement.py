@@ -28,6 +28,7 @@ from gradient_doctor.core.knowledge.rewrites import xla as xla_rewrite
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.core.knowledge.source import syntax_edit
+from gradient_doctor.core.knowledge.source.spelling import in_files_names
 from gradient_doctor.core.knowledge.wording import format_number
 from gradient_doctor.core.patches import (
     PatchError,
@@ -109,6 +110,7 @@ def place_fixes(
     for fix in finding.fixes:
         placed = None
         if fix.rewrite and origin_lines is not None:
+            fix = _in_files_names(fix, origin_lines)
             edit = replace_line(source, fix.rewrite, origin_lines)
             others = _other_lines(fix.edits, root, mine)
             placed = with_edits(fix, (edit, *others), root) if edit is not None else None
@@ -229,6 +231,16 @@ def _holds(value: object, values: tuple[object, ...]) -> bool:
     return any(type(value) is type(item) and value == item for item in values)
 
 
+def _in_files_names(fix: Fix, lines: list[str]) -> Fix:
+    """`fix` with its rewrite and code spelled in the names the user's file imports
+    (`spelling.in_files_names`)."""
+    rewrite = in_files_names(fix.rewrite, lines)
+    if rewrite == tuple(fix.rewrite):
+        return fix
+    code = "\n".join(in_files_names(fix.code.split("\n"), lines))
+    return dataclasses.replace(fix, rewrite=rewrite, code=code)
+
+
 def _other_lines(edits: tuple[Edit, ...], root: str, mine: Callable[[str], bool]) -> list[Edit]:
     """A rewrite fix's edits of lines other than the origin's (the rule writes them
     stripped, before placement: the same op's other risky calls), each placed on its
@@ -240,7 +252,7 @@ def _other_lines(edits: tuple[Edit, ...], root: str, mine: Callable[[str], bool]
         if lines is None or not edit.old_lines:
             continue
         at = SourceLine(edit.file, edit.line, edit.old_lines[0])
-        made = replace_line(at, edit.new_lines, lines)
+        made = replace_line(at, in_files_names(edit.new_lines, lines), lines)
         if made is not None:
             placed.append(made)
     return placed

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import re
+from collections.abc import Sequence
 from string import Formatter
 
 from gradient_doctor.core.knowledge.source.calls import Call
+from gradient_doctor.core.knowledge.source.syntax_edit import module_alias
 
 # "{p}" stands for the user's own prefix, e.g. "keras.ops." or "ops.".
 _SPELLINGS = {
@@ -158,3 +162,53 @@ def tensorflow_name(numpy_name: str) -> str | None:
         if spelled == f"np.{numpy_name}":
             return _SPELLINGS["tf"].get(helper, f"tf.{helper}")
     return f"tf.{numpy_name}" if numpy_name in _SAME_IN_TF else None
+
+
+# A TensorFlow name in a rewrite: `tf.` followed by a dotted name.
+_TF_NAME = re.compile(r"\btf\.((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)")
+
+
+def in_files_names(rewrite: Sequence[str], file_lines: Sequence[str]) -> tuple[str, ...]:
+    """The rewrite's lines with its TensorFlow names spelled as the user's file can say
+    them: a file that imports `keras` (or `from keras import ops`) and not TensorFlow
+    gets `keras.ops` helpers (`tf.math.divide_no_nan` -> `ops.divide_no_nan`), one that
+    imports TensorFlow under another name gets that name; unchanged otherwise (a file
+    that does not parse, or that says `tf` itself). A patch that said `tf` in a file
+    without it would fail with a NameError when applied."""
+    try:
+        tree = ast.parse("".join(file_lines))
+    except (SyntaxError, ValueError):
+        return tuple(rewrite)
+    tensorflow = module_alias(tree, "tensorflow")
+    if tensorflow == "tf":
+        return tuple(rewrite)
+    if tensorflow is not None:
+        return tuple(
+            _TF_NAME.sub(lambda match: f"{tensorflow}.{match.group(1)}", line) for line in rewrite
+        )
+    prefix = _keras_ops_prefix(tree)
+    if prefix is None:
+        return tuple(rewrite)
+    keras_names = {
+        spelled: _SPELLINGS["keras"][helper].replace("{p}", prefix)
+        for helper, spelled in _SPELLINGS["tf"].items()
+        if helper in _SPELLINGS["keras"]
+    }
+    keras_names.update({f"tf.{name}": f"{prefix}{name}" for name in _SAME_IN_TF})
+
+    def respelled(match: re.Match) -> str:
+        return keras_names.get(match.group(0), match.group(0))
+
+    return tuple(_TF_NAME.sub(respelled, line) for line in rewrite)
+
+
+def _keras_ops_prefix(tree: ast.Module) -> str | None:
+    """How the file names `keras.ops`: "ops." (`from keras import ops`), "keras.ops."
+    (`import keras`), or None."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "keras":
+            for alias in node.names:
+                if alias.name == "ops":
+                    return f"{alias.asname or alias.name}."
+    keras = module_alias(tree, "keras")
+    return f"{keras}.ops." if keras is not None else None
