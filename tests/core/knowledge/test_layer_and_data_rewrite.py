@@ -21,6 +21,8 @@ model.fit(features / 255.0, prices)
 autoencoder.fit(pixels, pixels, validation_data=(held_out, held_out), epochs=2)
 rnn = keras.layers.SimpleRNN(8, activation="relu", recurrent_initializer=Orthogonal(gain=4.0))
 sparse = keras.layers.Dense(32, activation="relu", bias_initializer=Constant(-8.0))
+def build():
+    pair = [keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)]
 """.splitlines(keepends=True)
 
 
@@ -31,6 +33,24 @@ def _at(text):
 
 def _patched(edit) -> list[str]:
     return [line.rstrip("\n") for line in apply_edits(SCRIPT, [edit])]
+
+
+def test_of_two_layers_built_on_one_line_the_one_at_the_recorded_column_is_patched():
+    at = _at("pair =")
+    column = at.code.index("keras.layers.Dense(1)")
+    site = LayerSite(
+        SourceLine(at.file, at.line, at.code, column, column + len("keras.layers.Dense(1)")),
+        "Dense",
+        "sequential/dense_2",
+    )
+    assert (
+        '    pair = [keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1, '
+        "kernel_constraint=keras.constraints.MaxNorm(max_value=3.0))]"
+    ) in _patched(constrain_kernel(site, SCRIPT))
+    unplaced = LayerSite(at, "Dense", "sequential/dense_2")  # no column: the first, as before
+    assert 'keras.layers.Dense(64, activation="relu", kernel_constraint' in "".join(
+        _patched(constrain_kernel(unplaced, SCRIPT))
+    )
 
 
 def test_he_init_goes_where_the_layers_were_built_once_for_a_comprehension():

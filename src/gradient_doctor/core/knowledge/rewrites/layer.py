@@ -8,6 +8,7 @@ changes the same layers.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -64,8 +65,21 @@ def _layer_call(site: LayerSite, lines: Sequence[str]):
     if tree is None:
         return None, None, text
     names = (site.class_name, site.class_name.removesuffix("Cell"))
-    call = next((c for c in calls_on(tree, site.source) if callee(c.func) in names), None)
-    return tree, call, text
+    calls = [c for c in calls_on(tree, site.source) if callee(c.func) in names]
+    return tree, _at_column(calls, site.source, text), text
+
+
+def _at_column(calls: list[ast.Call], source: SourceLine, text: Sequence[str]) -> ast.Call | None:
+    """The call that built the layer: of several on its line (`Dense(64), Dense(1)`),
+    the one at the column the layer was built from, when it was recorded; else the first."""
+    span = source.span
+    if len(calls) > 1 and span is not None and 1 <= source.line <= len(text):
+        line = text[source.line - 1]
+        indent = len(line) - len(line.lstrip())
+        for call in calls:
+            if call.lineno == source.line and call.col_offset - indent == span[0]:
+                return call
+    return calls[0] if calls else None
 
 
 def constrain_kernel(site: LayerSite, lines: Sequence[str]) -> Edit | None:
