@@ -14,6 +14,25 @@ if TYPE_CHECKING:  # fields' types only: both read the knowledge base, which rea
 
 
 @dataclass(frozen=True)
+class StaleGradients:
+    """The proof that an optimizer's gradients were not reset between two updates: its
+    `.grad` at an update equalled the last update's plus the gradients `backward()`
+    added since, and differed from those alone.
+
+    Attributes:
+        optimizer: the optimizer's class name.
+        update: the 0-based index of the update proved, among that optimizer's.
+        carried: the norm of what `.grad` carried over from the updates before.
+        fresh: the norm of the gradients `backward()` added since the last update.
+    """
+
+    optimizer: str
+    update: int
+    carried: float
+    fresh: float
+
+
+@dataclass(frozen=True)
 class BadInput:
     """Non-finite values found in one tensor of the input batch or its labels.
 
@@ -394,6 +413,8 @@ class Evidence:
             all died or saturated (then there is no `path_break`), else None.
         divergence: for a run whose loss diverged with every value finite, how it rose
             and the layer whose updates were far too large (`core/divergence.py`).
+        stale_gradients: for gradients an optimizer applied again because nothing reset
+            them between its updates, the proof by values (the adapter's).
         pipeline: for non-finite values in the batch, the function of the input
             pipeline that wrote them, when the adapter found it; else None.
         same_op_calls: for a forward origin, the step's other forward calls of the
@@ -457,6 +478,7 @@ class Evidence:
     step_loss: float | None = None
     stuck_units: StuckUnits | None = None
     divergence: Divergence | None = None
+    stale_gradients: StaleGradients | None = None
     pipeline: PipelineOrigin | None = None
     same_op_calls: tuple[OpCall, ...] = ()
     input_producers: tuple[OpCall | None, ...] = ()

@@ -41,6 +41,9 @@ CATEGORIES = (
     # every value was finite (bounded activations), with a layer's weights growing tenfold
     # or more, or moving by a tenth of their norm a step: the learning rate is too high.
     "loss_diverged",
+    # Added: PyTorch's `.grad` never reset between an optimizer's updates (`zero_grad()`
+    # once per epoch, or never): each update applies every gradient since, again.
+    "stale_gradients",
 )
 
 FIX_FAMILIES = (
@@ -84,6 +87,8 @@ FIX_FAMILIES = (
     # Added: a Keras model frozen (`trainable = False`, for a combined GAN model) before
     # its own train step was built, which then trains nothing: unfreeze it around it.
     "unfreeze_model",
+    # Added: reset the gradients after each update (`optimizer.zero_grad()`).
+    "reset_gradients",
     # Added for remedies users try that a diagnosis must be able to rule out.
     "larger_batch",
     "regularization",

@@ -122,6 +122,8 @@ def place_fixes(
             placed = placed if placed.patch is not None else None
         elif fix.family == "lower_learning_rate" and sites.rate_set_by is not None:
             placed = _scheduled_rate_fix(fix, sites.rate_set_by)
+        elif fix.family == "reset_gradients" and sites.optimizer is not None:
+            placed = _reset_fix(fix, sites.optimizer, root)
         elif fix.family in _OPTIMIZER_FIXES and sites.optimizer is not None:
             placed = _optimizer_fix(fix, sites.optimizer, root, history)
         elif fix.family in _LAYER_FIXES:
@@ -561,6 +563,14 @@ def _lowered_by(fix: Fix, site: OptimizerSite, factor: float) -> Fix:
     if was is not None:
         title += f", from {format_number(was)} to {format_number(was * factor)}"
     return dataclasses.replace(fix, title=title)
+
+
+def _reset_fix(fix: Fix, site: OptimizerSite, root: str) -> Fix | None:
+    """`fix` as a `zero_grad()` line inserted after the optimizer's `step()`, or None."""
+    step = site.step_line
+    lines = read_lines(os.path.join(root, step.file)) if step is not None else None
+    edit = torch_optimizer.zero_grad_after_step(site, lines) if lines is not None else None
+    return _patched(fix, (edit,), root, None) if edit is not None else None
 
 
 def _patched(fix: Fix, edits: tuple[Edit, ...], root: str, setting: tuple) -> Fix | None:

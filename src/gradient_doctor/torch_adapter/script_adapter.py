@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from gradient_doctor.cli.script_runner import ScriptEnd
-from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.evidence import Evidence, StaleGradients, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.gradient_paths import OTHER_PARAMETERS, UNLOCATED, PathBreak
 from gradient_doctor.core.pipeline import Localized, Session, StepReading
@@ -55,6 +55,7 @@ from gradient_doctor.torch_adapter.localize.gradient_paths import (
 from gradient_doctor.torch_adapter.localize.module_scope import parameter_names
 from gradient_doctor.torch_adapter.localize.update_writes import written_by_an_update
 from gradient_doctor.torch_adapter.rerun.step_rerun import StepReruns
+from gradient_doctor.torch_adapter.step.gradient_resets import GradientResets
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.sample_schedule import SampleSchedule
 from gradient_doctor.torch_adapter.step.step_check import Check, SquareOverflow, combined
@@ -140,6 +141,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self._checks: list[Check] = []
         self._step_after = -1  # the update after which this step began
         self.cuts = CutWatch()  # parameters left without a gradient
+        self.resets = GradientResets()  # `.grad` reset between each optimizer's updates
         self._path_reruns = 0
         # The models are found as their forward runs (module_stats' hooks).
         schedule = None if sample_every is None else SampleSchedule.fixed(sample_every)
@@ -160,12 +162,14 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.reruns = StepReruns(self.script, self.args)
         self.sites.install()
         self.hooks.install()
+        self.resets.install()
         self.stats.begin_sample()
 
     def uninstall(self) -> None:
         self._drop_tape()
         self.stats.close()
         self.hooks.uninstall()
+        self.resets.uninstall()
         self.sites.uninstall()
         if self.reruns is not None:
             self.reruns.close()
@@ -213,6 +217,10 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         if not update.skipped:
             self.stats.update_end(update.optimizer)
             self.stats.note_grads(update.parameters, update.check.norms)
+            if update.closure is None:
+                stale = self.resets.observe(update.optimizer, update.parameters)
+                if stale is not None:
+                    self._stale(update.optimizer, stale)
             # A step ends only when the next one's first update comes: sample the forward
             # that follows an update whenever the step after this one is sampled.
             if self.stats.samples(self.session.steps_watched + 1):
@@ -271,6 +279,17 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             finding = self.session.after_step(reading, None)
             if finding is not None and self.session.stop_on_problem:
                 raise TrainingStopped(finding)  # every parameter of an optimizer cut off
+
+    def _stale(self, optimizer: torch.optim.Optimizer, stale: StaleGradients) -> None:
+        """Record `optimizer`'s gradients, proved not reset between its updates, as a
+        problem at this step, its fix placed after that optimizer's `step()`."""
+        self._failing = weakref.ref(optimizer)
+        setup = self.training_setup()
+        step = self.session.steps_watched
+        history = self.session.step_history()
+        self.session.record(
+            Evidence(step, None, None, history=history, setup=setup, stale_gradients=stale)
+        )
 
     def _disconnected(
         self, index: int, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor], updates: int

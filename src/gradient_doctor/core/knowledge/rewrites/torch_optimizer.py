@@ -262,6 +262,32 @@ def clip_before_step(
     )
 
 
+def zero_grad_after_step(site: OptimizerSite, step_lines: Sequence[str]) -> Edit | None:
+    """The edit inserting `X.zero_grad()` right after the user's `X.step()` statement,
+    on the object the step is called on; None when the step's line is unknown or is not
+    a plain `X.step()` statement."""
+    step = site.step_line
+    if step is None:
+        return None
+    tree, text = parse(step_lines)
+    if tree is None or not 0 < step.line <= len(text):
+        return None
+    call = _step_call(tree, step, text)
+    scope = _scope_of(tree, step.line)
+    if call is None or not _starts_statement(scope, step.line, text[step.line - 1]):
+        return None
+    statement = next(
+        node
+        for node in _own_nodes(scope)
+        if isinstance(node, ast.stmt) and node.lineno == step.line
+    )
+    last = statement.end_lineno or step.line
+    line = text[step.line - 1]
+    indent = line[: len(line) - len(line.lstrip())]
+    receiver = segment(text, call.func.value)
+    return Edit(step.file, last + 1, last, (f"{indent}{receiver}.zero_grad()",), ())
+
+
 def torch_spelling(tree: ast.Module, path: str) -> str | None:
     """How the file can name `torch.<path>`: through `torch` when it imports it, else
     through a submodule or name it imports from torch (`from torch import nn` gives
