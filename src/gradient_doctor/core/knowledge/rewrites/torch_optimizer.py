@@ -234,16 +234,11 @@ def clip_before_step(
         the user already clips before it, or the file names no `torch` to spell it with.
     """
     step = site.step_line
-    if step is None or keyword not in _CLIPPING:
+    found = _step_statement(step, step_lines)
+    if found is None or keyword not in _CLIPPING:
         return None
     function, bound, setting = _CLIPPING[keyword]
-    tree, text = parse(step_lines)
-    if tree is None or not 0 < step.line <= len(text):
-        return None
-    call = _step_call(tree, step, text)
-    scope = _scope_of(tree, step.line)
-    if call is None or not _starts_statement(scope, step.line, text[step.line - 1]):
-        return None
+    tree, text, call, scope, indent = found
     if _clips_before(scope, step.line):
         return None
     spelled = torch_spelling(tree, f"nn.utils.{function}")
@@ -253,8 +248,6 @@ def clip_before_step(
     if parameters is None:
         receiver = segment(text, call.func.value)
         parameters = f'[p for group in {receiver}.param_groups for p in group["params"]]'
-    line = text[step.line - 1]
-    indent = line[: len(line) - len(line.lstrip())]
     written = literal(value)
     new = f"{indent}{spelled}({parameters}, {bound}={written})"
     return (Edit(step.file, step.line, step.line - 1, (new,), ()),), Setting(
@@ -267,6 +260,23 @@ def zero_grad_after_step(site: OptimizerSite, step_lines: Sequence[str]) -> Edit
     on the object the step is called on; None when the step's line is unknown or is not
     a plain `X.step()` statement."""
     step = site.step_line
+    found = _step_statement(step, step_lines)
+    if found is None:
+        return None
+    _, text, call, scope, indent = found
+    statement = next(
+        node
+        for node in _own_nodes(scope)
+        if isinstance(node, ast.stmt) and node.lineno == step.line
+    )
+    last = statement.end_lineno or step.line
+    receiver = segment(text, call.func.value)
+    return Edit(step.file, last + 1, last, (f"{indent}{receiver}.zero_grad()",), ())
+
+
+def _step_statement(step: SourceLine | None, step_lines: Sequence[str]):
+    """(tree, text, the `X.step()` call, its scope, its line's indentation) when `step`
+    is a plain `X.step()` statement of the file; else None."""
     if step is None:
         return None
     tree, text = parse(step_lines)
@@ -274,18 +284,10 @@ def zero_grad_after_step(site: OptimizerSite, step_lines: Sequence[str]) -> Edit
         return None
     call = _step_call(tree, step, text)
     scope = _scope_of(tree, step.line)
-    if call is None or not _starts_statement(scope, step.line, text[step.line - 1]):
-        return None
-    statement = next(
-        node
-        for node in _own_nodes(scope)
-        if isinstance(node, ast.stmt) and node.lineno == step.line
-    )
-    last = statement.end_lineno or step.line
     line = text[step.line - 1]
-    indent = line[: len(line) - len(line.lstrip())]
-    receiver = segment(text, call.func.value)
-    return Edit(step.file, last + 1, last, (f"{indent}{receiver}.zero_grad()",), ())
+    if call is None or not _starts_statement(scope, step.line, line):
+        return None
+    return tree, text, call, scope, line[: len(line) - len(line.lstrip())]
 
 
 def torch_spelling(tree: ast.Module, path: str) -> str | None:
