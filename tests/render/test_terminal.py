@@ -297,6 +297,20 @@ def test_a_problem_whose_verdicts_the_reruns_changed_is_printed_again_in_full(ex
     assert "(details above)" in console.export_text()
 
 
+def test_a_problem_whose_untried_remedies_the_reruns_tried_is_printed_again(exp_problem):
+    # Printed during the run: "not tried"; the reruns then tried the remedy and it did not
+    # hold: the verdict is the same, but the panel on the screen no longer says so.
+    untried = dataclasses.replace(exp_problem.fixes[0], verified=None, evidence="not tried")
+    tried = dataclasses.replace(untried, verified=None, evidence="applied, it failed at step 14")
+    before = dataclasses.replace(exp_problem, fixes=(untried,))
+    after = dataclasses.replace(exp_problem, fixes=(tried,))
+    report = Report(script="train.py", steps_watched=1831, problems=(after,))
+    console = Console(record=True, width=100, no_color=True, file=io.StringIO())
+    render_report(report, console, problems_shown=True, shown=(before,))
+    text = console.export_text()
+    assert "as the reruns left it" in text and "it failed at step 14" in text
+
+
 def test_a_reason_no_trial_ran_shared_by_several_remedies_is_said_once(exp_problem):
     # An unchanged PyTorch script's: four lines repeated under every remedy, before.
     why = (

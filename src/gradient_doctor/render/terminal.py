@@ -94,11 +94,17 @@ def render_report(
 
 
 def _verdicts(finding: Finding) -> tuple:
-    """What a panel says of each remedy: the fixes with their verdicts, the not-fixes."""
+    """What a panel says of each remedy: the fixes with their verdicts and whether they
+    were tried, the not-fixes and whether their expectation was (a panel that says "not
+    tried" of a remedy a rerun tried since is printed again)."""
     return (
-        tuple((fix.family, fix.verified) for fix in finding.fixes),
-        tuple(item.remedy for item in finding.not_fixes),
+        tuple((fix.family, fix.verified, _untried(fix.evidence)) for fix in finding.fixes),
+        tuple((item.remedy, item.untried_expectation) for item in finding.not_fixes),
     )
+
+
+def _untried(evidence: str | None) -> bool:
+    return evidence is None or evidence.startswith("not tried")
 
 
 def render_finding(
