@@ -195,6 +195,31 @@ def test_a_division_gradient_counts_its_denominator(make_evidence, make_stats):
     assert "30" not in explanation
 
 
+@pytest.mark.parametrize(
+    ("framework", "written_by"),
+    [
+        ("tf", "the gradient function of a tf.custom_gradient"),
+        ("torch", "a custom torch.autograd.Function's backward"),
+    ],
+)
+def test_a_division_in_a_backward_the_user_wrote_is_no_derivative_of_it(
+    make_evidence, make_stats, framework, written_by
+):
+    # `return dy * 0.5 / y` in a custom gradient: the division itself met y = 0.
+    from dataclasses import replace
+
+    inputs = (make_stats(zeros=30), make_stats(min=0.0, zeros=2))
+    evidence = _gradient_op(make_evidence, make_stats, "RealDiv", None, inputs)
+    evidence = replace(evidence, setup=replace(evidence.setup, framework=framework))
+    diagnosis = diagnose(evidence)
+    assert f"ran in a backward pass you wrote ({written_by})" in diagnosis.explanation
+    assert "(2 exact zeros)" in diagnosis.explanation
+    assert "The gradient of" not in diagnosis.explanation
+    for item in diagnosis.not_fixes:
+        assert "in the backward you wrote, at b = 0" in item.why, item.why
+        assert "derivative" not in item.why
+
+
 def test_the_closest_value_is_the_operands_not_the_incoming_gradients(make_evidence, make_stats):
     # Log's gradient is grad * Reciprocal(x): the Reciprocal's only input is x.
     evidence = _gradient_op(

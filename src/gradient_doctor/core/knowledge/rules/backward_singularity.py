@@ -84,38 +84,50 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return None
     forward = origin.gradient_of or origin.op
     singularity = SINGULARITIES[forward]
-    # A PyTorch backward op names the forward op it differentiates, unless the user's
-    # own code ran it: a custom autograd Function's backward.
-    written = origin.gradient_of is None and evidence.setup.framework == "torch"
+    # A backward op names the forward op it differentiates, unless the user's own code
+    # ran it: a custom autograd Function's backward, a `tf.custom_gradient`'s gradient.
+    written = origin.gradient_of is None
+    framework = evidence.setup.framework
+    if written:
+        cause = f"{origin.reported_op} in the backward you wrote, at {singularity.point}"
+    else:
+        cause = (
+            f"the derivative of {origin.reported_gradient_of or forward} itself, evaluated "
+            f"at {singularity.point}"
+        )
     return Diagnosis(
         category="backward_singularity",
         explanation=(
-            explain_written(origin, evidence.step)
+            explain_written(origin, evidence.step, framework)
             if written
             else explain(origin, forward, evidence.step)
         ),
-        not_fixes=nan_gradient_not_fixes(
-            f"the derivative of {origin.reported_gradient_of or forward} itself, evaluated "
-            f"at {singularity.point}",
-            nonfinite_kind(origin),
-            evidence.setup.framework,
-        ),
+        not_fixes=nan_gradient_not_fixes(cause, nonfinite_kind(origin), framework),
         fixes=guard_fixes(
             forward, source_code(evidence), source_focus(evidence), evidence.setup.framework
         ),
     )
 
 
-def explain_written(origin: Origin, step: int | None) -> str:
-    """An op of the user's own backward (a custom autograd Function's) at its own
-    singular point: the op itself, not a derivative of it, left the finite range."""
+# Where a framework runs a backward the user wrote.
+_WRITTEN_BACKWARD = {
+    "torch": "a custom torch.autograd.Function's backward",
+    "tf": "the gradient function of a tf.custom_gradient",
+}
+
+
+def explain_written(origin: Origin, step: int | None, framework: str = "torch") -> str:
+    """An op of the user's own backward (a custom autograd Function's, a
+    `tf.custom_gradient`'s) at its own singular point: the op itself, not a derivative
+    of it, left the finite range."""
     singularity = SINGULARITIES[origin.op]
     index = OPERAND_INPUT.get(origin.op)
     operand = input_at(origin, index) if index is not None else None
     hits = f" ({count(operand.zeros, 'exact zero')})" if operand and operand.zeros else ""
     return (
-        f"{op_place(origin)}{at_step(step)} ran in a backward pass you wrote (a custom "
-        f"torch.autograd.Function's backward) and reached {singularity.point}{hits}, where "
+        f"{op_place(origin)}{at_step(step)} ran in a backward pass you wrote "
+        f"({_WRITTEN_BACKWARD.get(framework, _WRITTEN_BACKWARD['tf'])}) and reached "
+        f"{singularity.point}{hits}, where "
         f"it wrote {nonfinite_counts(origin)}. The forward value was finite; the fix "
         "belongs in that backward."
     )
