@@ -189,6 +189,23 @@ def test_a_rerun_that_does_not_fail_the_same_way_says_so(tmp_path):
     assert json.loads(json.dumps(run.report))["framework"] == "torch"
 
 
+def test_a_no_grad_block_around_a_modules_call_is_named_at_that_call(tmp_path):
+    script = "tests/scripts/torch/no_grad_around_own_encoder.py"
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    problem = run.problem
+    assert problem["category"] == "disconnected_gradients", problem["explanation"]
+    broken = problem["disconnected"]
+    assert sorted(broken["variables"]) == [
+        "encoder.conv1.bias",
+        "encoder.conv1.weight",
+        "encoder.conv2.bias",
+        "encoder.conv2.weight",
+    ]
+    assert broken["all"] is False
+    assert broken["break"]["op"] == "Conv1D"
+    assert broken["break"]["line"] == line_of(script, "feats = self.encoder(x)")
+
+
 def test_parameters_cut_where_no_rerun_can_reach_are_still_reported(tmp_path, monkeypatch):
     # The script counts its runs in a file outside its folder and trains shorter once it
     # exists: the seeded rerun ends before the step whose gradients are cut, so the break

@@ -327,7 +327,12 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
             if not self.session.disconnected_first_seen(paths.parameters):
                 return
             record = RecordedPaths(
-                recorded.events, recorded.stats, paths.grad_enabled, paths.carries, paths.exits
+                recorded.events,
+                recorded.stats,
+                paths.grad_enabled,
+                paths.carries,
+                paths.exits,
+                paths.off_at,
             )
             breaks = breaks_in(record, paths.parameters, paths.loss_ids)
             all_cut = len(cut) == trainable_count(optimizer)
@@ -338,6 +343,9 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
                 f"{len(cut)} parameters are lost ({type(error).__name__}: {error}).",
                 stacklevel=2,
             )
+            if not any(p.category == "disconnected_gradients" for p in self.session.problems):
+                why = f"the search for the break failed ({type(error).__name__})"
+                self._unlocated(optimizer, cut, why, step)
 
     def _trained_instead(self, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor]) -> bool:
         """Record an optimizer none of whose parameters got a gradient, where the models

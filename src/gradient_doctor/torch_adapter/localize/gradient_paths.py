@@ -35,7 +35,10 @@ from gradient_doctor.core.gradient_paths import Node, PathBreak, find_breaks
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope
 from gradient_doctor.torch_adapter.localize.op_recorder import READ_VARIABLE, OpRecorder
-from gradient_doctor.torch_adapter.localize.source_lines import user_line
+from gradient_doctor.torch_adapter.localize.source_lines import (
+    line_in_gradients_off_block,
+    user_line,
+)
 
 # The framework the breaks are spelled in (`PathBreak.framework`).
 FRAMEWORK = "torch"
@@ -165,6 +168,8 @@ class RecordedPaths:
         carries: event index -> whether each output carries autograd history.
         exits: `(ops recorded before it, method, id of the tensor read, line)` of each
             `.tolist()` or `.numpy()` call.
+        off_at: event index -> for an op gradients were off for, the user's line inside
+            the `with torch.no_grad():` block that ran it.
     """
 
     events: Sequence[OpEvent]
@@ -172,6 +177,7 @@ class RecordedPaths:
     grad_enabled: Mapping[int, bool]
     carries: Mapping[int, tuple[bool, ...]]
     exits: Sequence[tuple[int, str, int, SourceLine | None]]
+    off_at: Mapping[int, SourceLine] = dataclasses.field(default_factory=dict)
 
 
 class PathRecorder(OpRecorder):
@@ -188,6 +194,9 @@ class PathRecorder(OpRecorder):
         super().__init__(scope, parameters)
         self.parameter_names = parameters
         self.grad_enabled: dict[int, bool] = {}  # event index -> gradients were on
+        # event index -> for an op gradients were off for, the user's line inside the
+        # `with torch.no_grad():` block that ran it (`line_in_gradients_off_block`)
+        self.off_at: dict[int, SourceLine] = {}
         self.carries: dict[int, tuple[bool, ...]] = {}  # event index -> per output
         # (ops recorded before it, the method, the id of the tensor it read, the line)
         self.exits: list[tuple[int, str, int, SourceLine | None]] = []
@@ -203,6 +212,10 @@ class PathRecorder(OpRecorder):
         index = len(self.events) - 1  # a parameter's read event may come first
         if index >= count:
             self.grad_enabled[index] = enabled
+            if not enabled:
+                inside = line_in_gradients_off_block()
+                if inside is not None:
+                    self.off_at[index] = inside
             self._unread.append((index, [t for t in tree_leaves(out) if _is_tensor(t)]))
         return out
 
@@ -322,7 +335,7 @@ def _nodes(recorder: RecordedPaths) -> list[Node]:
                 op_type="StopGradient" if aten in _STOP_GRADIENT else event.op_type,
                 input_ids=event.input_ids,
                 output_ids=event.output_ids,
-                source=event.source,
+                source=event.source if recorded else recorder.off_at.get(event.index, event.source),
                 differentiable=event.op_type == READ_VARIABLE
                 or (any(carries) if recorded else floating),
                 recorded=recorded,

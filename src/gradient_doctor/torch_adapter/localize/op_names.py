@@ -99,11 +99,17 @@ OP_TYPES: dict[str, str] = {
 }
 
 
-def op_type(aten_name: str) -> str:
+# A convolution's op type by its weight's rank (one aten op serves 1-d, 2-d and 3-d).
+_CONVOLUTIONS = {3: "Conv1D", 4: "Conv2D", 5: "Conv3D"}
+
+
+def op_type(aten_name: str, weight_rank: int | None = None) -> str:
     """The core's op type for an aten op, by its overload packet's name.
 
     Args:
         aten_name: str, e.g. "log", "div", "addmm" (`func.overloadpacket.__name__`).
+        weight_rank: for a convolution, its weight's (second input's) rank, which
+            tells a `Conv1d`'s from a `Conv2d`'s; None when unknown.
 
     Returns:
         The op type the knowledge base keys on ("Log", "RealDiv", "MatMul"), or the
@@ -114,6 +120,8 @@ def op_type(aten_name: str) -> str:
         ('RealDiv', 'NativeLayerNorm')
     """
     known = OP_TYPES.get(aten_name)
+    if known == "Conv2D" and weight_rank in _CONVOLUTIONS:
+        return _CONVOLUTIONS[weight_rank]
     if known is not None:
         return known
     return "".join(part[:1].upper() + part[1:] for part in aten_name.split("_") if part)

@@ -171,7 +171,7 @@ class OpRecorder(TorchDispatchMode):
             name, inputs, input_ids, input_stats, values = called
         event = OpEvent(
             index=len(self.events),
-            op_type=op_type(name),
+            op_type=op_type(name, inputs[1].dim() if len(inputs) > 1 else None),
             op_name=f"{place.where}/aten.{name}" if place.where else f"aten.{name}",
             layer=place.layer,
             phase=place.phase,

@@ -32,6 +32,8 @@ class CutPaths:
             `.tolist()` or `.numpy()` call.
         parameters: the names of the update's parameters left without a gradient.
         loss_ids: the ids of the tensors `backward()` was called on before the update.
+        off_at: event index -> for an op gradients were off for, the user's line inside
+            the `with torch.no_grad():` block that ran it.
     """
 
     grad_enabled: dict[int, bool]
@@ -39,6 +41,7 @@ class CutPaths:
     exits: tuple[tuple[int, str, int, SourceLine | None], ...]
     parameters: tuple[str, ...]
     loss_ids: tuple[int, ...]
+    off_at: dict[int, SourceLine] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ def _paths_data(paths: CutPaths) -> dict:
         ],
         "parameters": list(paths.parameters),
         "loss_ids": list(paths.loss_ids),
+        "off_at": {str(key): dataclasses.asdict(line) for key, line in paths.off_at.items()},
     }
 
 
@@ -118,6 +122,7 @@ def _paths(data: dict) -> CutPaths:
         ),
         parameters=tuple(data["parameters"]),
         loss_ids=tuple(data["loss_ids"]),
+        off_at={int(key): SourceLine(**line) for key, line in data.get("off_at", {}).items()},
     )
 
 

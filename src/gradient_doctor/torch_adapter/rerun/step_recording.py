@@ -163,7 +163,7 @@ class StepRecording(UpdateListener):
         self._window.close()  # the recorder reads its last outputs' autograd history
         paths = CutPaths(
             dict(recorder.grad_enabled), dict(recorder.carries), tuple(recorder.exits), names,
-            loss_ids,
+            loss_ids, dict(recorder.off_at),
         )  # fmt: skip
         step_events.write(
             self.out, RecordedStep(True, tuple(recorder.events), (), recorder.stats, paths=paths)

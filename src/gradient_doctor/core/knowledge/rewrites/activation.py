@@ -177,7 +177,10 @@ def _softplus_name(prefix: str) -> str:
 # is signed by design (a difference); one of these, fed to a root, is a positive
 # quantity (a variance, a scale) predicted with nothing to keep it positive.
 LEARNED_OUTPUTS = frozenset(
-    {"MatMul", "BatchMatMulV2", "Einsum", "BiasAdd", "AddV2", "Add", "Mul", "Conv2D"}
+    {
+        *("MatMul", "BatchMatMulV2", "Einsum", "BiasAdd", "AddV2", "Add", "Mul"),
+        *("Conv1D", "Conv2D", "Conv3D"),
+    }
 )
 POSITIVE_TITLE = (
     "Predict the value through softplus, which is always positive (a variance or scale "
