@@ -366,6 +366,9 @@ class Evidence:
         path_break: for missing gradients, where the path from the loss to a
             group of variables breaks.
         all_disconnected: every variable handed to the optimizer lacks a gradient.
+        path_breaks: how many places the variables without a gradient are cut at, each
+            a finding of its own (two `.item()` lines cutting two parts of a model):
+            with more than one, none of them holds all the variables.
         reduction_axis: the axis along which the origin's output is summed next
             (the normalisation of a hand-written softmax), when the replay saw it;
             a max-shift must use this axis to leave the softmax unchanged.
@@ -460,6 +463,7 @@ class Evidence:
     unreplayable: str | None = None
     path_break: PathBreak | None = None
     all_disconnected: bool = False
+    path_breaks: int = 1
     reduction_axis: int | None = None
     reduction: Reduction | None = None
     overflowed_norm: float | None = None

@@ -406,6 +406,20 @@ def test_an_unlocated_break_still_names_the_parameters_that_never_train():
     assert "optimizer.step() skips them" in code and "Adam" not in code  # not the user's
 
 
+def test_variables_all_cut_at_two_places_are_each_a_part_not_all_of_them(make_break_evidence):
+    # Two `.item()` lines each cut a part of the model: each break holds a part only.
+    evidence = replace(make_break_evidence(variables=STORY4_VARIABLES[:4]), path_breaks=2)
+    diagnosis = diagnose(evidence)
+    text = diagnosis.explanation
+    assert text.startswith("4 variables handed to the optimizer get no gradient at step 0")
+    assert "the rest are cut at 1 other place, reported apart: none of them trains" in text
+    assert "None of the" not in text
+    assert '"No gradients provided for any variable"' in text  # none has one: Keras raises
+    assert diagnosis.finding(evidence).disconnected.all is False
+    alone = make_break_evidence(variables=STORY4_VARIABLES[:4])
+    assert diagnosis.finding(alone).disconnected.all is True
+
+
 def test_a_model_frozen_before_its_own_step_names_the_line_and_unfreezes_it_around_it():
     from gradient_doctor.core.findings import SourceLine
     from gradient_doctor.core.gradient_paths import FROZEN

@@ -72,7 +72,7 @@ class Diagnosis:
             if path_break is None
             else Disconnected(
                 variables=path_break.variables,
-                all=evidence.all_disconnected,
+                all=evidence.all_disconnected and evidence.path_breaks == 1,
                 break_point=None
                 if path_break.node is None
                 else BreakPoint(path_break.node.op_type, path_break.node.source),

@@ -326,6 +326,7 @@ class Session:
         Returns:
             True when anything was recorded.
         """
+        breaks = list(breaks)
         findings = [
             self.record(
                 Evidence(
@@ -334,6 +335,7 @@ class Session:
                     origin=None,
                     path_break=path_break,
                     all_disconnected=all_missing,
+                    path_breaks=len(breaks),
                 )
             )
             for path_break in breaks

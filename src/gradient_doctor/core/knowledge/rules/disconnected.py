@@ -118,14 +118,19 @@ def _who(number: int, groups: Sequence[LayerGroup], evidence: Evidence) -> str:
     step = at_step(evidence.step)
     if number == 0:
         return f"Variables handed to the optimizer get no gradient{step}."
-    if evidence.all_disconnected and number == 1:
+    alone = evidence.path_breaks == 1
+    if evidence.all_disconnected and alone and number == 1:
         return f"The only variable handed to the optimizer gets no gradient{step}{layers}."
-    if evidence.all_disconnected:
+    if evidence.all_disconnected and alone:
         return (
             f"None of the {number} variables handed to the optimizer gets a gradient{step}{layers}."
         )
     verb = "gets" if number == 1 else "get"
-    return f"{count(number, 'variable')} handed to the optimizer {verb} no gradient{step}{layers}."
+    said = f"{count(number, 'variable')} handed to the optimizer {verb} no gradient{step}{layers}"
+    if evidence.all_disconnected:
+        others = count(evidence.path_breaks - 1, "other place")
+        return f"{said}; the rest are cut at {others}, reported apart: none of them trains."
+    return f"{said}."
 
 
 def _non_differentiable(path_break: PathBreak, groups: Sequence[LayerGroup]) -> Account:
