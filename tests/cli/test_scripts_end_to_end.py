@@ -1,10 +1,14 @@
 """End to end through the real CLI: varied training styles, each diagnosed exactly."""
 
+import shutil
+import subprocess
+
 import pytest
 
-from tests.conftest import line_of, run_doctor
+from tests.conftest import ROOT, line_of, run_doctor
 
 pytestmark = pytest.mark.slow
+_NO_CACHE = shutil.ignore_patterns("__pycache__")
 
 
 def _diagnosed_without_trials(script: str, tmp_path) -> dict:
@@ -51,6 +55,25 @@ def test_zero_gradients_at_a_loss_of_exactly_zero_are_convergence(doctor_run):
     assert (run.report["status"], run.report["problems"]) == ("healthy", [])
     loss = next(s for s in run.report["series"] if s["name"] == "loss")
     assert loss["values"][-60:] == [0.0] * 60  # the window the zero gradients were seen in
+
+
+def test_a_one_pass_variance_is_named_and_computed_by_the_frameworks_own(doctor_run, tmp_path):
+    script = "tests/scripts/one_pass_variance_layer.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "Sqrt")
+    assert problem["origin"]["line"] == line_of(script, "tf.sqrt(var + 1e-6)")
+    explanation = problem["explanation"]
+    assert "Its input is a variance computed in one pass, E[x^2] - E[x]^2" in explanation
+    assert "negative by design" not in explanation
+    fix = next(f for f in problem["fixes"] if f["family"] == "two_pass_variance")
+    assert fix["verified"] is True, fix["evidence"]
+    assert "+        var = tf.math.reduce_variance(x, axis=-1, keepdims=True)" in fix["patch"]
+    # Applied by hand to a copy, the script trains to its end with every value finite.
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "tests/scripts", copy / "tests/scripts", ignore=_NO_CACHE)
+    subprocess.run(["patch", "-p1", "--batch"], input=fix["patch"], text=True, cwd=copy, check=True)
+    rerun = run_doctor(script, tmp=tmp_path, cwd=copy, options=("--trial-steps", "0"))
+    assert (rerun.report["status"], rerun.report["problems"]) == ("healthy", [])
 
 
 def test_nan_in_the_data_is_bad_input_with_row_and_feature(doctor_run):

@@ -152,3 +152,39 @@ def test_a_softmax_ratio_and_a_log_of_the_ratio_are_not_a_log_of_the_sum():
         event(4, "Log", [(2, INF)], [(6, INF)]),  # the log of the exp itself
     ]
     assert log_of_sum(events, events[0]) is None
+
+
+def _one_pass(second_square: str = "Square", same_tensor: bool = True):
+    """sqrt(mean(square(x)) - square(mean(x')) + eps), x' the batch again or another."""
+    other = 1 if same_tensor else 8
+    return [
+        event(0, "Square", [(1, FINITE)], [(10, FINITE)]),
+        event(1, "Mean", [(10, FINITE)], [(11, FINITE)]),
+        event(2, "Mean", [(other, FINITE)], [(12, FINITE)]),
+        event(3, second_square, [(12, FINITE), (12, FINITE)], [(13, FINITE)]),
+        event(4, "Sub", [(11, FINITE), (13, FINITE)], [(14, FINITE)]),
+        event(5, "AddV2", [(14, FINITE), (9, SCALAR)], [(15, FINITE)]),
+        event(6, "Sqrt", [(15, FINITE)], [(16, FINITE)]),
+    ]
+
+
+def test_a_variance_computed_in_one_pass_is_found_through_its_epsilon():
+    from gradient_doctor.core.op_trace import one_pass_variance
+
+    events = _one_pass()
+    sub, mean_of_squares = one_pass_variance(events, events[6])
+    assert (sub.index, mean_of_squares.index) == (4, 1)
+    assert one_pass_variance(events, events[6]) == one_pass_variance(_one_pass("Mul"), events[6])
+
+
+def test_a_difference_of_moments_of_two_tensors_is_no_variance():
+    from gradient_doctor.core.op_trace import one_pass_variance
+
+    events = _one_pass(same_tensor=False)
+    assert one_pass_variance(events, events[6]) is None
+    # Nor is a root of any other difference.
+    plain = [
+        event(0, "Sub", [(1, FINITE), (8, FINITE)], [(14, FINITE)]),
+        event(1, "Sqrt", [(14, FINITE)], [(16, FINITE)]),
+    ]
+    assert one_pass_variance(plain, plain[1]) is None

@@ -439,6 +439,9 @@ class Evidence:
             first input by a constant (a division by a temperature below 1, a product
             with a factor above 1), with that factor and the largest magnitude before
             it: (call, factor, magnitude); None when no such scaling fed it.
+        one_pass_variance: for a forward origin whose input is a variance computed in
+            one pass, E[x^2] - E[x]^2 (`op_trace.one_pass_variance`), the subtraction and
+            the mean of the squares, each on the user's line; else None.
         zeros_began: for a forward origin whose first input held exact zeros, the op
             upstream that underflowed to them from inputs that held none (a `prod` of
             hundreds of probabilities, an exp of a large negative number); None when
@@ -491,4 +494,5 @@ class Evidence:
     loss_input: LossInput | None = None
     forward_blowup: tuple[OpCall, ...] = ()
     zeros_began: OpCall | None = None
+    one_pass_variance: tuple[OpCall, OpCall] | None = None
     scaled_up: tuple[OpCall, float, float] | None = None

@@ -89,6 +89,9 @@ FIX_FAMILIES = (
     "unfreeze_model",
     # Added: reset the gradients after each update (`optimizer.zero_grad()`).
     "reset_gradients",
+    # Added: a one-pass variance, E[x^2] - E[x]^2, computed by the framework's own
+    # variance (two passes), which cannot cancel below 0.
+    "two_pass_variance",
     # Added for remedies users try that a diagnosis must be able to rule out.
     "larger_batch",
     "regularization",

@@ -388,6 +388,83 @@ def _largest_input(event: OpEvent) -> float:
     return max((_magnitude(stats) for stats in event.inputs), default=0.0)
 
 
+# Ops a variance passes through on its way to a root or a log: `var + eps`, a clamp,
+# a cast. Ops that square a value, and the mean.
+_CARRY_VARIANCE = frozenset({"AddV2", "Add", "Maximum", "Cast", "Identity"}) | VIEW_OPS
+_SQUARES = frozenset({"Square", "Pow", "Mul"})
+_MEANS = frozenset({"Mean"})
+# How many such ops the walk from the root's input to the subtraction crosses at most.
+_VARIANCE_STEPS = 3
+
+
+def one_pass_variance(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEvent, OpEvent] | None:
+    """(the subtraction, the mean of squares) when `target`'s first input is a variance
+    computed in one pass, E[x^2] - E[x]^2: upstream through `var + eps`, a clamp or a
+    view, a `Sub` whose first operand is the mean of the squares of a tensor and whose
+    second is the square of the mean of the same tensor. In floating point the two terms
+    cancel: for values far from 0 their difference is rounding, and can be negative,
+    which no variance is. None otherwise."""
+    producers = _producers_before(events, target)
+
+    def made(tensor: int) -> OpEvent | None:
+        producer = producers.get(tensor)
+        while producer is not None and producer.op_type in VIEW_OPS and producer.input_ids:
+            producer = producers.get(producer.input_ids[0])
+        return producer
+
+    current = made(target.input_ids[0]) if target.input_ids else None
+    for _ in range(_VARIANCE_STEPS):
+        if current is None or current.op_type == "Sub" or current.op_type not in _CARRY_VARIANCE:
+            break
+        current = made(current.input_ids[0]) if current.input_ids else None
+    if current is None or current.op_type != "Sub" or len(current.input_ids) != 2:
+        return None
+    mean_of_squares, square_of_mean = (made(tensor) for tensor in current.input_ids)
+    squared = _squared(mean_of_squares, made, outer=_MEANS)
+    meaned = _squared(square_of_mean, made, inner=_MEANS)
+    if squared is None or meaned is None or squared != meaned:
+        return None
+    return current, mean_of_squares
+
+
+def _squared(event, made, outer=frozenset(), inner=frozenset()) -> int | None:
+    """The tensor a mean of squares (`outer` = means) or a square of a mean (`inner` =
+    means) is taken of; None when `event` is neither."""
+    if event is None:
+        return None
+    if outer:
+        if event.op_type not in outer or not event.input_ids:
+            return None
+        event = made(event.input_ids[0])
+        if event is None:
+            return None
+    base = _square_base(event)
+    if base is None:
+        return None
+    if inner:
+        mean = made(base)
+        if mean is None or mean.op_type not in inner or not mean.input_ids:
+            return None
+        return mean.input_ids[0]
+    return base
+
+
+def _square_base(event: OpEvent) -> int | None:
+    """The tensor `event` squares: Square(x), x * x, x ** 2 (a second input of 2, or
+    none: PyTorch's scalar exponent); None for any other op."""
+    if event.op_type not in _SQUARES or not event.input_ids:
+        return None
+    if event.op_type == "Square":
+        return event.input_ids[0]
+    if event.op_type == "Mul":
+        first, *rest = event.input_ids
+        return first if rest == [first] else None
+    if len(event.input_ids) == 1:
+        return event.input_ids[0]
+    exponent = event.input_values[1] if len(event.input_values) > 1 else ()
+    return event.input_ids[0] if tuple(exponent)[:1] == (2.0,) else None
+
+
 def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, OpEvent]:
     """Tensor id -> the event that wrote it, among the events that ran before `target`."""
     return {output: event for event in events[: target.index] for output in event.output_ids}

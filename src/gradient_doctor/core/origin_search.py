@@ -20,6 +20,7 @@ from gradient_doctor.core.op_trace import (
     largest_output,
     log_of_sum,
     nearest_weight_read,
+    one_pass_variance,
     regression_targets,
     scaled_by_constant,
     sigmoid_input,
@@ -256,7 +257,7 @@ def _upstream_facts(
     """What the trace says about what fed a forward origin: the `Evidence` fields
     `feeding_ops`, `weights_layer`, `weights_variable`, `read_variables`,
     `weights_upstream`, `growth`, `log_of_sum`, `input_producers`, `sigmoid_input`,
-    `zeros_began` and `scaled_up`."""
+    `zeros_began`, `scaled_up` and `one_pass_variance`."""
     if origin is None or origin.phase != "forward":
         return {}
     read = nearest_weight_read(events, origin, weight_reads)
@@ -280,7 +281,17 @@ def _upstream_facts(
         "sigmoid_input": _call_or_none(sigmoid_input(events, origin)),
         "zeros_began": _call_or_none(where_zeros_began(events, origin)),
         "scaled_up": _scaled_up(events, origin),
+        "one_pass_variance": _one_pass_variance(events, origin),
     }
+
+
+def _one_pass_variance(events, origin: OpEvent) -> tuple[OpCall, OpCall] | None:
+    """`Evidence.one_pass_variance`: the subtraction and the mean of squares of a variance
+    computed in one pass, both on a user's line; None without one."""
+    found = one_pass_variance(events, origin)
+    if found is None or any(event.source is None for event in found):
+        return None
+    return _call(found[0]), _call(found[1])
 
 
 def _scaled_up(events, origin: OpEvent) -> tuple[OpCall, float, float] | None:

@@ -19,6 +19,7 @@ from gradient_doctor.core.knowledge.facts import (
 from gradient_doctor.core.knowledge.remedies.not_fixes import forward_not_fixes
 from gradient_doctor.core.knowledge.rewrites.activation import positive_output
 from gradient_doctor.core.knowledge.rewrites.guards import already_guarded, guard_fix
+from gradient_doctor.core.knowledge.rewrites.variance import two_pass_variance
 from gradient_doctor.core.knowledge.source.twins import twin_calls
 from gradient_doctor.core.knowledge.wording import (
     at_step,
@@ -220,7 +221,12 @@ def diagnose_domain(
     )
     negative = value is not None and value < 0 and not rounding_note(abs(value))
     trained = _trained_input(evidence, domain) if negative and domain.signed else None
-    if trained is not None:  # a trained variable itself went below the domain
+    variance = evidence.one_pass_variance if negative else None
+    if variance is not None:  # a variance whose one-pass formula cancelled below 0
+        explanation += cancellation_note(*variance)
+        clamp = replace(guard, clamped_share=share) if share is not None else guard
+        fixes = (two_pass_variance(*variance, framework_of(evidence)), clamp, *extra_fixes)
+    elif trained is not None:  # a trained variable itself went below the domain
         explanation += (
             f" Its input is the trained variable `{trained}` itself: the updates moved it "
             "below 0, and nothing in the model keeps it positive."
@@ -344,6 +350,25 @@ def prediction_note(origin: Origin, step: int | None, share: float) -> str:
         "a clamp would set each of them to the edge of the domain, with gradient 0 there, "
         "so those examples stop training the model. Give the output layer a positive "
         'activation (activation="softplus", or "exponential" for a log-linear rate).'
+    )
+
+
+# The relative rounding error of one value (half a unit in the last place), by dtype.
+_ROUNDING = {"float16": 4.9e-4, "bfloat16": 3.9e-3, "float32": 6.0e-8, "float64": 1.1e-16}
+
+
+def cancellation_note(sub: OpCall, mean_of_squares: OpCall) -> str:
+    """Say that the input is a variance computed in one pass, whose two terms cancel."""
+    terms = max((largest_magnitude(stats) or 0.0 for stats in sub.inputs), default=0.0)
+    dtype = sub.inputs[0].dtype if sub.inputs else "float32"
+    error = terms * _ROUNDING.get(dtype, _ROUNDING["float32"])
+    where = f"your line {sub.source.file}:{sub.source.line} `{sub.source.code.strip()}`"
+    return (
+        f" Its input is a variance computed in one pass, E[x^2] - E[x]^2 ({where}): both "
+        f"terms reached {format_number(terms)}, and {dtype} rounds each to about "
+        f"{format_number(error)}, so where the true variance is smaller than that their "
+        "difference is rounding, and its sign is chance. A variance is never negative; "
+        "computed from the deviations from the mean (two passes), it cannot cancel."
     )
 
 
