@@ -275,14 +275,7 @@ def where_zeros_began(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | N
 def sigmoid_input(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
     """The sigmoid whose output `target` reads as its first input, itself or through one
     subtraction (`log(1 - p)` of `p = sigmoid(z)`), looking through views; else None."""
-    producers = _producers_before(events, target)
-
-    def made(tensor: int) -> OpEvent | None:
-        producer = producers.get(tensor)
-        while producer is not None and producer.op_type in VIEW_OPS and producer.input_ids:
-            producer = producers.get(producer.input_ids[0])
-        return producer
-
+    made = _maker_through_views(_producers_before(events, target))
     first = made(target.input_ids[0]) if target.input_ids else None
     if first is not None and first.op_type == "Sub":
         first = next(
@@ -404,14 +397,7 @@ def one_pass_variance(events: Sequence[OpEvent], target: OpEvent) -> tuple[OpEve
     second is the square of the mean of the same tensor. In floating point the two terms
     cancel: for values far from 0 their difference is rounding, and can be negative,
     which no variance is. None otherwise."""
-    producers = _producers_before(events, target)
-
-    def made(tensor: int) -> OpEvent | None:
-        producer = producers.get(tensor)
-        while producer is not None and producer.op_type in VIEW_OPS and producer.input_ids:
-            producer = producers.get(producer.input_ids[0])
-        return producer
-
+    made = _maker_through_views(_producers_before(events, target))
     current = made(target.input_ids[0]) if target.input_ids else None
     for _ in range(_VARIANCE_STEPS):
         if current is None or current.op_type == "Sub" or current.op_type not in _CARRY_VARIANCE:
@@ -463,6 +449,18 @@ def _square_base(event: OpEvent) -> int | None:
         return event.input_ids[0]
     exponent = event.input_values[1] if len(event.input_values) > 1 else ()
     return event.input_ids[0] if tuple(exponent)[:1] == (2.0,) else None
+
+
+def _maker_through_views(producers: dict[int, OpEvent]):
+    """A function giving the op that made a tensor, looking through views of it."""
+
+    def made(tensor: int) -> OpEvent | None:
+        producer = producers.get(tensor)
+        while producer is not None and producer.op_type in VIEW_OPS and producer.input_ids:
+            producer = producers.get(producer.input_ids[0])
+        return producer
+
+    return made
 
 
 def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, OpEvent]:
