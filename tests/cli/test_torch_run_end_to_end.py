@@ -189,6 +189,22 @@ def test_a_rerun_that_does_not_fail_the_same_way_says_so(tmp_path):
     assert json.loads(json.dumps(run.report))["framework"] == "torch"
 
 
+def test_torchs_own_warnings_are_shown_as_the_plain_run_shows_them(tmp_path):
+    script = "tests/scripts/torch/warns_in_forward.py"
+    plain = subprocess.run(
+        [sys.executable, script], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    assert run.exit_code == 0, run.stderr[-3000:]
+
+    def warned(stderr: str) -> list[str]:
+        return [line for line in stderr.splitlines() if "Warning:" in line]
+
+    expected = [f"{ROOT / script}:{line_of(script, 'float(loss)')}: UserWarning: Converting"]
+    assert [line[: len(expected[0])] for line in warned(plain.stderr)] == expected
+    assert warned(run.stderr) == warned(plain.stderr)
+
+
 def test_a_no_grad_block_around_a_modules_call_is_named_at_that_call(tmp_path):
     script = "tests/scripts/torch/no_grad_around_own_encoder.py"
     run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))

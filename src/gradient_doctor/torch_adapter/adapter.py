@@ -18,6 +18,7 @@ from gradient_doctor.core.report import Report
 from gradient_doctor.torch_adapter.hooks.backward_roots import backward_roots
 from gradient_doctor.torch_adapter.hooks.optimizer_sites import OptimizerSites
 from gradient_doctor.torch_adapter.hooks.script_hooks import ManualUpdate
+from gradient_doctor.torch_adapter.hooks.warning_lines import WarningLines
 from gradient_doctor.torch_adapter.localize import dataset_scan, source_lines
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     PathRecorder,
@@ -223,13 +224,16 @@ class TorchAdapter(PyTorchAdapter):
             on_loss_input=lambda found: self.session.loss_input_seen(found),
         )
         self.guard = StepGuard(self.optimizers, self.stats)
+        self.warning_lines = WarningLines()  # torch's warnings at the user's line
         self.session = Session(self, **session)
 
     def install(self) -> None:
         self.guard.install()
+        self.warning_lines.install()
 
     def uninstall(self) -> None:
         self.guard.uninstall()
+        self.warning_lines.uninstall()
         self.stats.close()
 
     def begin_call(self) -> None:

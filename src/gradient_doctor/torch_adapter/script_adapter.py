@@ -45,6 +45,7 @@ from gradient_doctor.torch_adapter.hooks.script_hooks import (
     UpdateHooks,
     UpdateListener,
 )
+from gradient_doctor.torch_adapter.hooks.warning_lines import WarningLines
 from gradient_doctor.torch_adapter.localize.event_evidence import recorded_evidence
 from gradient_doctor.torch_adapter.localize.gradient_paths import (
     CutWatch,
@@ -142,6 +143,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self._step_after = -1  # the update after which this step began
         self.cuts = CutWatch()  # parameters left without a gradient
         self.resets = GradientResets()  # `.grad` reset between each optimizer's updates
+        self.warning_lines = WarningLines()  # torch's warnings at the user's line
         self._path_reruns = 0
         # The models are found as their forward runs (module_stats' hooks).
         schedule = None if sample_every is None else SampleSchedule.fixed(sample_every)
@@ -163,6 +165,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.sites.install()
         self.hooks.install()
         self.resets.install()
+        self.warning_lines.install()
         self.stats.begin_sample()
 
     def uninstall(self) -> None:
@@ -170,6 +173,7 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
         self.stats.close()
         self.hooks.uninstall()
         self.resets.uninstall()
+        self.warning_lines.uninstall()
         self.sites.uninstall()
         if self.reruns is not None:
             self.reruns.close()
