@@ -444,7 +444,7 @@ def test_a_nan_in_the_loaders_data_is_bad_input_read_where_the_batch_is_fetched(
     assert (problem["category"], problem["step"]) == ("bad_input", 6)
     assert "the tensor read at missing_value_loader.py:" in problem["explanation"]
     assert "made before this step began: by the data pipeline" in problem["explanation"]
-    assert "(640x6) has 1 NaN" in problem["explanation"]
+    assert "(shape 640x6) has 1 NaN" in problem["explanation"]
     clean = problem["fixes"][0]
     assert clean["family"] == "clean_input" and "torch.isfinite(x)" in clean["code"]
     assert "tf." not in json.dumps(problem["fixes"])

@@ -14,6 +14,23 @@ if TYPE_CHECKING:  # fields' types only: both read the knowledge base, which rea
 
 
 @dataclass(frozen=True)
+class BadItem:
+    """The first item of the user's own dataset that holds a non-finite value, where no
+    framework op of its `__getitem__` made the value (the data it reads holds it).
+
+    Attributes:
+        dataset: the dataset's class name.
+        index: the item's index.
+        where: which of its tensors holds the values, and how many, in words
+            ("its tensor 1 of 2 (shape 6) holds 1 NaN, at position 3").
+    """
+
+    dataset: str
+    index: int
+    where: str
+
+
+@dataclass(frozen=True)
 class StaleGradients:
     """The proof that an optimizer's gradients were not reset between two updates: its
     `.grad` at an update equalled the last update's plus the gradients `backward()`
@@ -420,6 +437,8 @@ class Evidence:
             them between its updates, the proof by values (the adapter's).
         pipeline: for non-finite values in the batch, the function of the input
             pipeline that wrote them, when the adapter found it; else None.
+        bad_item: for non-finite values in the batch that no op of the pipeline made,
+            the first item of the user's dataset that holds one; else None.
         same_op_calls: for a forward origin, the step's other forward calls of the
             origin's op (each place once per run of it), in execution order.
         log_of_sum: for a forward origin, the log that reads a sum of its output
@@ -487,6 +506,7 @@ class Evidence:
     divergence: Divergence | None = None
     stale_gradients: StaleGradients | None = None
     pipeline: PipelineOrigin | None = None
+    bad_item: BadItem | None = None
     same_op_calls: tuple[OpCall, ...] = ()
     input_producers: tuple[OpCall | None, ...] = ()
     log_of_sum: OpCall | None = None

@@ -84,9 +84,8 @@ class PyTorchAdapter(Adapter):
         wrote them, when one in reach does (`dataset_scan`)."""
         if not evidence.bad_inputs or evidence.broken_state is not None:
             return evidence
-        return replace(
-            evidence, pipeline=dataset_scan.pipeline_origin(dataset_scan.datasets_in_reach())
-        )
+        origin, item = dataset_scan.pipeline_origin(dataset_scan.datasets_in_reach())
+        return replace(evidence, pipeline=origin, bad_item=item)
 
     def zero_streak(self, grad_norm: float | None, failed: bool) -> int:
         """Count a step whose global gradient norm was exactly zero (every gradient of

@@ -121,7 +121,7 @@ def test_a_tensor_made_before_the_step_is_not_called_the_batch_and_its_inf_is_na
     assert diagnosis.category == "bad_input"
     assert diagnosis.explanation.startswith(
         "Step 626 read tensors it did not compute that already held non-finite values: the "
-        "tensor read at ppo.py:43 `ratio = torch.exp(logp - old_logp[mb])` (256) has 1 Inf."
+        "tensor read at ppo.py:43 `ratio = torch.exp(logp - old_logp[mb])` (shape 256) has 1 Inf."
     )
     assert "a rollout's log-probabilities" in diagnosis.explanation
     clipping = diagnosis.not_fixes[0]

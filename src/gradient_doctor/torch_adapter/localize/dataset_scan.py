@@ -19,7 +19,7 @@ import time
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, IterableDataset, Subset
 
-from gradient_doctor.core.evidence import PipelineOrigin
+from gradient_doctor.core.evidence import BadItem, PipelineOrigin
 from gradient_doctor.core.origin_search import trace_evidence
 from gradient_doctor.core.source_frames import is_user_file, user_frame_values
 from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope
@@ -35,17 +35,48 @@ from gradient_doctor.torch_adapter.step import rng_state
 SCAN_SECONDS = 10.0
 
 
-def pipeline_origin(datasets: list) -> PipelineOrigin | None:
+def pipeline_origin(datasets: list) -> tuple[PipelineOrigin | None, BadItem | None]:
     """The first dataset of `datasets` whose `__getitem__` writes a non-finite value
-    from finite inputs, replayed on that item; None when none does (the source data
-    itself held the values, or the item is made without torch ops)."""
+    from finite inputs, replayed on that item; else, the first item holding one that no
+    torch op of it made (the source data itself held the values, or the item is made
+    without torch ops: a NumPy standardisation), as a `BadItem`; Nones when no item in
+    reach holds one."""
     deadline = time.monotonic() + SCAN_SECONDS
+    first: BadItem | None = None
     for dataset in datasets:
         index = _first_nonfinite(dataset, deadline)
         if index is not None:
             origin = _replayed(dataset, index)
             if origin is not None:
-                return origin
+                return origin, None
+            first = first or _bad_item(dataset, index)
+    return None, first
+
+
+def _bad_item(dataset, index: int) -> BadItem | None:
+    """Item `index` of `dataset` as a `BadItem`: which of its tensors holds what."""
+    saved = rng_state.save()
+    try:
+        tensors = _tensors(dataset[index])
+    except Exception:
+        return None
+    finally:
+        rng_state.restore(saved)
+    for number, tensor in enumerate(tensors):
+        if tensor.is_floating_point() and not _finite(tensor):
+            flat = tensor.detach().reshape(-1)
+            nan, inf = int(flat.isnan().sum()), int(flat.isinf().sum())
+            counts = " and ".join(
+                p for p in (f"{nan} NaN" * bool(nan), f"{inf} Inf" * bool(inf)) if p
+            )
+            positions = [int(i) for i in (~flat.isfinite()).nonzero().flatten()[:5]]
+            shape = "x".join(str(size) for size in tensor.shape) or "a scalar"
+            where = (
+                f"its tensor {number + 1} of {len(tensors)} (shape {shape}) holds {counts}, "
+                f"at flat position{'s' if len(positions) > 1 else ''} "
+                f"{', '.join(map(str, positions))}"
+            )
+            return BadItem(type(dataset).__name__, index, where)
     return None
 
 

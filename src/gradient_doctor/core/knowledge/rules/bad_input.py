@@ -76,6 +76,14 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             "log-probabilities or a running statistic): look at where they are computed."
         )
         cause = f"values made before the step: {tensors} held it before any op of it ran"
+        item = evidence.bad_item
+        if item is not None:
+            explanation += (
+                f" The first item of your dataset that holds one is item {item.index} of "
+                f"`{item.dataset}`: {item.where}. No torch op of its `__getitem__` made "
+                "the value, so the data it reads holds it (a missing value read as NaN, "
+                "say): clean it where the data is loaded."
+            )
     else:
         explanation = (
             f"The batch{at_step(evidence.step)} already holds non-finite values: {described}."
@@ -195,6 +203,7 @@ def describe(bad: BadInput) -> str:
         if part
     )
     read = f" `{bad.read_at.code.strip()}`" if bad.read_at is not None else ""
+    shape = f"shape {shape}" if read else shape  # after a line of code, say what it is
     text = f"{bad.label}{read} ({shape}) has {counts or 'non-finite values'}"
     if bad.rows:
         text += f" in {'row' if len(bad.rows) == 1 else 'rows'} {listing(bad.rows)}"
