@@ -312,3 +312,19 @@ def test_an_exp_input_divided_by_a_temperature_is_found_through_a_diagonal():
         event(1, "Exp", [(3, cosines)], [(4, INF)]),
     ]
     assert scaled_by_constant(halved, halved[-1]) is None
+
+
+def test_a_variable_no_layer_owns_is_named_by_the_adapters_name_for_its_value():
+    # A raw tf.Variable read eagerly: the read op says only "ReadVariableOp".
+    from gradient_doctor.core.origin_search import trace_evidence
+
+    events = [
+        event(0, "ReadVariableOp", [(2, FINITE)], [(3, FINITE)]),
+        event(1, "MatMul", [(1, FINITE), (3, FINITE)], [(4, FINITE)]),
+        event(2, "Exp", [(4, FINITE)], [(5, INF)]),
+    ]
+    reads = frozenset({"ReadVariableOp"})
+    named = trace_evidence(events, [5], 0, frozenset({1}), reads, variable_values={3: "w"})
+    assert named.evidence.weights_variable == "w"
+    unnamed = trace_evidence(events, [5], 0, frozenset({1}), reads)
+    assert unnamed.evidence.weights_variable == "ReadVariableOp"

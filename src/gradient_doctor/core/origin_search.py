@@ -266,7 +266,7 @@ def _upstream_facts(
         "feeding_ops": feeding_op_types(events, origin),
         "weights_layer": read.layer if read is not None else None,
         "weights_variable": (
-            unowned_variable(events, read, weight_reads)
+            _unowned_name(events, read, weight_reads, values)
             if read is not None
             else next((values[key] for key in origin.input_ids if key in values), None)
         ),
@@ -283,6 +283,15 @@ def _upstream_facts(
         "scaled_up": _scaled_up(events, origin),
         "one_pass_variance": _one_pass_variance(events, origin),
     }
+
+
+def _unowned_name(events, read: OpEvent, weight_reads, values: dict) -> str | None:
+    """The name of the variable `read` reads when no layer owns it: the adapter's name for
+    the value it read (`w` for a `tf.Variable(..., name="w")`), else the read's own."""
+    unowned = unowned_variable(events, read, weight_reads)
+    if unowned is None:
+        return None
+    return next((values[key] for key in read.output_ids if key in values), unowned)
 
 
 def _one_pass_variance(events, origin: OpEvent) -> tuple[OpCall, OpCall] | None:
