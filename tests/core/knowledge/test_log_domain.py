@@ -144,3 +144,22 @@ def test_most_predictions_below_zero_in_a_compiled_loss_ask_for_a_positive_outpu
     assert "negative by design" not in diagnosis.explanation
     assert 'activation="softplus"' in diagnosis.explanation
     assert families(diagnosis)[0] == "activation_change"
+
+
+def test_a_poisson_loss_handed_a_rate_is_told_its_input_is_the_log_rate_first(
+    make_evidence, make_stats
+):
+    # The log is the loss's own: no line of the user's to guard, a keyword to set.
+    code = "loss = F.poisson_nll_loss(rate, counts[idx], log_input=False)"
+    evidence = make_evidence(
+        op="Log",
+        code=code,
+        inputs=(make_stats(min=-0.08),),
+        outputs=(make_stats(nan=1),),
+        framework="torch",
+    )
+    first = diagnose(evidence).fixes[0]
+    assert first.family == "from_logits"
+    assert first.rewrite == ("loss = F.poisson_nll_loss(rate, counts[idx], log_input=True)",)
+    handed_log = make_evidence(op="Log", code=code.replace("False", "True"), framework="torch")
+    assert all(fix.rewrite != first.rewrite for fix in diagnose(handed_log).fixes)

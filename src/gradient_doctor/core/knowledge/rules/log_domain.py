@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from gradient_doctor.core.evidence import Evidence
@@ -99,11 +100,33 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         diagnosis = _relu_made_most(diagnosis, evidence, domain, activation)
     if diagnosis is not None and evidence.zeros_began is not None:
         diagnosis = _underflowed(diagnosis, evidence.zeros_began, evidence.setup.framework)
-    exact = exact or log_softmax(code, op, source_focus(evidence))
+    exact = exact or log_softmax(code, op, source_focus(evidence)) or _log_input(code)
     if diagnosis is None or exact is None:
         return diagnosis
     # First: it computes the same value, finite everywhere; the guard changes it.
     return replace(diagnosis, fixes=(exact, *diagnosis.fixes))
+
+
+# A library loss that takes the log of its input unless told its input is a log already
+# (PyTorch's Poisson NLL: `log_input=False` reads a rate, which a linear output makes
+# negative): the keyword set so, the model's output is the log of the rate, any real.
+_LOG_INPUT_LOSSES = re.compile(r"\b(poisson_nll_loss|PoissonNLLLoss)\(")
+_LOG_INPUT_OFF = re.compile(r"\blog_input\s*=\s*False\b")
+
+
+def _log_input(code: str) -> Fix | None:
+    """The loss on the line told its input is the log of the rate (`log_input=True`),
+    for a Poisson loss handed a rate with `log_input=False`; else None."""
+    if not _LOG_INPUT_LOSSES.search(code) or not _LOG_INPUT_OFF.search(code):
+        return None
+    line = _LOG_INPUT_OFF.sub("log_input=True", code.strip())
+    return Fix(
+        "from_logits",
+        "Hand the loss the log of the rate (log_input=True): the model's output is then "
+        "the log-rate, any real number, and the loss takes its exp itself",
+        line,
+        rewrite=(line,),
+    )
 
 
 # Why each op that underflows wrote its zeros, and what to compute instead.
