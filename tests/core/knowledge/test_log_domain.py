@@ -163,3 +163,30 @@ def test_a_poisson_loss_handed_a_rate_is_told_its_input_is_the_log_rate_first(
     assert first.rewrite == ("loss = F.poisson_nll_loss(rate, counts[idx], log_input=True)",)
     handed_log = make_evidence(op="Log", code=code.replace("False", "True"), framework="torch")
     assert all(fix.rewrite != first.rewrite for fix in diagnose(handed_log).fixes)
+
+
+def test_a_log_of_a_sum_of_exps_that_underflowed_is_computed_as_logsumexp_first(
+    make_evidence, make_stats
+):
+    # A mixture's likelihood: the sum of exps on one line, its log on the next.
+    from dataclasses import replace
+
+    from gradient_doctor.core.evidence import OpCall
+    from gradient_doctor.core.findings import SourceLine
+
+    evidence = make_evidence(
+        op="Log",
+        code="return -ops.mean(ops.log(lik))",
+        inputs=(make_stats(min=0.0, zeros=1),),
+        outputs=(make_stats(inf=1),),
+    )
+    summed = SourceLine("train.py", 41, "lik = ops.sum(ops.exp(log_pi + log_comp), axis=-1)")
+    evidence = replace(evidence, zeros_began=OpCall("Exp", summed, (make_stats(min=-120.0),)))
+    first = diagnose(evidence).fixes[0]
+    assert first.family == "stable_logsumexp"
+    assert first.rewrite == ("return -ops.mean(log_lik)",)
+    (sum_line,) = first.edits
+    assert (sum_line.line, sum_line.new_lines) == (
+        41,
+        ("log_lik = ops.logsumexp(log_pi + log_comp, axis=-1)",),
+    )

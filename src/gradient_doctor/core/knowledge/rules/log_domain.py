@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.evidence import Evidence, OpCall
+from gradient_doctor.core.findings import Edit, Fix
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code, source_focus
 from gradient_doctor.core.knowledge.rewrites.activation import positive_activation
+from gradient_doctor.core.knowledge.rewrites.exp import logsumexp_over_lines, stable_logsumexp
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
 from gradient_doctor.core.knowledge.rewrites.log_sigmoid import log_sigmoid
 from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax
@@ -100,6 +101,9 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         diagnosis = _relu_made_most(diagnosis, evidence, domain, activation)
     if diagnosis is not None and evidence.zeros_began is not None:
         diagnosis = _underflowed(diagnosis, evidence.zeros_began, evidence.setup.framework)
+        logsumexp = _logsumexp_of_underflow(evidence)
+        if logsumexp is not None:  # the same value, finite: before every clamp
+            diagnosis = replace(diagnosis, fixes=(logsumexp, *diagnosis.fixes))
     exact = exact or log_softmax(code, op, source_focus(evidence)) or _log_input(code)
     if diagnosis is None or exact is None:
         return diagnosis
@@ -170,6 +174,27 @@ def _underflowed(diagnosis: Diagnosis, began, framework: str) -> Diagnosis:
         code,
     )
     return replace(diagnosis, explanation=explanation, fixes=(log_space, *diagnosis.fixes))
+
+
+def _logsumexp_of_underflow(evidence: Evidence) -> Fix | None:
+    """For a log whose zeros an exp underflowed to, through a sum (a mixture's
+    likelihood, `log(sum(exp(a)))`): the log of the sum computed as logsumexp(a), on one
+    line or over the two (the sum's line, the log's); None for another shape."""
+    began, origin = evidence.zeros_began, evidence.origin
+    if began.op != "Exp" or origin.source is None:
+        return None
+    same_line = stable_logsumexp(origin.source.code.strip(), source_focus(evidence))
+    if same_line is not None:
+        return same_line
+    log = OpCall(origin.op, origin.source, origin.inputs)
+    over_lines = logsumexp_over_lines(began.source.code.strip(), log)
+    if over_lines is None:
+        return None
+    # Written for the exp's line as the origin's: here the log is, so the roles swap.
+    (log_line,) = over_lines.edits
+    exp = began.source
+    sum_line = Edit(exp.file, exp.line, exp.line, over_lines.rewrite, (exp.code.strip(),))
+    return replace(over_lines, rewrite=log_line.new_lines, edits=(sum_line,))
 
 
 def _relu_made_most(
