@@ -22,6 +22,8 @@ def test_a_file_that_imports_only_keras_ops_gets_keras_ops_helpers():
 
 def test_a_file_that_says_tf_or_names_tensorflow_otherwise_keeps_or_renames_it():
     assert in_files_names(REWRITE, _file("import tensorflow as tf", "import keras")) == REWRITE
+    compat = _file("import tensorflow.compat.v1 as tf", "from keras import ops")
+    assert in_files_names(REWRITE, compat) == REWRITE
     assert in_files_names(REWRITE[:1], _file("import tensorflow")) == (
         "mean = tensorflow.math.divide_no_nan(total, count)",
     )

@@ -180,7 +180,7 @@ def in_files_names(rewrite: Sequence[str], file_lines: Sequence[str]) -> tuple[s
     except (SyntaxError, ValueError):
         return tuple(rewrite)
     tensorflow = module_alias(tree, "tensorflow")
-    if tensorflow == "tf":
+    if tensorflow == "tf" or "tf" in _imported_names(tree):  # `import tensorflow.compat.v1 as tf`
         return tuple(rewrite)
     if tensorflow is not None:
         return tuple(
@@ -200,6 +200,16 @@ def in_files_names(rewrite: Sequence[str], file_lines: Sequence[str]) -> tuple[s
         return keras_names.get(match.group(0), match.group(0))
 
     return tuple(_TF_NAME.sub(respelled, line) for line in rewrite)
+
+
+def _imported_names(tree: ast.Module) -> set[str]:
+    """The names the file's imports bind."""
+    return {
+        alias.asname or alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
 
 
 def _keras_ops_prefix(tree: ast.Module) -> str | None:
