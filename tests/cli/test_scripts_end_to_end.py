@@ -65,6 +65,7 @@ def test_a_one_pass_variance_is_named_and_computed_by_the_frameworks_own(doctor_
     explanation = problem["explanation"]
     assert "Its input is a variance computed in one pass, E[x^2] - E[x]^2" in explanation
     assert "negative by design" not in explanation
+    assert "the data itself carries this value" not in explanation  # the formula's doing
     fix = next(f for f in problem["fixes"] if f["family"] == "two_pass_variance")
     assert fix["verified"] is True, fix["evidence"]
     assert "+        var = tf.math.reduce_variance(x, axis=-1, keepdims=True)" in fix["patch"]

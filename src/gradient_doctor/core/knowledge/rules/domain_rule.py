@@ -256,9 +256,11 @@ def diagnose_domain(
                 framework=framework_of(evidence),
             )
             fixes = (magnitude, *fixes)
+    # A cancelled variance is the computation's, whatever the data: no note of its origin.
+    made_by = "" if variance is not None else from_data_note(evidence.weights_upstream)
     return Diagnosis(
         category="forward_domain",
-        explanation=explanation + from_data_note(evidence.weights_upstream),
+        explanation=explanation + made_by,
         not_fixes=forward_not_fixes(
             f"the invalid input to {origin.reported_op}", evidence.weights_upstream
         ),
