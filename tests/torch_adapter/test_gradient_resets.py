@@ -59,3 +59,27 @@ def test_uninstalled_the_zero_grads_are_torchs_own_again():
     assert torch.optim.Optimizer.zero_grad is not originals[0]
     watched.uninstall()
     assert (torch.optim.Optimizer.zero_grad, nn.Module.zero_grad) == originals
+
+
+def test_the_watch_api_reports_gradients_never_reset_as_a_problem():
+    import gradient_doctor.torch
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+
+    def step():  # no zero_grad anywhere
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    watched = gradient_doctor.torch.watch(
+        step, model=model, optimizer=optimizer, verbose=False, stop_on_problem=False
+    )
+    for _ in range(6):
+        watched()
+    (problem,) = watched.report().problems
+    assert (problem.category, problem.step) == ("stale_gradients", 3)
+    assert [fix.family for fix in problem.fixes] == ["reset_gradients"]

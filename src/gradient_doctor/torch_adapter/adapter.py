@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from gradient_doctor.core.evidence import Evidence, StepHistory, TrainingSetup
+from gradient_doctor.core.evidence import Evidence, StaleGradients, StepHistory, TrainingSetup
 from gradient_doctor.core.findings import Finding, Origin
 from gradient_doctor.core.fix_placement import FixSites
 from gradient_doctor.core.origin_search import trace_evidence
@@ -38,6 +38,7 @@ from gradient_doctor.torch_adapter.localize.op_recorder import (
 from gradient_doctor.torch_adapter.localize.reductions import TorchReductions
 from gradient_doctor.torch_adapter.localize.update_writes import written_by_an_update
 from gradient_doctor.torch_adapter.step import rng_state
+from gradient_doctor.torch_adapter.step.gradient_resets import GradientResets
 from gradient_doctor.torch_adapter.step.guarded_step import StepGuard
 from gradient_doctor.torch_adapter.step.module_stats import ModuleStats
 from gradient_doctor.torch_adapter.step.step_check import SquareOverflow
@@ -86,6 +87,16 @@ class PyTorchAdapter(Adapter):
             return evidence
         origin, item = dataset_scan.pipeline_origin(dataset_scan.datasets_in_reach())
         return replace(evidence, pipeline=origin, bad_item=item)
+
+    def record_stale(self, stale: StaleGradients) -> None:
+        """Record an optimizer's gradients, proved not reset between its updates
+        (`GradientResets`), as a problem at this step."""
+        setup = self.training_setup()
+        history = self.session.step_history()
+        step = self.session.steps_watched
+        self.session.record(
+            Evidence(step, None, None, history=history, setup=setup, stale_gradients=stale)
+        )
 
     def zero_streak(self, grad_norm: float | None, failed: bool) -> int:
         """Count a step whose global gradient norm was exactly zero (every gradient of
@@ -222,18 +233,27 @@ class TorchAdapter(PyTorchAdapter):
             self.models,
             on_loss_input=lambda found: self.session.loss_input_seen(found),
         )
-        self.guard = StepGuard(self.optimizers, self.stats)
+        self.resets = GradientResets()  # `.grad` reset between each optimizer's updates
+        self.guard = StepGuard(self.optimizers, self.stats, self._applied)
         self.warning_lines = WarningLines()  # torch's warnings at the user's line
         self.session = Session(self, **session)
 
     def install(self) -> None:
         self.guard.install()
+        self.resets.install()
         self.warning_lines.install()
 
     def uninstall(self) -> None:
         self.guard.uninstall()
+        self.resets.uninstall()
         self.warning_lines.uninstall()
         self.stats.close()
+
+    def _applied(self, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
+        """An update was applied: were its gradients reset since the optimizer's last?"""
+        stale = self.resets.observe(optimizer, params)
+        if stale is not None:
+            self.record_stale(stale)
 
     def begin_call(self) -> None:
         """Before a call of the step: sample its forward when it is a sampled step."""

@@ -285,15 +285,9 @@ class ScriptAdapter(PyTorchAdapter, UpdateListener):
                 raise TrainingStopped(finding)  # every parameter of an optimizer cut off
 
     def _stale(self, optimizer: torch.optim.Optimizer, stale: StaleGradients) -> None:
-        """Record `optimizer`'s gradients, proved not reset between its updates, as a
-        problem at this step, its fix placed after that optimizer's `step()`."""
+        """Record `optimizer`'s stale gradients, its fix placed after its `step()`."""
         self._failing = weakref.ref(optimizer)
-        setup = self.training_setup()
-        step = self.session.steps_watched
-        history = self.session.step_history()
-        self.session.record(
-            Evidence(step, None, None, history=history, setup=setup, stale_gradients=stale)
-        )
+        self.record_stale(stale)
 
     def _disconnected(
         self, index: int, optimizer: torch.optim.Optimizer, cut: list[torch.Tensor], updates: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -39,13 +39,19 @@ class StepGuard:
     Args:
         optimizers: the `torch.optim.Optimizer`s whose `step` is guarded.
         stats: the per-module statistics told of each applied update, or None.
+        on_applied: called with the optimizer and its parameters after each update
+            applied, or None.
     """
 
     def __init__(
-        self, optimizers: Sequence[torch.optim.Optimizer], stats: ModuleStats | None = None
+        self,
+        optimizers: Sequence[torch.optim.Optimizer],
+        stats: ModuleStats | None = None,
+        on_applied: Callable[[torch.optim.Optimizer, list[torch.Tensor]], None] | None = None,
     ) -> None:
         self.optimizers = tuple(optimizers)
         self.stats = stats
+        self._on_applied = on_applied
         self.closed = False
         self.skipped = 0  # updates skipped since training last went on
         self.updates = 0  # updates asked for over that time
@@ -122,11 +128,14 @@ class StepGuard:
             self.skipped += 1
             return None
         if stats is None:
-            return unguarded()
-        stats.note_grads(params, result.norms)
-        stats.update_start(optimizer)
-        applied = unguarded()
-        stats.update_end(optimizer)
+            applied = unguarded()
+        else:
+            stats.note_grads(params, result.norms)
+            stats.update_start(optimizer)
+            applied = unguarded()
+            stats.update_end(optimizer)
+        if self._on_applied is not None:
+            self._on_applied(optimizer, params)
         return applied
 
     def call_loss_and_norm(self) -> tuple[float | None, float | None]:
