@@ -18,7 +18,7 @@ def test_gradients_reset_once_per_epoch_are_stale_and_the_reset_after_the_step_h
     run = run_doctor(STALE, tmp=tmp_path, options=("--trial-steps", "0"))
     assert run.exit_code == 1, run.stderr[-3000:]
     problem = run.problem
-    assert (problem["category"], problem["step"]) == ("stale_gradients", 3)
+    assert (problem["category"], problem["step"]) == ("stale_gradients", 2)
     assert "plus this step's" in problem["explanation"], problem["explanation"]
     (fix,) = problem["fixes"]
     assert fix["family"] == "reset_gradients"

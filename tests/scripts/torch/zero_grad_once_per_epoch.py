@@ -1,7 +1,7 @@
 """Gradient accumulation (8 micro-batches per update) whose `opt.zero_grad()` sits at the
 top of the epoch: every update applies every gradient since the epoch began, the
 updates grow and the loss climbs from 2 to 1e9 with every value finite. Expected:
-`stale_gradients` at the optimizer's update 3, fixed by `opt.zero_grad()` after
+`stale_gradients` at the optimizer's update 2, fixed by `opt.zero_grad()` after
 `opt.step()`."""
 
 import torch

@@ -25,8 +25,9 @@ import torch
 from gradient_doctor.core.attribute_patches import AttributePatches
 from gradient_doctor.core.evidence import StaleGradients
 
-# Updates in a row that look stale before one is proved by values.
-SUSPECT_AFTER = 2
+# Updates in a row that look stale before the next is proved by values (one: an epoch
+# of three updates between resets is still caught).
+SUSPECT_AFTER = 1
 # How close the `.grad` must come to the last update's plus the incoming gradients
 # (relative to its norm), and how far from the incoming gradients alone.
 _SAME = 1e-4
@@ -112,8 +113,8 @@ class GradientResets:
     def observe(
         self, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
     ) -> StaleGradients | None:
-        """Take in an update about to apply `params`' gradients; the proof, once, when
-        they were not reset since this optimizer's last update."""
+        """Take in an update that applied `params`' gradients (which it left as they
+        were); the proof, once, when they were not reset since this optimizer's last."""
         key = id(optimizer)
         if self.found is not None or not params or key in self._cleared:
             return None
@@ -132,11 +133,13 @@ class GradientResets:
         if probe is not None and probe[0] == key:
             self._probe = None
             probe[1].close()
-            proved = probe[1].stale() if suspect else None
+            if not suspect:  # a `zero_grad()` came between: nothing to prove this time
+                return None
+            proved = probe[1].stale()
             if proved is not None:
                 self.found = StaleGradients(type(optimizer).__name__, updates, *proved)
                 return self.found
-            self._cleared.add(key)
+            self._cleared.add(key)  # reset by the script's own means
             return None
         if streak >= SUSPECT_AFTER and self._probe is None:
             self._probe = (key, _Probe(params))
