@@ -192,11 +192,14 @@ def test_a_lower_rate_confirmed_for_a_drift_says_a_longer_run_may_meet_it_later(
     assert "the copy held to the end of your script, but" in (
         _may_only_delay(lower, drift, ended).evidence
     )
-    # Gradients that explode, or clipping: no such caveat.
+    # Gradients that grow step after step build up too (a lower rate held 200 steps past
+    # step 148, then exploded at step 413 of 700): the same caveat. Clipping: none.
     exploding = dataclasses.replace(drift, category="exploding_gradients")
-    assert _may_only_delay(lower, exploding, ended) is lower
+    assert "but a longer run may meet it later" in _may_only_delay(lower, exploding, ended).evidence
     clipping = dataclasses.replace(lower, family="gradient_clipping")
     assert _may_only_delay(clipping, drift, ended) is clipping
+    dead = dataclasses.replace(drift, category="dead_units")
+    assert _may_only_delay(lower, dead, ended) is lower
 
 
 def test_a_copy_stopped_past_the_failure_says_the_script_had_more_to_run():
