@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -85,6 +86,31 @@ def test_nan_in_the_data_is_bad_input_with_row_and_feature(doctor_run):
     assert problem["step"] == 2
     assert "row 6" in problem["explanation"]
     assert "2" in problem["explanation"]  # the feature column
+
+
+def test_missing_sample_weights_are_left_out_by_a_patch_of_the_fit_call(doctor_run, tmp_path):
+    script = "tests/scripts/sample_weight_missing_fit.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["step"]) == ("bad_input", 6)
+    assert "`sample_weight` (50) has 1 NaN in row 44" in problem["explanation"]
+    fix = problem["fixes"][0]
+    assert fix["family"] == "clean_input"
+    assert fix["title"].startswith(
+        "Leave out the 3 of 1200 examples that hold NaN or Inf in `sample_weight`"
+    )
+    assert fix["verified"] is True, fix["evidence"]
+    assert "+        sample_weight=revenue_weight[finite_rows]," in fix["patch"]
+    # A lower rate or clipping was tried too, and failed at once: the data is the cause.
+    assert all("not finite again at trial step" in n["evidence"] for n in problem["not_fixes"])
+    # Applied by hand to a copy, the script trains its two epochs with finite losses.
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "tests/scripts", copy / "tests/scripts", ignore=_NO_CACHE)
+    subprocess.run(["patch", "-p1", "--batch"], input=fix["patch"], text=True, cwd=copy, check=True)
+    done = subprocess.run(
+        [sys.executable, script], cwd=copy, capture_output=True, text=True, check=True
+    )
+    first, last = (float(v) for v in done.stdout.split("losses")[1].split())
+    assert last < first < 1.0, done.stdout
 
 
 def test_eager_loop_log_of_negative_value_is_a_forward_domain_error(doctor_run):

@@ -25,6 +25,7 @@ from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
 from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
 from gradient_doctor.core.knowledge.rewrites import own_update, score_function, torch_optimizer
 from gradient_doctor.core.knowledge.rewrites import xla as xla_rewrite
+from gradient_doctor.core.knowledge.rewrites.finite_rows import FitRows, drop_nonfinite_rows
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.core.knowledge.source import syntax_edit
@@ -49,6 +50,8 @@ class FixSites:
         trained_layers: every trained layer whose line is known (initialisation).
         fit: the user's `fit(...)` line, when it can standardise its input features.
         fit_targets: the same line, when it can standardise its regression targets.
+        fit_rows: the same line, when some rows of the NumPy arrays it was given hold
+            NaN or Inf and hold every non-finite value the failing batch had.
         path_break: for missing gradients, where the path broke and the
             `tape.gradient(...)` call that returned None (a surrogate loss term).
         compiled: the line that compiled the step with XLA (`model.compile(...,
@@ -67,6 +70,7 @@ class FixSites:
     trained_layers: tuple[LayerSite, ...] = ()
     fit: SourceLine | None = None
     fit_targets: SourceLine | None = None
+    fit_rows: FitRows | None = None
     path_break: PathBreak | None = None
     compiled: SourceLine | None = None
     own_update: SourceLine | None = None
@@ -132,6 +136,8 @@ def place_fixes(
             placed = _data_fix(fix, sites.fit, root)
         elif fix.family == "normalize_target" and sites.fit_targets is not None:
             placed = _data_fix(fix, sites.fit_targets, root, part="y")
+        elif fix.family == "clean_input" and sites.fit_rows is not None:
+            placed = _rows_fix(fix, sites.fit_rows, root)
         elif fix.family == "reinforce" and sites.path_break is not None:
             placed = _surrogate_fix(fix, sites.path_break, root)
         elif fix.family == "disable_xla" and sites.compiled is not None:
@@ -300,6 +306,21 @@ def _data_fix(fix: Fix, fit: SourceLine, root: str, part: str = "x") -> Fix | No
         root,
         (f"standardise_{part}", data_rewrite.EPSILON),
     )
+
+
+def _rows_fix(fix: Fix, site: FitRows, root: str) -> Fix | None:
+    """`fix` written as the `fit` line leaving out the rows of its data that hold NaN or
+    Inf, or None."""
+    lines = read_lines(os.path.join(root, site.source.file))
+    edit = drop_nonfinite_rows(site, lines) if lines is not None else None
+    if edit is None:
+        return None
+    holding = " or ".join(f"`{part}`" for part in site.holding)
+    title = (
+        f"Leave out the {site.dropped} of {site.total} examples that hold NaN or Inf in "
+        f"{holding} (or impute them where your data is loaded)"
+    )
+    return _patched(dataclasses.replace(fix, title=title), (edit,), root, ("finite_rows", 0))
 
 
 def _xla_fix(fix: Fix, compiled: SourceLine, root: str) -> Fix | None:

@@ -247,7 +247,10 @@ class Session:
             history=evidence.history,
             user_file=self.adapter.is_user_file,
         )
-        if rerun is not None and self.trial_steps > 0 and finding.origin is not None:
+        # A step with no op to blame is tried only when its batch was bad (its data
+        # remedies run on other data).
+        blamed = finding.origin is not None or bool(evidence.bad_inputs)
+        if rerun is not None and self.trial_steps > 0 and blamed:
             trials = self.adapter.fix_trials(finding, evidence, rerun)
             if trials is not None:
                 first_warning = min(

@@ -11,7 +11,12 @@ import tensorflow as tf
 
 from gradient_doctor.core.attribute_patches import AttributePatches
 from gradient_doctor.core.finiteness_tests import FinitenessTests, TensorTests
-from gradient_doctor.core.source_frames import is_user_file, user_frame, user_line
+from gradient_doctor.core.source_frames import (
+    is_user_file,
+    statement_line,
+    user_frame,
+    user_line,
+)
 from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.tf_adapter._tf_internals import (
     BaseOptimizer,
@@ -109,7 +114,7 @@ class RunPatches:
             bound.arguments["callbacks"] = callbacks
             data = bound.arguments
             watcher.fit_call = FitCall(
-                user_line(),
+                statement_line(user_frame()),  # all its lines: a patch rewrites the call
                 data.get("x"),
                 data.get("y"),
                 data.get("sample_weight"),

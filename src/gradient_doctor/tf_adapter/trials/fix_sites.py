@@ -7,6 +7,7 @@ import keras
 from gradient_doctor.core.evidence import Evidence
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.fix_placement import FixSites
+from gradient_doctor.core.knowledge.rewrites.finite_rows import PARTS
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
 from gradient_doctor.core.knowledge.rewrites.optimizer import OptimizerSite
 from gradient_doctor.tf_adapter._tf_internals import trainable_variables_of
@@ -22,7 +23,8 @@ def fix_sites(
     optimizer, evidence: Evidence, fit_call=None, compiled: SourceLine | None = None
 ) -> FixSites:
     """The optimizer's site, the site of the layer whose weights feed the origin, the
-    sites of every layer the optimizer trains, the `fit` line (a `FitCall`), for
+    sites of every layer the optimizer trains, the `fit` line (a `FitCall`; with the parts
+    of its data that hold the batch's non-finite values, for the `finite_rows` patch), for
     missing gradients where the path broke, `compiled`, the line that compiled
     the step with XLA, and the line that set a half-precision dtype policy."""
     grew = evidence.growth[0] if evidence.growth else None
@@ -37,11 +39,22 @@ def fix_sites(
         fit_targets=(
             fit_call.source if fit_call is not None and fit_call.standardisable("y") else None
         ),
+        fit_rows=fit_call.finite_rows(_bad_parts(evidence)) if fit_call is not None else None,
         path_break=evidence.path_break,
         compiled=compiled,
         dtype_policy=overflow.policy_site if (overflow := evidence.update_overflow) else None,
         rate_set_by=_rate_setter(fit_call),
     )
+
+
+def _bad_parts(evidence: Evidence) -> set[str]:
+    """The parts of `fit`'s data (`x`, `y`, `sample_weight`) the failing batch's non-finite
+    tensors are; empty when one of them is not a whole part (`x['age']`, a tensor read
+    by the user's code)."""
+    parts = {bad.tensor for bad in evidence.bad_inputs if bad.read_at is None}
+    if len(parts) != len(evidence.bad_inputs) or not parts <= set(PARTS):
+        return set()
+    return parts
 
 
 def _rate_setter(fit_call) -> str | None:

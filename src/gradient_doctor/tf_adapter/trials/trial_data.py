@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.knowledge.rewrites.data import STATISTICS_DTYPE
+from gradient_doctor.core.knowledge.rewrites.finite_rows import PARTS, FitRows
 from gradient_doctor.tf_adapter._tf_internals import get_data_adapter
 
 DEFAULT_BATCH_SIZE = 32  # Keras's own default for `fit`
@@ -80,6 +81,50 @@ class FitCall:
         else:
             x, y = self.x, scaled
         return fit_batches(x, y, self.sample_weight, self.batch_size)
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """The parts of the data given, by part in `PARTS` order, when each is a NumPy
+        array of numbers and they all have one length; else empty (a row of a dataset,
+        a dict or a list cannot be dropped by indexing)."""
+        given = {part: value for part in PARTS if (value := getattr(self, part)) is not None}
+        arrays = {
+            part: value
+            for part, value in given.items()
+            if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)
+        }
+        if len(arrays) != len(given) or len({len(value) for value in arrays.values()}) != 1:
+            return {}
+        return arrays
+
+    def _finite_mask(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """The rows finite in every array, as the `finite_rows` patch computes them."""
+        masks = [np.isfinite(v).reshape(len(v), -1).all(axis=1) for v in arrays.values()]
+        return np.logical_and.reduce(masks)
+
+    def finite_rows(self, parts: set[str]) -> FitRows | None:
+        """The site of the `finite_rows` patch when the rows of the arrays `fit` was given
+        that hold NaN or Inf hold them in `parts` (the batch's non-finite tensors, by
+        their part) only: each of `parts` a NumPy array; else None."""
+        arrays = self._arrays()
+        if self.source is None or not parts or not parts <= set(arrays):
+            return None
+        kept = self._finite_mask(arrays)
+        dropped = int(len(kept) - kept.sum())
+        if dropped == 0 or dropped == len(kept):
+            return None
+        ranks = tuple(value.ndim for value in arrays.values())
+        holding = tuple(part for part in arrays if part in parts)
+        return FitRows(self.source, tuple(arrays), ranks, holding, dropped, len(kept))
+
+    def finite_batches(self) -> Callable[[], Iterator] | None:
+        """The batches of the arrays' finite rows (the `finite_rows` patch), or None
+        unless the data is NumPy arrays."""
+        arrays = self._arrays()
+        if "x" not in arrays:
+            return None
+        kept = self._finite_mask(arrays)
+        data = {part: arrays[part][kept] if part in arrays else None for part in PARTS}
+        return fit_batches(data["x"], data["y"], data["sample_weight"], self.batch_size)
 
 
 def fit_batches(x, y=None, sample_weight=None, batch_size=None) -> Callable[[], Iterator] | None:

@@ -66,6 +66,8 @@ def plan_for(
         setting = _SETTINGS[remedy](evidence)
     if setting is not None and setting[0] in _STANDARDISED:
         return _standardised(remedy, fit_call, setting[1], _STANDARDISED[setting[0]])
+    if setting is not None and setting[0] == "finite_rows":
+        return _finite_rows(remedy, fit_call)
     if setting is not None and setting[0] == "jit_compile":
         return TrialPlan(remedy, "the step compiled without XLA", without_xla)
     if setting is not None and setting[0] == "dtype_policy":
@@ -156,6 +158,15 @@ def _standardised(remedy: str, fit_call, epsilon: float, part: str) -> TrialPlan
     if batches is None:
         return TrialPlan(remedy, "", not_possible(f"fit's {what} are not one NumPy array"))
     return TrialPlan(remedy, f"the {what} standardised", nullcontext, batches=batches)
+
+
+def _finite_rows(remedy: str, fit_call) -> TrialPlan:
+    """Run on `fit`'s data without the rows that hold NaN or Inf, as the patched fit line
+    leaves them out."""
+    batches = fit_call.finite_batches() if fit_call is not None else None
+    if batches is None:
+        return TrialPlan(remedy, "", not_possible("fit's data is not NumPy arrays"))
+    return TrialPlan(remedy, "the rows holding NaN or Inf left out", nullcontext, batches=batches)
 
 
 def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
