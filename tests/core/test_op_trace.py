@@ -82,6 +82,25 @@ def test_the_closest_variable_read_upstream_names_the_feeding_layer():
     assert nearest_weight_read(events, events[0], READS) is None
 
 
+def test_of_x_at_w_plus_b_the_weight_that_scales_is_named_not_the_bias_added_nearer():
+    def read(index, output, name):
+        return dataclasses.replace(
+            event(index, "ReadVariableOp", [], [(output, FINITE)]), op_name=name
+        )
+
+    events = [
+        read(0, 3, "w"),
+        event(1, "MatMul", [(1, FINITE), (3, FINITE)], [(4, FINITE)]),
+        read(2, 5, "b"),
+        event(3, "AddV2", [(4, FINITE), (5, FINITE)], [(6, FINITE)]),
+        event(4, "Exp", [(6, FINITE)], [(7, FINITE)]),
+    ]
+    assert nearest_weight_read(events, events[4], READS).op_name == "w"
+    # With nothing that scales one level further up, the added variable is still named.
+    shifted = [events[2], event(1, "AddV2", [(1, FINITE), (5, FINITE)], [(6, FINITE)]), events[4]]
+    assert nearest_weight_read(shifted, shifted[2], READS).op_name == "b"
+
+
 def test_a_variable_read_outside_every_layer_is_named_as_unowned():
     def read(index, output, name, layer):
         made = event(index, "ReadVariableOp", [], [(output, FINITE)])

@@ -403,6 +403,8 @@ class Evidence:
         weights_variable: when that closest read is of a variable no layer owns (a
             parameter of the root module itself, a free tensor the optimizer trains),
             its name; None otherwise.
+        weights_variable_largest: that variable's largest magnitude at the failing
+            step, when known.
         read_variables: for each input of the origin, the name of the trained
             variable whose value it is, read with nothing between (`tf.sqrt(variance)`),
             or None: a variable is itself the op's input, not a value made from it.
@@ -493,6 +495,7 @@ class Evidence:
     feeding_ops: frozenset[str] = frozenset()
     weights_layer: str | None = None
     weights_variable: str | None = None
+    weights_variable_largest: float | None = None
     read_variables: tuple[str | None, ...] = ()
     nonfinite_constant: bool = False
     growth: tuple[str | None, str, float] | None = None

@@ -292,17 +292,27 @@ def nearest_weight_read(
 
     Its layer is the layer whose weights feed the op: `z_log_var` for the exp in a VAE's
     sampling layer, which has no weights of its own (None: the read ran outside any).
+    A variable only added to the values (a bias) shifts them, one that multiplies them
+    scales them: of `x @ w + b`, `w` is the weight that drives them, one level further
+    up, so a read met first by an addition gives way to one met by any other op on the
+    next level (a layer owns both; two bare variables are told apart by it).
     """
     producers = _producers_before(events, target)
-    frontier, seen = list(target.input_ids), set()
-    while frontier:
-        feeding = [producers[t] for t in frontier if t in producers and t not in seen]
-        seen.update(frontier)
-        for event in feeding:
-            if event.op_type in weight_reads:
+    frontier, seen = [(t, target) for t in target.input_ids], set()
+    added, levels_left = None, None
+    while frontier and levels_left != 0:
+        feeding = [(producers[t], user) for t, user in frontier if t in producers and t not in seen]
+        seen.update(t for t, _ in frontier)
+        for event, user in feeding:
+            if event.op_type not in weight_reads:
+                continue
+            if user.op_type not in ADDITIONS:
                 return event
-        frontier = [t for event in feeding for t in event.input_ids]
-    return None
+            added = added or event
+        if added is not None:  # one level more to look for a weight that scales
+            levels_left = 1 if levels_left is None else levels_left - 1
+        frontier = [(t, event) for event, _ in feeding for t in event.input_ids]
+    return added
 
 
 def unowned_variable(
@@ -468,6 +478,8 @@ def _producers_before(events: Sequence[OpEvent], target: OpEvent) -> dict[int, O
     return {output: event for event in events[: target.index] for output in event.output_ids}
 
 
+# Ops that add their inputs: a variable they read only shifts the values (a bias).
+ADDITIONS = frozenset({"Add", "AddV2", "BiasAdd", "AddN"})
 # Ops that pick values from one of two branches (a `where`): a non-finite value in the
 # branch not taken does not reach their output, but still poisons the gradient.
 SELECT_OPS = frozenset({"Select", "SelectV2"})

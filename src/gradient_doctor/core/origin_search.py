@@ -255,7 +255,8 @@ def _upstream_facts(
     events, origin: OpEvent | None, data_ids, weight_reads, stats, variable_values=None
 ) -> dict:
     """What the trace says about what fed a forward origin: the `Evidence` fields
-    `feeding_ops`, `weights_layer`, `weights_variable`, `read_variables`,
+    `feeding_ops`, `weights_layer`, `weights_variable`, `weights_variable_largest`,
+    `read_variables`,
     `weights_upstream`, `growth`, `log_of_sum`, `input_producers`, `sigmoid_input`,
     `zeros_began`, `scaled_up` and `one_pass_variance`."""
     if origin is None or origin.phase != "forward":
@@ -269,6 +270,9 @@ def _upstream_facts(
             _unowned_name(events, read, weight_reads, values)
             if read is not None
             else next((values[key] for key in origin.input_ids if key in values), None)
+        ),
+        "weights_variable_largest": (
+            read.outputs[0].largest_magnitude if read is not None and read.outputs else None
         ),
         "read_variables": tuple(values.get(key) for key in origin.input_ids),
         "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats, values),

@@ -71,6 +71,20 @@ def test_constrain_weights_names_the_layer(make_evidence):
     assert "kernel_constraint=keras.constraints.MaxNorm" in fixes["constrain_weights"].code
 
 
+def test_a_bare_variable_is_bounded_only_when_it_lay_past_the_bound(make_evidence, families):
+    # `w` of `tf.exp(x @ w + b)`, a variable no layer owns: a clamp to |x| <= 3 of
+    # values that reached 0.03 changes none of them, so the step would compute the same.
+    def bare(largest: float):
+        variable = {"weights_variable": "w", "weights_variable_largest": largest}
+        return diagnose(dataclasses.replace(make_evidence(), **variable))
+
+    small = bare(0.03)
+    assert "constrain_weights" not in families(small)
+    grown = bare(40.0)
+    bound = next(fix for fix in grown.fixes if fix.family == "constrain_weights")
+    assert bound.title == "Bound the variable `w`, whose values feed Exp"
+
+
 def test_unparsable_line_gets_generic_snippets(make_evidence, families):
     diagnosis = diagnose(make_evidence(code=None))
     assert families(diagnosis) == ["stable_softmax", "constrain_weights", "normalize_input"]

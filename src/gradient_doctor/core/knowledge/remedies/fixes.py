@@ -104,10 +104,15 @@ def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
     """Remedies for what feeds the origin op: the feeding layer's weights, then the data.
 
     When the replay traced the op's inputs to the batch alone, no weight lies
-    between, so bounding weights cannot help and only the data remedy is offered.
+    between, so bounding weights cannot help and only the data remedy is offered; nor
+    when the variable that feeds the op already lay within the bound at the failing
+    step (a clamp to it would have changed none of its values: the step computes the
+    same).
     """
     framework = evidence.setup.framework
-    if evidence.weights_upstream is False:
+    largest = evidence.weights_variable_largest
+    within = evidence.weights_variable is not None and largest is not None and largest <= MAX_NORM
+    if evidence.weights_upstream is False or within:
         return (normalize_input(framework),)
     # The layer where the values blew up, when the replay saw them grow on the way.
     grew = evidence.growth[0] if evidence.growth else None

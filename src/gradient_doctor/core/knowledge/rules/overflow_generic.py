@@ -64,18 +64,20 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
                 not_fixes=forward_not_fixes(f"the overflow in {origin.reported_op}", upstream),
                 fixes=(fix, *remedies.upstream_remedies(evidence)),
             )
-        constrain, *normalize = remedies.upstream_remedies(evidence)
+        upstream_fixes = remedies.upstream_remedies(evidence)
+        constrain = tuple(f for f in upstream_fixes if f.family == "constrain_weights")
+        normalize = tuple(f for f in upstream_fixes if f.family != "constrain_weights")
         # Values that blew up inside a layer: its initial scale is the first suspect.
         init = (remedies.better_init(evidence.setup.framework),) if evidence.growth else ()
         fixes = (
-            (
-                constrain,
+            normalize  # from the batch alone: no weight lies between
+            if upstream is False
+            else (
+                *constrain,
                 *init,
                 remedies.batch_normalization(origin.op, evidence.setup.framework),
                 *normalize,
             )
-            if normalize
-            else (constrain,)
         )
         # Values an exp of the user's blew up (`exp(log_var)`): its input is the cause.
         clipped = clip_blown_up_exps(evidence.forward_blowup, evidence.setup.framework)
