@@ -258,6 +258,16 @@ def test_a_loss_that_runs_away_below_zero_did_not_hold():
     assert _judged(report, 8, "the patched copy").held
 
 
+def test_a_tensorflow_copys_one_loss_is_judged_without_an_optimizer_count():
+    # TensorFlow's reports write `optimizers` only when there are several. A clamp of an
+    # NT-Xent loss's exp: 9.3 at the first step, then below zero by orders of magnitude.
+    runaway = [9.3, 19.8, 21.0, 19.6, -4.8, *[-4.1e7 * 10 ** (i / 3) for i in range(40)]]
+    report = {**_report(45), "series": _loss_series(runaway)}
+    rerun = _judged(report, 1, "the patched copy")
+    assert not rerun.held
+    assert "but the loss fell below zero without bound" in rerun.why
+
+
 def test_a_loss_that_may_go_below_zero_and_does_by_its_own_size_held():
     # A Poisson NLL without its log(y!) constant: 0.84 -> -2.4 as the clipped copy trains.
     poisson = [0.84, 0.6, 0.2, -0.4, -1.0, *[-2.4] * 15]

@@ -132,6 +132,17 @@ def test_a_likelihood_that_passes_zero_by_its_own_size_is_not_a_runaway():
     assert "fell below zero without bound" in held_then_ran.shortfall(reference=4.3)
 
 
+def test_a_trial_whose_patch_took_a_loss_of_nine_below_zero_at_once_is_a_runaway():
+    # A clamp of NT-Xent's exp: the run was at 9.3 before the trouble; the trial's first
+    # step is already -1.3e7, and it ends at -7e19 while "falling".
+    losses = [-1.32e7 * 10 ** (i / 16) for i in range(200)]
+    outcome = _outcome("x", losses=losses, steps=200)
+    assert "fell below zero without bound" in outcome.shortfall(reference=9.3)
+    # A likelihood a little below zero from the first step, sized by its own moves, learns.
+    nll = [-0.5 - 0.0125 * i for i in range(200)]
+    assert _outcome("x", losses=nll, steps=200).shortfall(reference=0.9) is None
+
+
 def test_loss_trend_uses_the_first_and_last_tenth():
     outcome = _outcome("x", losses=[float(v) for v in range(100)], steps=100)
     assert outcome.loss_trend() == (4.5, 94.5)

@@ -393,7 +393,7 @@ def _diverged_loss(report: dict) -> str | None:
     optimizer its loss; with several (a GAN's), each objective's loss (the step's last
     loss is one of several), none of which may diverge."""
     series = {s.get("name"): s.get("values", ()) for s in report.get("series", ())}
-    optimizers = report.get("optimizers")
+    optimizers = report.get("optimizers", 1)  # written only when several
     if optimizers == 1:
         return diverged(series["loss"]) if "loss" in series else None
     objectives = sorted(

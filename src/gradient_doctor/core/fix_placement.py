@@ -50,6 +50,8 @@ class FixSites:
         trained_layers: every trained layer whose line is known (initialisation).
         fit: the user's `fit(...)` line, when it can standardise its input features.
         fit_targets: the same line, when it can standardise its regression targets.
+        fit_without_targets: `fit` was given no targets (`fit(x)`): the model's own
+            step may read its inputs as targets, so they are scaled, not standardised.
         fit_rows: the same line, when some rows of the NumPy arrays it was given hold
             NaN or Inf and hold every non-finite value the failing batch had.
         path_break: for missing gradients, where the path broke and the
@@ -70,6 +72,7 @@ class FixSites:
     trained_layers: tuple[LayerSite, ...] = ()
     fit: SourceLine | None = None
     fit_targets: SourceLine | None = None
+    fit_without_targets: bool = False
     fit_rows: FitRows | None = None
     path_break: PathBreak | None = None
     compiled: SourceLine | None = None
@@ -133,7 +136,8 @@ def place_fixes(
         elif fix.family in _LAYER_FIXES:
             placed = _layer_fix(fix, sites, root)
         elif fix.family == "normalize_input" and sites.fit is not None:
-            placed = _data_fix(fix, sites.fit, root)
+            part = "x_scaled" if sites.fit_without_targets else "x"
+            placed = _data_fix(fix, sites.fit, root, part)
         elif fix.family == "normalize_target" and sites.fit_targets is not None:
             placed = _data_fix(fix, sites.fit_targets, root, part="y")
         elif fix.family == "clean_input" and sites.fit_rows is not None:
@@ -287,6 +291,9 @@ def _inside_root(file: str) -> bool:
 _DATA_TITLES = {
     "x": "Standardise the input features with the training data's mean and std "
     "(do the same wherever you feed the model new data)",
+    "x_scaled": "Scale the input features by their largest magnitude, into [0, 1] (or "
+    "[-1, 1]): fit is given no targets, so your step may read the inputs as targets, "
+    "which standardising would take out of [0, 1] (scale new data the same way)",
     "y": "Standardise the regression targets with the training targets' mean and std "
     "(the model then predicts standardised values: multiply its predictions by that std "
     "and add that mean)",
@@ -295,17 +302,18 @@ _DATA_TITLES = {
 
 def _data_fix(fix: Fix, fit: SourceLine, root: str, part: str = "x") -> Fix | None:
     """`fix` written as the `fit` line standardising its input (`part` "x") or its
-    targets ("y"), or None."""
+    targets ("y"), or scaling its input by its largest magnitude ("x_scaled"), or None."""
     lines = read_lines(os.path.join(root, fit.file))
-    edit = data_rewrite.standardise_fit_input(fit, lines, part) if lines is not None else None
+    if lines is None:
+        return None
+    if part == "x_scaled":
+        edit, setting = data_rewrite.scale_fit_input(fit, lines), ("scale_x", 0)
+    else:
+        edit = data_rewrite.standardise_fit_input(fit, lines, part)
+        setting = (f"standardise_{part}", data_rewrite.EPSILON)
     if edit is None:
         return None
-    return _patched(
-        dataclasses.replace(fix, title=_DATA_TITLES[part]),
-        (edit,),
-        root,
-        (f"standardise_{part}", data_rewrite.EPSILON),
-    )
+    return _patched(dataclasses.replace(fix, title=_DATA_TITLES[part]), (edit,), root, setting)
 
 
 def _rows_fix(fix: Fix, site: FitRows, root: str) -> Fix | None:

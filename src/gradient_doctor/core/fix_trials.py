@@ -194,7 +194,7 @@ class TrialOutcome:
         first, last = trend
         if _diverged(trend, self.judged_losses()):
             return f"the loss diverged ({first:.4g} -> {last:.4g})"
-        if _ran_below_zero(trend, self.judged_losses(), self.losses):
+        if _ran_below_zero(trend, self.judged_losses(), self.losses, reference):
             return _BELOW_ZERO.format(first=first, last=last)
         if reference is None or not math.isfinite(reference):
             if last < first:
@@ -265,7 +265,7 @@ def diverged(losses: Sequence[float], whose: str = "the loss", alone: bool = Tru
             f"first step -> {trend[1]:.4g} over its last tenth): it blew up in its first "
             "steps and never came back"
         )
-    if alone and _ran_below_zero(trend, losses):
+    if alone and _ran_below_zero(trend, losses, start=_first_loss(losses)):
         return _BELOW_ZERO.format(first=trend[0], last=trend[1])
     return None
 
@@ -296,24 +296,33 @@ def _ran_below_zero(
     trend: tuple[float, float] | None,
     losses: Sequence[float],
     trial_losses: Sequence[float] = (),
+    start: float | None = None,
 ) -> bool:
-    """True when a loss never negative over its first tenth ended, over its last tenth,
-    below minus `SIGNED_LOSS_RISE_ALLOWED` times its starting size.
+    """True when a loss that started at or above zero ended, over its last tenth, below
+    minus `SIGNED_LOSS_RISE_ALLOWED` times its starting size.
 
     `losses` are those judged (`trend` their first and last tenth's means);
     `trial_losses`, where the judged ones are the trial's tail (the failing batch
-    repeated), all of the trial's. The starting size is the largest of the first
-    tenths' means and of how far the loss moved within them: a likelihood that nears
-    zero before the judged tail begins (a learned noise variance shrinking on clean
-    data, 0.42 at the trial's start, 0.07 at its tail's, then on to -1.2) has a mean
-    near zero there, but not a small size.
+    repeated), all of the trial's. `start`, when known, is the loss before any of them:
+    the run's before the trouble began (a trial), or its first (a rerun from the start).
+    The loss started at or above zero when `start` did, or, with no `start`, when its
+    first tenths never went below it: a patch that turned the loss into one without a
+    floor may take it to -1.3e7 on its first step, after a run that was at 9.3 (and on,
+    by orders of magnitude, to -7e19). The starting size is the largest of `start`'s
+    magnitude and, for each first tenth, its mean's magnitude and how far the loss moved
+    within it (a loss that runs away keeps growing past any of them): a likelihood that nears zero
+    before the judged tail begins (a learned noise variance shrinking on clean data, 0.42
+    at the trial's start, 0.07 at its tail's, then on to -1.2) has a mean near zero
+    there, but not a small size.
     """
     if trend is None:
         return False
     starts = [_first_tenth(losses)] + ([_first_tenth(trial_losses)] if trial_losses else [])
-    if min(min(start) for start in starts) < 0:
+    known = start is not None and math.isfinite(start)
+    if (start < 0) if known else min(min(tenth) for tenth in starts) < 0:
         return False
-    size = max(max(sum(start) / len(start), max(start) - min(start)) for start in starts)
+    sizes = [max(abs(sum(tenth) / len(tenth)), max(tenth) - min(tenth)) for tenth in starts]
+    size = max(abs(start) if known else 0.0, *sizes)
     return trend[1] < -SIGNED_LOSS_RISE_ALLOWED * max(size, 1e-12)
 
 

@@ -496,6 +496,10 @@ _SUMS = frozenset({"Sum", "UnsortedSegmentSum", "SegmentSum", "SparseSegmentSum"
 # a small constant added (`log(sum + 1e-9)`).
 _ON_THE_WAY = VIEW_OPS | {"Cast", "AddV2", "Add"}
 _LOGS = frozenset({"Log", "Log1p"})
+# Ops an exp's values pass through on their way to the sum: those above, and a product
+# (a mask that leaves out the diagonal, `exp(sim) * (1 - eye)`, or weights): still a sum
+# of exps under the log, where a max-shift must be added back.
+_EXP_ON_THE_WAY = _ON_THE_WAY | {"Mul"}
 
 
 def log_of_sum(events: Sequence[OpEvent], origin: OpEvent) -> OpEvent | None:
@@ -518,6 +522,6 @@ def log_of_sum(events: Sequence[OpEvent], origin: OpEvent) -> OpEvent | None:
             sums.update(event.output_ids)
         elif event.op_type in _ON_THE_WAY and read & sums:
             sums.update(event.output_ids)
-        elif event.op_type in _ON_THE_WAY and read & exps:
+        elif event.op_type in _EXP_ON_THE_WAY and read & exps:
             exps.update(event.output_ids)
     return None

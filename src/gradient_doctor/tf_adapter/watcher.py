@@ -411,7 +411,11 @@ class Watcher(Adapter):
             self.snapshots,
             self.trial_batches,
         )
-        scales = {"input_scale": input_scale(named), "target_scale": target_scale(named)}
+        scale = input_scale(named)
+        written = self.fit_call.argument_text("x") if self.fit_call is not None else None
+        if scale is not None and scale[0] == "x" and written is not None:
+            scale = (written, scale[1])  # as the user's fit line names it
+        scales = {"input_scale": scale, "target_scale": target_scale(named)}
         return Localized(replace(evidence, **scales), FailedStep(call, named))
 
     def training_setup(self) -> TrainingSetup:

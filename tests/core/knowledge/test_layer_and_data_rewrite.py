@@ -1,7 +1,7 @@
 """Patches of the lines that built the layers and of the fit line, in the user's terms."""
 
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.core.knowledge.rewrites.data import standardise_fit_input
+from gradient_doctor.core.knowledge.rewrites.data import scale_fit_input, standardise_fit_input
 from gradient_doctor.core.knowledge.rewrites.layer import (
     LayerSite,
     constrain_kernel,
@@ -146,3 +146,14 @@ def test_a_recurrent_kernel_that_keeps_the_scale_is_left_alone():
     assert not wants_orthogonal_recurrence(_cell("Identity", 1.0))  # an IRNN
     assert wants_orthogonal_recurrence(_cell("RandomNormal", None))
     assert not wants_orthogonal_recurrence(LayerSite(_at("head ="), "Dense", "dense"))
+
+
+def test_a_fit_given_no_targets_scales_x_and_the_validation_x_by_the_largest_magnitude():
+    # The model's own step may read its inputs as targets (a VAE's pixels): scaled, not
+    # standardised, they stay in [0, 1].
+    edit = scale_fit_input(_at("validation_data"), SCRIPT)
+    assert (
+        "model.fit(features / abs(features).max(), prices, "
+        "validation_data=(val_x / abs(features).max(), val_y), epochs=3)"
+    ) in _patched(edit)
+    assert scale_fit_input(_at("features / 255.0"), SCRIPT) is None

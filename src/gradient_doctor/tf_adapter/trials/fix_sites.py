@@ -39,6 +39,7 @@ def fix_sites(
         fit_targets=(
             fit_call.source if fit_call is not None and fit_call.standardisable("y") else None
         ),
+        fit_without_targets=fit_call is not None and fit_call.y is None,
         fit_rows=fit_call.finite_rows(_bad_parts(evidence)) if fit_call is not None else None,
         path_break=evidence.path_break,
         compiled=compiled,

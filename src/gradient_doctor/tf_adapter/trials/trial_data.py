@@ -9,6 +9,8 @@ dataset), a trial goes on with that data from its start. Python generators and
 
 from __future__ import annotations
 
+import ast
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -18,6 +20,9 @@ import tensorflow as tf
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.knowledge.rewrites.data import STATISTICS_DTYPE
 from gradient_doctor.core.knowledge.rewrites.finite_rows import PARTS, FitRows
+from gradient_doctor.core.knowledge.source.syntax_edit import argument, callee, calls_on, parse
+from gradient_doctor.core.patches import read_lines
+from gradient_doctor.core.source_frames import display_root
 from gradient_doctor.tf_adapter._tf_internals import get_data_adapter
 
 DEFAULT_BATCH_SIZE = 32  # Keras's own default for `fit`
@@ -81,6 +86,27 @@ class FitCall:
         else:
             x, y = self.x, scaled
         return fit_batches(x, y, self.sample_weight, self.batch_size)
+
+    def argument_text(self, part: str) -> str | None:
+        """How the user's `fit` line writes `part` of its data (`mnist_digits` for `x`),
+        when it is a plain name or attribute; else None."""
+        lines = None
+        if self.source is not None:
+            lines = read_lines(os.path.join(display_root(), self.source.file))
+        tree = parse(lines)[0] if lines is not None else None
+        if tree is None:
+            return None
+        fit = next((c for c in calls_on(tree, self.source) if callee(c.func) == "fit"), None)
+        value = argument(fit, PARTS[part], part) if fit is not None else None
+        return ast.unparse(value) if isinstance(value, ast.Name | ast.Attribute) else None
+
+    def scaled_batches(self) -> Callable[[], Iterator] | None:
+        """The same batches with the features divided by their largest magnitude, as
+        `x / abs(x).max()` computes it (the `normalize_input` patch of a `fit(x)` given
+        no targets); None unless they are one NumPy array of floats."""
+        if not self.standardisable("x"):
+            return None
+        return fit_batches(self.x / abs(self.x).max(), self.y, self.sample_weight, self.batch_size)
 
     def _arrays(self) -> dict[str, np.ndarray]:
         """The parts of the data given, by part in `PARTS` order, when each is a NumPy

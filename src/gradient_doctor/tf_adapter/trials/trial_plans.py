@@ -66,6 +66,8 @@ def plan_for(
         setting = _SETTINGS[remedy](evidence)
     if setting is not None and setting[0] in _STANDARDISED:
         return _standardised(remedy, fit_call, setting[1], _STANDARDISED[setting[0]])
+    if setting is not None and setting[0] == "scale_x":
+        return _scaled(remedy, fit_call)
     if setting is not None and setting[0] == "finite_rows":
         return _finite_rows(remedy, fit_call)
     if setting is not None and setting[0] == "jit_compile":
@@ -158,6 +160,17 @@ def _standardised(remedy: str, fit_call, epsilon: float, part: str) -> TrialPlan
     if batches is None:
         return TrialPlan(remedy, "", not_possible(f"fit's {what} are not one NumPy array"))
     return TrialPlan(remedy, f"the {what} standardised", nullcontext, batches=batches)
+
+
+def _scaled(remedy: str, fit_call) -> TrialPlan:
+    """Run on `fit`'s data with the features divided by their largest magnitude, as the
+    patched fit line does."""
+    batches = fit_call.scaled_batches() if fit_call is not None else None
+    if batches is None:
+        return TrialPlan(remedy, "", not_possible("fit's features are not one NumPy array"))
+    return TrialPlan(
+        remedy, "the features scaled by their largest magnitude", nullcontext, batches=batches
+    )
 
 
 def _finite_rows(remedy: str, fit_call) -> TrialPlan:

@@ -100,6 +100,11 @@ def constrain_variable(origin: Origin, variable: str, framework: str = "tf") -> 
     )
 
 
+# Input features whose largest magnitude is at most this are near unit scale already
+# (standardised features, pixels in [0, 1]).
+UNIT_SCALE = 10.0
+
+
 def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
     """Remedies for what feeds the origin op: the feeding layer's weights, then the data.
 
@@ -107,13 +112,20 @@ def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
     between, so bounding weights cannot help and only the data remedy is offered; nor
     when the variable that feeds the op already lay within the bound at the failing
     step (a clamp to it would have changed none of its values: the step computes the
-    same).
+    same). The data remedy is left out when the batch's features were near unit scale
+    already (standardising them changes little); weights then carry the values up.
     """
     framework = evidence.setup.framework
     largest = evidence.weights_variable_largest
     within = evidence.weights_variable is not None and largest is not None and largest <= MAX_NORM
-    if evidence.weights_upstream is False or within:
+    # Features already near unit scale: standardising them changes little, so their
+    # remedy is not offered (it is when their scale is unknown).
+    scale = evidence.input_scale[1] if evidence.input_scale is not None else None
+    data = () if scale is not None and scale <= UNIT_SCALE else (normalize_input(framework),)
+    if evidence.weights_upstream is False:
         return (normalize_input(framework),)
+    if within:
+        return data
     # The layer where the values blew up, when the replay saw them grow on the way.
     grew = evidence.growth[0] if evidence.growth else None
     layer = grew or evidence.weights_layer
@@ -121,7 +133,7 @@ def upstream_remedies(evidence: Evidence) -> tuple[Fix, ...]:
         bound = constrain_variable(evidence.origin, evidence.weights_variable, framework)
     else:
         bound = constrain_weights(evidence.origin, layer, framework)
-    return (bound, normalize_input(framework))
+    return (bound, *data)
 
 
 def normalize_input(framework: str = "tf") -> Fix:

@@ -73,3 +73,32 @@ def standardise_fit_input(source: SourceLine, lines: Sequence[str], part: str = 
             if segment(text, validation.elts[1]) == held_out_name:  # (x_val, x_val)
                 changes.append((validation.elts[1], f"({held_out_name} - {mean}) / {std}"))
     return combined(text, fit, changes, source.file)
+
+
+def scale_fit_input(source: SourceLine, lines: Sequence[str]) -> Edit | None:
+    """An edit of the `fit` call on `source` dividing its `x` (and the validation `x`) by
+    the training features' largest magnitude, `x / abs(x).max()`.
+
+    For a `fit(x)` given no targets: the model's own step may read its inputs as its
+    targets too (a variational autoencoder's reconstruction of pixels), and a loss such
+    as a binary cross-entropy needs them inside [0, 1]; standardised, they leave it and
+    the loss has no floor. Divided by their largest magnitude, data that was in
+    [0, 255] is in [0, 1], signed data in [-1, 1].
+
+    Returns None when the line has no `fit` call whose `x` is a plain name or attribute.
+    """
+    tree, text = parse(lines)
+    if tree is None:
+        return None
+    fit = next((c for c in calls_on(tree, source) if callee(c.func) == "fit"), None)
+    value = argument(fit, PARTS["x"], "x") if fit is not None else None
+    if not isinstance(value, ast.Name | ast.Attribute):
+        return None
+    name = segment(text, value)
+    largest = f"abs({name}).max()"
+    changes = [(value, f"{name} / {largest}")]
+    validation = argument(fit, None, "validation_data")
+    if isinstance(validation, ast.Tuple) and validation.elts:
+        held_out = validation.elts[0]
+        changes.append((held_out, f"{segment(text, held_out)} / {largest}"))
+    return combined(text, fit, changes, source.file)
