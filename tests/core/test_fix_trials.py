@@ -460,3 +460,18 @@ def test_a_trial_from_the_failing_step_and_one_from_that_steps_number_are_compar
         "safe_log",
         "normalize_input",
     ]
+
+
+def test_an_update_remedy_failing_at_once_from_the_failing_step_cannot_tell():
+    # No state from before the updates that led to the forward failure at step 41 was
+    # kept: the trial's first forward pass runs on the weights they left.
+    lower = Fix("lower_learning_rate", "lower", "code", patch=_PATCH)
+    finding = dataclasses.replace(_finding(), fixes=(lower,))
+    judged = judge(finding, FAILED_BASELINE, [_outcome("lower_learning_rate", failed_at=0)])
+    fix = _fix(judged, "lower_learning_rate")
+    assert fix.verified is None
+    assert fix.evidence.endswith("so this trial cannot tell")
+    # From a state kept before the trouble, the same failure is evidence against it.
+    earlier = _outcome("lower_learning_rate", failed_at=0, start=30)
+    judged = judge(finding, FAILED_BASELINE, [earlier])
+    assert _fix(judged, "lower_learning_rate").verified is False

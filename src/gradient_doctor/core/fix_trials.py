@@ -612,7 +612,10 @@ def _judged_fix(
     # A clamp that changes many of the op's values zeroes their gradient itself: then
     # the zero gradients of the failing batch are the patch's doing, not the batch's.
     blind = outcome.blind() if outcome.held and fix.clamped_share is None else None
-    if outcome.held and not _failed(baseline):
+    if _ruined_before(outcome, fix.family, start, phase):
+        verified = None  # the weights it would have protected were already ruined
+        evidence += f" ({base_note}); {_NO_EARLIER_STATE}, so this trial cannot tell"
+    elif outcome.held and not _failed(baseline):
         verified = None  # the unchanged step held as well: the trial cannot tell
         evidence += f" ({base_note}, so this trial cannot tell)"
     elif blind is not None:  # held, where the unchanged step failed
@@ -637,6 +640,31 @@ def _judged_fix(
             verified = None  # held, but what it held is a rewritten computation
             evidence += clamp_caveat(fix)
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
+
+
+# Why a remedy on the updates, tried from the failing step, says nothing by failing there.
+_NO_EARLIER_STATE = (
+    "no state from before the updates that led here was kept, and from the failing step "
+    "the forward pass runs on weights those updates already moved"
+)
+
+
+def _ruined_before(
+    outcome: TrialOutcome, family: str, start: int | None, phase: str | None
+) -> bool:
+    """True when a remedy on the updates, tried from the failing step itself (no earlier
+    state was kept), failed at its first step in the forward pass: that pass ran on the
+    weights the earlier updates left, which the remedy never touched, so the failure is
+    no evidence against it (its patched copy, rerun from the start, can tell)."""
+    from_failing = outcome.start is None or (start is not None and outcome.start >= start)
+    return (
+        family in UPDATE_REMEDIES
+        and phase == "forward"
+        and outcome.failed_at == 0
+        and from_failing
+        and start is not None
+        and start > 0
+    )
 
 
 def clamp_caveat(fix: Fix) -> str:

@@ -312,6 +312,15 @@ def test_layer_not_used_by_the_loss(make_break_evidence, families):
     assert 'unused = {"model/aux_head/kernel", "model/aux_head/bias"}' in diagnosis.fixes[0].code
 
 
+def test_when_no_variable_trains_none_is_told_to_stop_training(make_break_evidence, families):
+    # Every variable handed to the optimizer is cut (a loss computed through NumPy in a
+    # helper and re-wrapped): freezing them all would train nothing.
+    evidence = make_break_evidence(kind=NOT_USED, op="Sigmoid", code="p = tf.sigmoid(z)")
+    diagnosis = diagnose(evidence)
+    assert families(diagnosis) == ["stay_in_tensorflow"]
+    assert "between the model's output and the loss" in diagnosis.fixes[0].code
+
+
 def test_layer_never_called(make_break_evidence, families):
     variables = ("model/tenure_head/kernel", "model/tenure_head/bias", "model/extra/gamma")
     evidence = make_break_evidence(

@@ -231,6 +231,11 @@ def test_an_exp_input_a_temperature_scaled_past_the_limit_says_the_least_divisor
     cosines = TensorStats("float32", (128, 128), -1.0, 0.9997, nan=0, inf=0, zeros=0)
     division = OpCall("RealDiv", SourceLine("train.py", 23, "sim = z1 @ z2.t() / tau"), (cosines,))
     evidence = dataclasses.replace(make_evidence(), scaled_up=(division, 200.0, 0.9997))
-    explanation = diagnose(evidence).explanation
+    diagnosis = diagnose(evidence)
+    explanation = diagnosis.explanation
     assert "Its input was divided by 0.005 at train.py:23 (a temperature)" in explanation
     assert "a divisor of at least 0.01127 keeps the exp finite" in explanation
+    # Cosines at most 1 went in: bounding the weights or standardising the data would not
+    # keep them there, the temperature took them past the limit.
+    families = [fix.family for fix in diagnosis.fixes]
+    assert "constrain_weights" not in families and "normalize_input" not in families

@@ -64,7 +64,9 @@ def numpy_round_trip_fix(left: SourceLine | None, back: SourceLine | None) -> Fi
         lines.append("# any function of yours on the way (a NumPy loss) must use tf.* ops too")
     else:
         name = (assigned_name(left.code.strip()) if left is not None else None) or "x"
-        span = " and ".join(line_ref(s) for s in (left, back) if s is not None) or "the loss"
+        span = " and ".join(line_ref(s) for s in (left, back) if s is not None) or (
+            "the model's output and the loss"
+        )
         lines = [
             f"# between {span}, keep `{name}` in TensorFlow: no .numpy(), np.*, or",
             "# tf.constant(...) of a NumPy result. For example, instead of",

@@ -270,7 +270,7 @@ def stay_in_torch(left: SourceLine | None, back: SourceLine | None) -> Fix:
         title = "Stay in PyTorch: tensor ops instead of NumPy, so autograd can follow the value"
     else:
         made = reentry_call(back)
-        span = " and ".join(line_ref(s) for s in sources) or "the loss"
+        span = " and ".join(line_ref(s) for s in sources) or "the model's output and the loss"
         lines = [
             *(f"# {line_ref(s)} was: {s.code.strip()}" for s in sources),
             f"# between {span}, keep the values tensors: no .item(), .tolist() or .numpy()",

@@ -103,8 +103,23 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         category="disconnected_gradients",
         explanation=" ".join(sentences),
         not_fixes=ruled_out,
-        fixes=account.fixes,
+        fixes=_when_none_trains(account.fixes, evidence, path_break),
     )
+
+
+def _when_none_trains(fixes: tuple[Fix, ...], evidence: Evidence, path_break: PathBreak):
+    """`fixes` without "stop training them" when no variable handed to the optimizer gets
+    a gradient: frozen, none would train at all. Then the loss must be computed from the
+    model's outputs within the framework (a value that left it, `.numpy()` in a helper, a
+    loss re-wrapped as a new tensor, leaves none): said when nothing else is proposed."""
+    if not evidence.all_disconnected:
+        return fixes
+    kept = tuple(fix for fix in fixes if fix.family != "exclude_unused_variables")
+    if kept or len(kept) == len(fixes):  # something else, or nothing, was proposed
+        return kept
+    if _in_torch(path_break):
+        return (torch_remedies.stay_in_torch(None, None),)
+    return (path_remedies.numpy_round_trip_fix(None, None),)
 
 
 def _in_torch(path_break: PathBreak) -> bool:

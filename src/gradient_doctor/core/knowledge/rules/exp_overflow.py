@@ -119,6 +119,17 @@ def scaled_note(evidence: Evidence) -> str:
     )
 
 
+def _scaled_past_the_limit(evidence: Evidence) -> bool:
+    """True when a constant factor (a temperature) took the exp's input past its limit
+    from values that stayed below it: the weights and the data fed finite values, so
+    bounding or standardising them is not what keeps the exp finite."""
+    scaled, origin = evidence.scaled_up, evidence.origin
+    if scaled is None or origin.op not in _EXP_LIKE:
+        return False
+    before = scaled[2]
+    return 0 < before <= limits_of(origin).exp_limit
+
+
 def summed_note(reduction: Reduction | None) -> str:
     """ " Its values are then summed per segment of `ids` (...)" when the replay saw the sum.
 
@@ -177,7 +188,8 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
                     rank=rank,
                 )
             )
-    fixes += remedies.upstream_remedies(evidence)
+    if not _scaled_past_the_limit(evidence):  # else neither weights nor data put it there
+        fixes += remedies.upstream_remedies(evidence)
     if library is None:  # the library's version is exact; a clip would only bend it
         fixes.append(
             clip_exp_input(code, origin.op, limits_of(origin), focus, framework_of(evidence))
