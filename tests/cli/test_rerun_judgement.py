@@ -268,6 +268,20 @@ def test_a_tensorflow_copys_one_loss_is_judged_without_an_optimizer_count():
     assert "but the loss fell below zero without bound" in rerun.why
 
 
+def test_a_copy_whose_loss_barely_moved_did_not_go_on_learning():
+    # Every update of a regression on unscaled features clipped to norm 1: finite, but
+    # its loss 1.703e11 -> 1.698e11 over 200 steps.
+    stalled = [1.703e11 - 2.5e6 * i for i in range(200)]
+    report = {**_report(200), "series": _loss_series(stalled)}
+    rerun = _judged(report, 3, "the patched copy")
+    assert not rerun.held
+    assert "but its loss barely moved (1.703e+11 at its first step" in rerun.why
+    assert "0.3% lower), so training did not go on well" in rerun.why
+    # The same copy learning by a few percent held.
+    learning = [1.703e11 * (1 - 0.0003 * i) for i in range(200)]
+    assert _judged({**_report(200), "series": _loss_series(learning)}, 3, "the copy").held
+
+
 def test_a_loss_that_may_go_below_zero_and_does_by_its_own_size_held():
     # A Poisson NLL without its log(y!) constant: 0.84 -> -2.4 as the clipped copy trains.
     poisson = [0.84, 0.6, 0.2, -0.4, -1.0, *[-2.4] * 15]

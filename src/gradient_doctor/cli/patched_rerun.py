@@ -205,6 +205,7 @@ def _judged(
     rise = (
         _diverged_loss(report)
         or not_moving(_series(report).get("grad_norm/global", ()))
+        or (None if learn_more else _barely_moved(report))  # a silent failure's own test
         or _far_behind(report, reference, failed_at)
     )
     if rise is not None:
@@ -318,6 +319,33 @@ def _did_not_fall(report: dict) -> str | None:
     return (
         f"its own loss did not fall ({first:.4g} at its first step, {final:.4g} over its "
         "last tenth), so it did not learn either"
+    )
+
+
+# A copy trained from the start whose one loss, over its last tenth, is within this
+# fraction of its first, over at least `MOVED_OVER_STEPS` steps, did not learn: clipping
+# every update of a regression on unscaled features to norm 1 held it finite, at
+# 1.703e11 -> 1.698e11 over 200 steps.
+BARELY_MOVED = 0.01
+MOVED_OVER_STEPS = 50
+
+
+def _barely_moved(report: dict) -> str | None:
+    """Why a finite copy did not go on learning, in words, when its loss barely moved
+    from its first step to its last tenth (`BARELY_MOVED`); None when it moved, or
+    cannot be told (several objectives, a loss at or below zero, a short copy)."""
+    first, final = _first_and_final(report)
+    if first is None or final is None or first <= 0:
+        return None
+    if report.get("steps_watched", 0) < MOVED_OVER_STEPS:
+        return None
+    change = (final - first) / first
+    if abs(change) >= BARELY_MOVED:
+        return None
+    direction = "lower" if change < 0 else "higher"
+    return (
+        f"its loss barely moved ({first:.4g} at its first step, {final:.4g} over its last "
+        f"tenth: {100 * abs(change):.1f}% {direction})"
     )
 
 
