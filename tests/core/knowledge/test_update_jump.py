@@ -114,3 +114,19 @@ def test_a_failure_in_the_first_steps_puts_clipping_first_naming_the_largest_upd
     # 2): nothing grew huge on the way, so no update is blamed.
     ordinary = dataclasses.replace(evidence, growth=None)
     assert diagnose(ordinary).fixes[0].family != "gradient_clipping"
+
+
+def test_under_adam_the_update_that_threw_the_weights_is_bounded_by_the_rate(make_evidence):
+    # Adam's first update moves each weight by about the learning rate, whatever the
+    # gradient's norm: clipping the norm does not bound it, a lower rate does.
+    import dataclasses
+
+    first = StepHistory(steps=(0,), grad_norms=(478224.0,))
+    evidence = make_evidence(step=1, weights_upstream=True)
+    setup = dataclasses.replace(evidence.setup, optimizer="Adam")
+    diagnosis = diagnose(dataclasses.replace(evidence, history=first, setup=setup))
+    families = [fix.family for fix in diagnosis.fixes]
+    assert "gradient_clipping" not in families
+    assert families[-1] == "lower_learning_rate"
+    assert "Adam divides each gradient by a running scale of its own" in diagnosis.explanation
+    assert "Clipping the gradient norm bounds" not in diagnosis.explanation

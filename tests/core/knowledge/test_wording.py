@@ -53,6 +53,7 @@ def test_counts_lists_and_steps():
     assert at_step(None) == ""
     assert rounding_note(1e-7) != ""
     assert rounding_note(0.5) == ""
+    assert rounding_note(7.5e-4) == ""  # 1 + t with t just below -1: it crossed
 
 
 def test_places_and_values(make_evidence, make_stats):

@@ -110,6 +110,8 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
             f"one update threw the weights that feed {op} this far. Clipping the gradient "
             "norm bounds such an update."
         )
+    if _scale_free(evidence.setup.optimizer):
+        return _rate_sets_the_step(diagnosis, evidence, note)
     # A smaller rate makes that update smaller too: no longer a remedy "that only slows
     # the drift" (a temperature-scaled softmax saturated by the first update of norm 50
     # trains clean at a tenth of the rate).
@@ -126,6 +128,42 @@ def fit_to_history(diagnosis: Diagnosis, evidence: Evidence) -> Diagnosis:
     fixes = (remedies.gradient_clipping(evidence.setup), *diagnosis.fixes)
     if slower and not any(fix.family == "lower_learning_rate" for fix in fixes):
         fixes = (*fixes, remedies.lower_learning_rate(evidence.setup))
+    return replace(
+        diagnosis, explanation=diagnosis.explanation + note, fixes=fixes, not_fixes=not_fixes
+    )
+
+
+# Optimizers that divide each gradient by a running scale of its own: an update moves a
+# weight by about the learning rate whatever the gradient's norm (Adam's first update is
+# the learning rate times the gradient's sign), so clipping the norm does not bound it.
+SCALE_FREE_OPTIMIZERS = frozenset(
+    {"Adam", "AdamW", "Adamax", "Nadam", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "Lion"}
+)
+
+
+def _scale_free(optimizer: str | None) -> bool:
+    return optimizer is not None and optimizer in SCALE_FREE_OPTIMIZERS
+
+
+def _rate_sets_the_step(diagnosis: Diagnosis, evidence: Evidence, note: str) -> Diagnosis:
+    """Under a scale-free optimizer (`SCALE_FREE_OPTIMIZERS`), the update that threw the
+    weights is as large as the learning rate makes it: the clause on clipping in `note`
+    gives way to that, a lower rate becomes the fix (first among the remedies on the
+    updates), and clipping stays what the rules said of it."""
+    said = note[: note.rfind(" Clipping the gradient")]
+    optimizer = evidence.setup.optimizer
+    note = (
+        f"{said} {optimizer} divides each gradient by a running scale of its own, so each "
+        "update moves a weight by about the learning rate, whatever the gradient's norm: "
+        "clipping the norm does not bound it, a lower learning rate does."
+    )
+    not_fixes = tuple(
+        item
+        for item in diagnosis.not_fixes
+        if not (item.remedy == "lower_learning_rate" and not item.structural)
+    )
+    fixes = tuple(f for f in diagnosis.fixes if f.family != "lower_learning_rate")
+    fixes = (*fixes, remedies.lower_learning_rate(evidence.setup))
     return replace(
         diagnosis, explanation=diagnosis.explanation + note, fixes=fixes, not_fixes=not_fixes
     )
