@@ -42,3 +42,26 @@ def test_unbound_models_keep_their_class_names_and_one_model_its_bare_paths(monk
     monkeypatch.setitem(sys.modules, "__main__", script)
     names = module_names([first])
     assert (names[id(first)], names[id(first[0])]) == ("Sequential", "0")
+
+
+def test_parts_of_a_global_module_whose_forward_never_runs_are_named_within_it(monkeypatch):
+    # An actor-critic whose `act` and `evaluate` call `self.actor` and `self.critic`: the
+    # parts are the roots seen, named within the script's `policy`, not by class.
+    class ActorCritic(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.actor = torch.nn.Sequential(torch.nn.Linear(4, 2))
+            self.critic = torch.nn.Sequential(torch.nn.Linear(4, 1))
+
+    policy = ActorCritic()
+    script = types.ModuleType("__main__")
+    script.policy = policy
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    names = module_names([policy.actor, policy.critic])
+    assert (names[id(policy.actor[0])], names[id(policy.critic[0])]) == ("actor.0", "critic.0")
+    optimizer = torch.optim.Adam(policy.parameters())
+    assert "critic.0.bias" in parameter_names([policy.actor, policy.critic], [optimizer]).values()
+    # A part the script binds to a global name of its own keeps it.
+    script.actor = policy.actor
+    assert module_names([policy.actor, policy.critic])[id(policy.actor[0])] == "actor.0"
+    assert module_names([policy.actor, policy.critic])[id(policy.actor)] == "actor"

@@ -25,6 +25,7 @@ def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
     else its class name (a second root of the same class gets "_1", and so on). A model
     compiled by `torch.compile` is named as the model it wraps, and so is the wrapper.
     """
+    models = _lifted(models)
     wrappers = [model for model in models if _compiled_module(model) is not None]
     models = list(dict.fromkeys(_compiled_module(model) or model for model in models))
     names: dict[int, str] = {}
@@ -48,6 +49,24 @@ def module_names(models: Iterable[torch.nn.Module]) -> dict[int, str]:
     return names
 
 
+def _lifted(models: Iterable[torch.nn.Module]) -> list[torch.nn.Module]:
+    """The models, each replaced by the module of the script's globals that holds it as
+    a part, when one does: an actor-critic whose `act` and `evaluate` call `self.actor`
+    and `self.critic` never runs its own `forward`, so the parts are the roots seen;
+    named within the script's `policy`, they are `actor.0`, not `Sequential.0`. A model
+    the script binds to a global name of its own stays as it is. Once each, in order."""
+    models = list(models)
+    holders = [module for _, module in _script_modules()]
+    lifted = []
+    for model in models:
+        holder = model
+        if all(h is not model for h in holders):  # a global of its own keeps its name
+            holder = next((h for h in holders if any(m is model for m in h.modules())), model)
+        if all(holder is not seen for seen in lifted):
+            lifted.append(holder)
+    return lifted
+
+
 def _compiled_module(model: torch.nn.Module) -> torch.nn.Module | None:
     """The module a `torch.compile` wrapper (`OptimizedModule`) compiles, or None."""
     inner = getattr(model, "_orig_mod", None)
@@ -63,6 +82,7 @@ def parameter_names(
     ("actor.log_std": a parameter of a module the script never calls, only its parts)
     or for the tensor itself (`logits_p = torch.zeros(K, requires_grad=True)`), else
     by place ("optimizer0.param3")."""
+    models = _lifted(models)
     names = module_names(models)
     models = list(dict.fromkeys(_compiled_module(model) or model for model in models))
     found: dict[int, str] = {}
