@@ -33,6 +33,25 @@ def test_argmax_on_the_main_path_wins_over_an_earlier_stop_gradient_on_a_side_pa
     assert found.variables == ("gen/kernel",)
 
 
+def test_an_argmin_to_the_decoder_wins_over_a_later_stop_gradient_in_a_loss_term():
+    # A VQ-VAE without the straight-through estimator: the codes are picked by argmin
+    # and looked up for the decoder, and the codebook term, added after, stops the
+    # encoder's gradient on purpose. The argmin is what cuts the main flow.
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),  # the encoder's kernel
+        node(2, "Conv2D", [1, 50], [2]),
+        node(3, "ArgMin", [2], [3], differentiable=False),
+        node(4, "OneHot", [3], [4], differentiable=False),
+        node(5, "MatMul", [4, 60], [5]),  # the codebook looked up
+        node(6, "StopGradient", [2], [6], differentiable=False),
+        node(7, "Sub", [6, 5], [7]),
+        node(8, "Mean", [7], [8]),  # the codebook term
+        node(9, "AddV2", [5, 8], [9]),  # the decoder's loss plus it
+    ]
+    (found,) = find_breaks(nodes, (9,), {"encoder/kernel": (100,)})
+    assert (found.kind, found.node.op_type) == (NON_DIFFERENTIABLE, "ArgMin")
+
+
 def test_top_k_indices_break_the_path_though_its_values_have_a_gradient():
     nodes = [
         node(1, "ReadVariableOp", [100], [1]),

@@ -180,6 +180,14 @@ def find_breaks(
     ]
 
 
+# Ops that stop the gradient on purpose, and ops that pick a value (an index, a sample).
+_DELIBERATE_STOPS = frozenset({"StopGradient", "PreventGradient"})
+_PICKS = frozenset(
+    {"ArgMax", "ArgMin", "TopKV2", "Multinomial", "RandomCategorical", "StatelessMultinomial"}
+    | {"argmax", "argmin", "topk", "multinomial"}
+)
+
+
 def _ancestors(tensor_ids, producer) -> set[int]:
     seen: set[int] = set()
     pending = list(tensor_ids)
@@ -226,6 +234,11 @@ def _break_of(
         # Every path is blocked somewhere; side paths (a stop_gradient inside a
         # normalisation, a shape read) are blocked early, the main flow last.
         candidates = [n for n in blocking if not n.structural] or blocking
+        # A value picked (an index, a sample) where a stop_gradient also blocks another
+        # path is the break: the stop is most often deliberate (a VQ-VAE's codebook
+        # term), the pick is what cuts the main flow (its argmin to the decoder).
+        if any(n.op_type in _DELIBERATE_STOPS for n in candidates):
+            candidates = [n for n in candidates if n.op_type in _PICKS] or candidates
         last = max(candidates, key=lambda n: n.index)
         kind = OUTSIDE_TAPE if last.differentiable and not last.recorded else NON_DIFFERENTIABLE
         return PathBreak(kind, last, ())
