@@ -104,6 +104,21 @@ def test_op_run_after_the_tape_closed_is_outside_the_tape():
     assert (found.kind, found.node.op_type) == (OUTSIDE_TAPE, "Sub")
 
 
+def test_a_value_detached_then_taken_to_numpy_for_a_loss_made_anew_left_the_framework():
+    # `p.detach().cpu().numpy()` in a dice helper, then `torch.tensor(1 - dice,
+    # requires_grad=True)` as the loss: the exit after the detach is the break.
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "Sigmoid", [1], [2]),
+        node(3, "StopGradient", [2], [3], differentiable=False, integer_outputs=frozenset({3})),
+        node(4, "Numpy", [3], [], differentiable=False, leaves_framework=True),
+        node(5, "LiftFresh", [79], [5]),  # 79: the Python number that came back
+    ]
+    (found,) = find_breaks(nodes, (5,), {"v": (100,)}, outside_values={79: ()})
+    assert (found.kind, found.node.op_type) == (LEFT_FRAMEWORK, "Numpy")
+    assert found.reentry.line == 5
+
+
 def test_unread_and_unused_variables():
     nodes = [
         node(1, "ReadVariableOp", [100], [1]),

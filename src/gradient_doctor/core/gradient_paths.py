@@ -213,6 +213,7 @@ def _break_of(
     frontier = deque(sorted(first_users.values(), key=lambda n: n.index))
     blocking: list[Node] = []
     sinks: list[Node] = []
+    detached: list[int] = []  # values a stop_gradient passed on, off the loss's path
     visited: set[int] = set()
     while frontier:
         node = frontier.popleft()
@@ -225,6 +226,8 @@ def _break_of(
         if feeds_loss and (not carries or not node.recorded):
             blocking.append(node)
             continue
+        if node.op_type in _DELIBERATE_STOPS:
+            detached.extend(node.output_ids)
         reached.update(carried)
         next_nodes = [c for t in carried for c in consumers.get(t, [])]
         if not next_nodes:
@@ -244,10 +247,32 @@ def _break_of(
         return PathBreak(kind, last, ())
     reentry = _reentry(sinks, consumers, loss_ancestors, outside_values)
     exits = [n for n in sinks if n.leaves_framework]
+    if reentry is None and not exits:
+        # A value detached, then taken out of the framework (`p.detach().numpy()` in a
+        # helper), and a loss made anew from what came back: the exit is the break.
+        exits = _exits_after(detached, consumers)
+        reentry = _reentry(exits, consumers, loss_ancestors, outside_values) if exits else None
+        exits = exits if reentry is not None or loss_made_outside else []
     if reentry is not None or exits or (loss_made_outside and sinks):
         return PathBreak(LEFT_FRAMEWORK, max(exits or sinks, key=lambda n: n.index), (), reentry)
     last = max((producer[t] for t in reached if t in producer), key=lambda n: n.index, default=None)
     return PathBreak(NOT_USED, last, ())
+
+
+def _exits_after(tensors: list[int], consumers) -> list[Node]:
+    """The ops that took a value out of the framework (`.numpy()`, `.item()`) downstream
+    of `tensors`, following every op whatever it carries."""
+    exits, seen, pending = [], set(), list(tensors)
+    while pending:
+        tensor = pending.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for user in consumers.get(tensor, []):
+            if user.leaves_framework and all(user is not e for e in exits):
+                exits.append(user)
+            pending.extend(user.output_ids)
+    return exits
 
 
 def _reentry(sinks, consumers, loss_ancestors, outside_values) -> SourceLine | None:
