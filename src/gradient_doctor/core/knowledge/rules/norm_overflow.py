@@ -82,9 +82,11 @@ _NO_SQUARES = frozenset({"SGD", "Lion"})
 
 
 def _what_the_update_would_do(setup) -> str:
-    """What applying such gradients would do with the user's optimizer: inf or NaN
-    weights where it squares them or clips by their norm; else weights moved by about
-    the rate times gradients past 1e19, which no training comes back from."""
+    """What applying such gradients would do with the user's optimizer: NaN weights where
+    it clips by their norm; frozen weights where it keeps their squares (an inf square
+    makes every later update 0: the loss stalls, finite, as RMSprop's did at 1.4e26);
+    else weights moved by about the rate times gradients past 1e19, which no training
+    comes back from."""
     if setup.optimizer in _NO_SQUARES and not setup.clipping:
         return (
             f"{setup.optimizer} keeps no square of the gradients, so its update would have "
@@ -93,9 +95,16 @@ def _what_the_update_would_do(setup) -> str:
             "training does not come back from (finite, so nothing stops it). The update was "
             "skipped."
         )
+    if setup.clipping:
+        return (
+            "Clipping by the norm divides the gradients by their norm, which is inf: the "
+            "update would have written NaN into the weights; it was skipped."
+        )
     return (
-        "Adam and RMSprop square the gradients, and clipping by the norm divides by it, so "
-        "the update would have written inf or NaN into the weights; it was skipped."
+        "Adam and RMSprop keep the squares of the gradients: those squares would be inf, "
+        "and every later update of their weights 0 (the average gradient over the root of "
+        "inf), so the weights would stop training for good with every value finite (or "
+        "turn NaN where a gradient was inf too); the update was skipped."
     )
 
 
