@@ -239,3 +239,25 @@ def test_an_exp_input_a_temperature_scaled_past_the_limit_says_the_least_divisor
     # keep them there, the temperature took them past the limit.
     families = [fix.family for fix in diagnosis.fixes]
     assert "constrain_weights" not in families and "normalize_input" not in families
+
+
+def test_a_clip_of_the_exp_clips_its_twin_on_another_line_that_went_past_the_limit(make_evidence):
+    # A hand-written NT-Xent: `exp(diag(sim))` failed first, `exp(sim)` on the next line
+    # went past the limit too; a copy with one clipped fails at the other.
+    from gradient_doctor.core.findings import TensorStats
+
+    numerator = "numerator = torch.exp(torch.diag(sim))"
+    past = TensorStats("float32", (64, 64), -40.0, 99.7, nan=0, inf=0, zeros=0)
+    inside = TensorStats("float32", (64,), -40.0, 12.0, nan=0, inf=0, zeros=0)
+    twin = OpCall(
+        "Exp", SourceLine("train.py", 43, "denominator = torch.exp(sim).sum(dim=1)"), (past,)
+    )
+    calm = OpCall("Exp", SourceLine("train.py", 50, "w = torch.exp(bias)"), (inside,))
+    evidence = make_evidence(code=numerator, reduction_axis=None, framework="torch")
+    evidence = dataclasses.replace(evidence, same_op_calls=(twin, calm))
+    clip = next(f for f in diagnose(evidence).fixes if f.family == "clip_input_domain")
+    assert clip.rewrite == ("numerator = torch.exp(torch.clamp_max(torch.diag(sim), 79.0))",)
+    assert [(e.line, e.new_lines) for e in clip.edits] == [
+        (43, ("denominator = torch.exp(torch.clamp_max(sim, 79.0)).sum(dim=1)",))
+    ]
+    assert clip.title.endswith("; and at train.py:43, where it went past the limit too")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from gradient_doctor.core.dtype_limits import HALF_PRECISION
 from gradient_doctor.core.evidence import Evidence, Reduction
-from gradient_doctor.core.findings import Fix, Origin
+from gradient_doctor.core.findings import Edit, Fix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import (
     framework_of,
@@ -191,10 +192,40 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
     if not _scaled_past_the_limit(evidence):  # else neither weights nor data put it there
         fixes += remedies.upstream_remedies(evidence)
     if library is None:  # the library's version is exact; a clip would only bend it
-        fixes.append(
-            clip_exp_input(code, origin.op, limits_of(origin), focus, framework_of(evidence))
-        )
+        clip = clip_exp_input(code, origin.op, limits_of(origin), focus, framework_of(evidence))
+        fixes.append(_with_risky_twins(clip, evidence) if clip is not None else None)
     return tuple(fix for fix in fixes if fix is not None)
+
+
+def _with_risky_twins(clip: Fix, evidence: Evidence) -> Fix:
+    """The clip of the origin's line with the step's other calls of the same op on other
+    lines of the user's, whose input went past the limit too, clipped alike (one edit
+    each): a hand-written NT-Xent's `exp(diag(sim))` and `exp(sim)` overflow together,
+    and a copy with one clipped fails at the other."""
+    origin, limits = evidence.origin, limits_of(evidence.origin)
+    here = (origin.source.file, origin.source.line) if origin.source else None
+    edits, lines = [], {here}
+    for call in evidence.same_op_calls:
+        source, stats = call.source, call.inputs[0] if call.inputs else None
+        place = (source.file, source.line)
+        risky = stats is not None and stats.max is not None and stats.max > limits.exp_limit
+        if not risky or place in lines or call.op != origin.op or source.end_line is not None:
+            continue
+        code = source.code.strip() if source.code else ""
+        twin = clip_exp_input(code, call.op, limits, source.span, framework_of(evidence))
+        if twin is None or not twin.rewrite or twin.rewrite[0] == code:
+            continue
+        lines.add(place)
+        edits.append(Edit(source.file, source.line, source.line, twin.rewrite, (code,)))
+    if not edits:
+        return clip
+    also = ", ".join(f"{edit.file}:{edit.line}" for edit in edits)
+    return replace(
+        clip,
+        title=f"{clip.title}; and at {also}, where it went past the limit too",
+        code="\n".join([clip.code, *(edit.new_lines[0] for edit in edits)]),
+        edits=tuple(edits),
+    )
 
 
 def _reduction(evidence: Evidence) -> Reduction | None:
