@@ -344,6 +344,19 @@ def test_a_copy_whose_gradients_were_all_zero_did_not_hold():
     rerun = _judged(frozen, 0, "the patched copy")
     assert rerun.judged and not rerun.held
     assert "the gradients were exactly zero at 60 of its 60 steps" in rerun.why
+    # Zero gradients where the loss is exactly 0 are a loss at its floor (a margin met).
+    floor = {
+        **_report(60),
+        "series": [
+            {"name": "loss", "steps": list(range(60)), "values": [0.4] * 5 + [0.0] * 55},
+            {
+                "name": "grad_norm/global",
+                "steps": list(range(60)),
+                "values": [1.0] * 5 + [0.0] * 55,
+            },
+        ],
+    }
+    assert _judged(floor, 0, "the patched copy").held
 
 
 def test_only_remedies_that_may_delay_a_drift_run_their_copy_to_the_scripts_end():

@@ -475,3 +475,11 @@ def test_an_update_remedy_failing_at_once_from_the_failing_step_cannot_tell():
     earlier = _outcome("lower_learning_rate", failed_at=0, start=30)
     judged = judge(finding, FAILED_BASELINE, [earlier])
     assert _fix(judged, "lower_learning_rate").verified is False
+
+
+def test_zero_gradients_where_the_loss_is_exactly_zero_are_a_loss_at_its_floor():
+    # A triplet loss whose margin every triplet already meets: 0, with zero gradients.
+    floor = _outcome("x", losses=(0.0,) * 40, steps=40, grad_norms=(0.0,) * 40)
+    assert floor.shortfall(reference=0.0) is None
+    cut = _outcome("x", losses=(0.7,) * 40, steps=40, grad_norms=(0.0,) * 40)
+    assert "exactly zero at 40 of its 40 steps" in cut.shortfall(reference=0.7)

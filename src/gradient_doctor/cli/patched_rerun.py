@@ -204,7 +204,7 @@ def _judged(
         )
     rise = (
         _diverged_loss(report)
-        or not_moving(_series(report).get("grad_norm/global", ()))
+        or not_moving(*_norms_and_losses(report))
         or (None if learn_more else _barely_moved(report))  # a silent failure's own test
         or _far_behind(report, reference, failed_at)
     )
@@ -374,6 +374,22 @@ def _learned_from_its_start(report: dict, untold: str) -> tuple[bool | None, str
         "run's fell below zero, where a loss with a floor cannot: the two are not compared)"
     )
     return learned, compared if learned else compared + _short_of(final, first)
+
+
+def _norms_and_losses(report: dict) -> tuple[list, list]:
+    """The copy's global gradient norms (finite), and its losses at the same steps (empty
+    when some step's loss was not recorded)."""
+    series = {s.get("name"): s for s in report.get("series", ())}
+    norms, losses = series.get("grad_norm/global", {}), series.get("loss", {})
+    values = list(norms.get("values", ()))
+    steps = norms.get("steps") or range(len(values))
+    at = dict(
+        zip(losses.get("steps") or range(len(losses.get("values", ()))), losses.get("values", ()))
+    )
+    paired = [(norm, at.get(step)) for step, norm in zip(steps, values) if norm is not None]
+    if any(loss is None for _, loss in paired):
+        return [norm for norm, _ in paired], []
+    return [norm for norm, _ in paired], [loss for _, loss in paired]
 
 
 def _series(report: dict) -> dict[str, list]:

@@ -176,7 +176,7 @@ class TrialOutcome:
         Args:
             reference: the loss before the trouble began, or None.
         """
-        motionless = not_moving(self.grad_norms)
+        motionless = not_moving(self.grad_norms, self.losses)
         if motionless is not None:
             return motionless
         if self.objectives > 1:
@@ -326,10 +326,15 @@ def _ran_below_zero(
     return trend[1] < -SIGNED_LOSS_RISE_ALLOWED * max(size, 1e-12)
 
 
-def not_moving(grad_norms: Sequence[float]) -> str | None:
+def not_moving(grad_norms: Sequence[float], losses: Sequence[float] = ()) -> str | None:
     """Why training with these global gradient norms did not move the weights, in words
-    (exactly zero at `ZERO_GRADIENT_SHARE` of the steps or more), or None."""
+    (exactly zero at `ZERO_GRADIENT_SHARE` of the steps or more), or None. With the
+    steps' `losses` (one per norm), a zero gradient where the loss is exactly 0 is a loss
+    at its floor (a hinge or triplet margin met), not a cut path: it does not count."""
+    paired = list(zip(grad_norms, losses)) if len(losses) == len(grad_norms) else []
     zeros = sum(1 for norm in grad_norms if norm == 0.0)
+    if paired and zeros and all(loss == 0.0 for norm, loss in paired if norm == 0.0):
+        return None
     if not grad_norms or zeros < ZERO_GRADIENT_SHARE * len(grad_norms):
         return None
     return (
