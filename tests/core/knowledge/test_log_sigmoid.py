@@ -120,3 +120,24 @@ def test_the_other_logs_of_the_same_probability_are_rewritten_with_it(make_evide
         "log_p = torch.nn.functional.logsigmoid(p_logits)",
         "log_q = torch.nn.functional.logsigmoid(-p_logits)",
     ]
+
+
+def test_the_complements_log_on_the_next_line_is_rewritten_with_it(make_evidence, make_stats):
+    # A focal loss: `log(p)` failed first, `log(1 - p)` on the next line reaches -inf
+    # next (a copy with only the first rewritten fails there).
+    code = "pos = -alpha * (1 - p) ** gamma * torch.log(p)"
+    evidence = _log_evidence(make_evidence, make_stats, code)
+    made = OpCall("Sigmoid", SourceLine("train.py", 41, "p = torch.sigmoid(logits)"), ())
+    after = OpCall(
+        "Log", SourceLine("train.py", 43, "neg = -(1 - alpha) * p ** gamma * torch.log(1 - p)"), ()
+    )
+    fix = _from_logits(diagnose(replace(evidence, sigmoid_input=made, same_op_calls=(after,))))
+    logsigmoid = "torch.nn.functional.logsigmoid"
+    assert [(edit.line, edit.new_lines) for edit in fix.edits] == [
+        (41, ("p_logits = logits", "p = torch.sigmoid(p_logits)")),
+        (43, (f"neg = -(1 - alpha) * p ** gamma * {logsigmoid}(-p_logits)",)),
+    ]
+    assert fix.code.splitlines()[2:] == [
+        f"pos = -alpha * (1 - p) ** gamma * {logsigmoid}(p_logits)",
+        f"neg = -(1 - alpha) * p ** gamma * {logsigmoid}(-p_logits)",
+    ]

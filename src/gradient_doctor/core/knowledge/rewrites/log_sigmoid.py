@@ -64,9 +64,11 @@ def log_sigmoid(evidence: Evidence) -> Fix | None:
 def _over_two_lines(evidence: Evidence, code: str, name: str, spelled: str) -> Fix | None:
     """`p = sigmoid(z)` on the sigmoid's line and `log(p)` or `log(1 - p)` on the log's:
     the first becomes `p_logits = z` and `p = sigmoid(p_logits)`, the log `log_sigmoid`
-    of `p_logits` (or of its negation); so do the other logs of `p` on the log's line
-    and on the lines between (the step ran them on the same `p`: the bare `log(p)` of a
-    hand-written cross-entropy reaches 0 next, for the other class)."""
+    of `p_logits` (or of its negation); so do the other logs of `p` on the log's line,
+    on the lines between and on the few lines after it (`_LINES_AFTER`: the step ran
+    them on the same `p`: the bare `log(p)` of a hand-written cross-entropy reaches 0
+    next, for the other class, and a focal loss's `log(1 - p)` on the next line, as a
+    copy with only `log(p)` rewritten shows)."""
     made = evidence.sigmoid_input
     here = evidence.origin.source
     if not is_identifier(name) or made is None or made.source is None or here is None:
@@ -86,15 +88,26 @@ def _over_two_lines(evidence: Evidence, code: str, name: str, spelled: str) -> F
     edits = [Edit(there.file, there.line, there.line, split, (line,))]
     for call in evidence.same_op_calls:
         source = call.source
-        if source.file != here.file or not there.line < source.line < here.line:
+        after = here.line < source.line <= here.line + _LINES_AFTER
+        if source.file != here.file or not (there.line < source.line < here.line or after):
             continue
         other = (source.code or "").strip()
+        if assigned_name(other) == name:  # `p` made anew: its logs are another's
+            continue
         changed = _logs_of(other, name, logits, spelled)
         if changed != other and parses(changed):
             edits.append(Edit(source.file, source.line, source.line, (changed,), (other,)))
     edits = sorted({edit.line: edit for edit in edits}.values(), key=lambda edit: edit.line)
-    shown = [*(text for edit in edits for text in edit.new_lines), rewritten]
+    shown = [
+        *(text for edit in edits if edit.line < here.line for text in edit.new_lines),
+        rewritten,
+        *(text for edit in edits if edit.line > here.line for text in edit.new_lines),
+    ]
     return _fix(code, rewritten, tuple(edits), shown=shown)
+
+
+# Lines after the log's own whose logs of the same probability are rewritten with it.
+_LINES_AFTER = 5
 
 
 def _logs_of(code: str, name: str, logits: str, spelled: str) -> str:
