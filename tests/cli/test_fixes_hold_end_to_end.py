@@ -256,16 +256,15 @@ def test_a_patch_of_module_level_code_is_proved_by_the_rerun_against_the_unchang
     assert "(not tried inside the run" in safe["evidence"]
 
 
-def test_a_rerun_that_held_a_clamp_of_many_values_leaves_it_unverified(doctor_run):
+def test_a_rerun_that_kept_a_clamp_of_many_values_finite_does_not_verify_it(doctor_run):
     # The log's argument, shifted by a baseline that grows each step, is below zero for
-    # many rows: the guard clamps them all, so what held is another computation (as a
-    # trial inside the run judges it; the rerun of a module-level patch once verified it).
+    # many rows: the guard clamps them all, and the copy, finite to the end, sees its
+    # loss climb from 2.2 to 30 (the rerun of a module-level patch once verified it).
     problem = doctor_run("tests/scripts/inline_eager_log_domain.py").problem
     safe = next(fix for fix in problem["fixes"] if fix["family"] == "safe_log")
-    assert safe["verified"] is None
-    assert "the patched copy of your files trained" in safe["evidence"]
-    assert "where the unchanged copy, run from the start, found forward_domain" in safe["evidence"]
-    assert "but its clamp changes " in safe["evidence"]
+    assert safe["verified"] is False
+    assert "the patched copy of your files trained 8 steps from the start" in safe["evidence"]
+    assert "but the loss diverged (2.199 -> 30.4)" in safe["evidence"]
 
 
 def test_a_tenth_of_the_learning_rate_failing_the_next_decade_is_tried_and_written(doctor_run):
