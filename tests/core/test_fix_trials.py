@@ -483,3 +483,10 @@ def test_zero_gradients_where_the_loss_is_exactly_zero_are_a_loss_at_its_floor()
     assert floor.shortfall(reference=0.0) is None
     cut = _outcome("x", losses=(0.7,) * 40, steps=40, grad_norms=(0.0,) * 40)
     assert "exactly zero at 40 of its 40 steps" in cut.shortfall(reference=0.7)
+
+
+def test_a_not_fix_on_the_updates_failing_at_once_from_the_failing_step_cannot_tell():
+    lower = NotFix("lower_learning_rate", "only slows the drift", structural=False)
+    finding = dataclasses.replace(_finding(), not_fixes=(lower,))
+    judged = judge(finding, FAILED_BASELINE, [_outcome("lower_learning_rate", failed_at=0)])
+    assert judged.not_fixes[0].evidence.endswith("so this trial cannot tell")

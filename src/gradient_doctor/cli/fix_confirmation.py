@@ -238,8 +238,9 @@ def _stronger_if_failed(
 
 
 def _expected_only(item: NotFix) -> bool:
-    """A remedy said not to help on an expectation that no trial inside the run tried."""
-    return not item.structural and (item.evidence or "not tried").startswith("not tried")
+    """A remedy said not to help on an expectation that no trial inside the run tried,
+    or whose trial could not tell."""
+    return not item.structural and untried_patch(None, item.evidence)
 
 
 def _borne_out(item: NotFix, rerun: Rerun, baseline: Rerun | None) -> NotFix:

@@ -710,6 +710,10 @@ def _judged_not_fix(
         reason = f": {outcome.skipped}" if outcome is not None else ""
         return dataclasses.replace(item, evidence=f"not tried{reason}")
     evidence = describe(outcome, start, phase)
+    if not item.structural and _ruined_before(outcome, item.remedy, start, phase):
+        return dataclasses.replace(
+            item, evidence=f"{evidence}; {_NO_EARLIER_STATE}, so this trial cannot tell"
+        )
     if outcome.held:
         shortfall = outcome.shortfall(reference_loss)
         if shortfall is not None and _motionless_too(outcome, baseline):
