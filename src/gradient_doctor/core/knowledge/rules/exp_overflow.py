@@ -120,15 +120,20 @@ def scaled_note(evidence: Evidence) -> str:
     )
 
 
+# The largest magnitude of values a normalisation bounds (a cosine), with rounding.
+_UNIT = 1.0 + 1e-3
+
+
 def _scaled_past_the_limit(evidence: Evidence) -> bool:
     """True when a constant factor (a temperature) took the exp's input past its limit
-    from values that stayed below it: the weights and the data fed finite values, so
-    bounding or standardising them is not what keeps the exp finite."""
+    from values of magnitude at most `_UNIT` (cosines of normalised embeddings): bounded
+    by construction, whatever the weights and the data, so bounding or standardising
+    them is not what keeps the exp finite. (Scores that trained weights grew to 15 before
+    a factor of 6 are another matter: bounded weights keep them small.)"""
     scaled, origin = evidence.scaled_up, evidence.origin
     if scaled is None or origin.op not in _EXP_LIKE:
         return False
-    before = scaled[2]
-    return 0 < before <= limits_of(origin).exp_limit
+    return 0 < scaled[2] <= _UNIT
 
 
 def summed_note(reduction: Reduction | None) -> str:
