@@ -20,7 +20,11 @@ import tensorflow as tf
 from gradient_doctor.core.findings import SourceLine
 from gradient_doctor.core.knowledge.rewrites.data import STATISTICS_DTYPE
 from gradient_doctor.core.knowledge.rewrites.finite_rows import PARTS, FitRows
-from gradient_doctor.core.knowledge.source.syntax_edit import argument, callee, calls_on, parse
+from gradient_doctor.core.knowledge.source.syntax_edit import (
+    argument,
+    fit_call,
+    parse,
+)
 from gradient_doctor.core.patches import read_lines
 from gradient_doctor.core.source_frames import display_root
 from gradient_doctor.tf_adapter._tf_internals import get_data_adapter
@@ -96,7 +100,7 @@ class FitCall:
         tree = parse(lines)[0] if lines is not None else None
         if tree is None:
             return None
-        fit = next((c for c in calls_on(tree, self.source) if callee(c.func) == "fit"), None)
+        fit = fit_call(tree, self.source)
         value = argument(fit, PARTS[part], part) if fit is not None else None
         return ast.unparse(value) if isinstance(value, ast.Name | ast.Attribute) else None
 

@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from gradient_doctor.core.findings import Edit, SourceLine
 from gradient_doctor.core.knowledge.source.syntax_edit import (
     argument,
-    callee,
-    calls_on,
     combined,
+    fit_call,
     literal,
     parse,
     segment,
@@ -53,7 +52,7 @@ def standardise_fit_input(source: SourceLine, lines: Sequence[str], part: str = 
     tree, text = parse(lines)
     if tree is None:
         return None
-    fit = next((c for c in calls_on(tree, source) if callee(c.func) == "fit"), None)
+    fit = fit_call(tree, source)
     value = argument(fit, position, part) if fit is not None else None
     if not isinstance(value, ast.Name | ast.Attribute):
         return None
@@ -90,7 +89,7 @@ def scale_fit_input(source: SourceLine, lines: Sequence[str]) -> Edit | None:
     tree, text = parse(lines)
     if tree is None:
         return None
-    fit = next((c for c in calls_on(tree, source) if callee(c.func) == "fit"), None)
+    fit = fit_call(tree, source)
     value = argument(fit, PARTS["x"], "x") if fit is not None else None
     if not isinstance(value, ast.Name | ast.Attribute):
         return None

@@ -6,7 +6,7 @@ are finite.
 array `fit` was given, and each of those arrays indexed by it (`x[finite_rows]`): an
 example whose features, target or weight hold NaN or Inf (a missing value read as NaN) is
 left out, the others keep their order. The mask is a new name, so no name of the user's
-is reassigned; the trial drops the same rows (`FitRows.kept`).
+is reassigned; the trial drops the same rows (`FitCall.finite_batches`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradient_doctor.core.findings import Edit, SourceLine
+from gradient_doctor.core.knowledge.rewrites.data import PARTS as DATA_PARTS
 from gradient_doctor.core.knowledge.source.syntax_edit import (
     argument,
-    callee,
-    calls_on,
     combined,
+    fit_call,
     module_alias,
     parse,
     segment,
 )
 
 # Each part of `fit`'s data: its position in the call (sample weights by keyword only).
-PARTS = {"x": 0, "y": 1, "sample_weight": None}
+PARTS = {**DATA_PARTS, "sample_weight": None}
 # The name the patch gives the mask of the rows it keeps.
 MASK_NAME = "finite_rows"
 # Past this length, the mask's terms go on lines of their own.
@@ -68,7 +68,7 @@ def drop_nonfinite_rows(site: FitRows, lines: Sequence[str]) -> Edit | None:
     if tree is None or MASK_NAME in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
         return None
     numpy = module_alias(tree, "numpy")
-    fit = next((c for c in calls_on(tree, site.source) if callee(c.func) == "fit"), None)
+    fit = fit_call(tree, site.source)
     if numpy is None or fit is None:
         return None
     values = [argument(fit, PARTS[part], part) for part in site.parts]

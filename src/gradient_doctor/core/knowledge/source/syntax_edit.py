@@ -31,6 +31,11 @@ def calls_on(tree: ast.Module, source: SourceLine) -> list[ast.Call]:
     ]
 
 
+def fit_call(tree: ast.Module, source: SourceLine) -> ast.Call | None:
+    """The `fit(...)` call on the lines of `source`, or None."""
+    return next((c for c in calls_on(tree, source) if callee(c.func) == "fit"), None)
+
+
 def callee(func: ast.expr) -> str | None:
     if isinstance(func, ast.Attribute):
         return func.attr
