@@ -95,6 +95,28 @@ def test_an_edited_leaf_file_is_refused_by_its_checksum(dumped, tmp_path):
     assert "leaves.safetensors is corrupted" in done.stderr
 
 
+def test_a_first_step_dump_replays_the_same_draws_and_names_the_weights(tmp_path):
+    """A step-0 recording starts before the script seeds its generator and builds its
+    model: the replay draws the batch and the dropout masks the step drew (the values at
+    the log are the run's) and reads the weights as weights (a layer's output, not "the
+    batch alone")."""
+    script = "tests/scripts/torch/dropout_net_log_of_output.py"
+    shutil.copy(ROOT / script, tmp_path / Path(script).name)
+    dump = tmp_path / "dump"
+    options = ("--dump", str(dump), "--confirm", "never")
+    run = run_doctor(Path(script).name, tmp=tmp_path, options=options, cwd=tmp_path)
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert (run.problem["step"], run.problem["origin"]["op"]) == (0, "log")
+    done, report = _replayed(dump, tmp_path)
+    assert done.returncode == 1, done.stderr[-3000:]
+    again = report["problems"][0]
+    assert again["origin"]["inputs"] == run.problem["origin"]["inputs"]
+    assert again["explanation"] == run.problem["explanation"]
+    assert "a layer's output" in again["explanation"]
+    assert "Reproduced: the replay finds what the run found" in done.stderr
+    assert "from other values" not in done.stderr
+
+
 def _rewrite_checksum(dump: Path, name: str) -> None:
     from gradient_doctor.core.dump_folder import fingerprint, write_json
 

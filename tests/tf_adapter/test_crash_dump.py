@@ -16,7 +16,7 @@ from tensorflow.core.framework import graph_pb2  # noqa: E402
 
 from gradient_doctor.cli.main import main  # noqa: E402
 from gradient_doctor.cli.replay_command import comparison_line  # noqa: E402
-from gradient_doctor.core.findings import Finding, Origin, SourceLine  # noqa: E402
+from gradient_doctor.core.findings import Finding, Origin, SourceLine, TensorStats  # noqa: E402
 from gradient_doctor.tf_adapter.dump import dump_format  # noqa: E402
 from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump  # noqa: E402
 from gradient_doctor.tf_adapter.dump.dump_format import (  # noqa: E402
@@ -339,6 +339,28 @@ def test_the_comparison_names_both_places_when_they_differ():
     assert comparison_line(moved, finding, True) == (
         "Reproduced, but the replay finds forward_overflow (Exp at train.py:5) "
         "where the run found forward_domain (Log at train.py:9)."
+    )
+
+
+def test_the_comparison_says_when_the_same_op_failed_from_other_values():
+    source = SourceLine("train.py", 5, "w = tf.exp(s)")
+    replayed = TensorStats("float32", (4,), -2.0, 95.0, 0, 0, 0)
+    origin = Origin("Exp", "l/Exp", "l", source, None, (replayed,), ())
+    finding = Finding("forward_overflow", 3, "forward", origin, ".")
+    ran = {"dtype": "float32", "min": -2.0000001, "max": 95.00001, "nan": 0, "inf": 0}
+    dumped = {
+        "category": "forward_overflow",
+        "origin": {"op": "Exp", "file": "train.py", "line": 5, "inputs": [ran]},
+    }
+    assert comparison_line(dumped, finding, True, "PyTorch") == (
+        "Reproduced: the replay finds what the run found, forward_overflow (Exp at train.py:5)."
+    )
+    dumped["origin"]["inputs"] = [{**ran, "max": 120.0}]
+    assert comparison_line(dumped, finding, True, "PyTorch") == (
+        "Reproduced: the replay finds what the run found, forward_overflow (Exp at "
+        "train.py:5), but from other values: input 0's max was 120 in the run, 95 in the "
+        "replay. A random draw the dump could not restore, or a different PyTorch build or "
+        "device, computed them."
     )
 
 

@@ -130,9 +130,36 @@ def comparison_line(
     same = finding.category == dumped.get("category") and all(
         run_origin.get(key) == replay_origin[key] for key in ("op", "file", "line")
     )
-    if same:
+    if not same:
+        return f"Reproduced, but the replay finds {replay_says} where the run found {run_says}."
+    differs = _first_difference(run_origin.get("inputs") or [], origin.inputs)
+    if differs is None:
         return f"Reproduced: the replay finds what the run found, {replay_says}."
-    return f"Reproduced, but the replay finds {replay_says} where the run found {run_says}."
+    return (
+        f"Reproduced: the replay finds what the run found, {replay_says}, but from other "
+        f"values: {differs}. A random draw the dump could not restore, or a different "
+        f"{framework} build or device, computed them."
+    )
+
+
+# Summaries of the same values, computed by another build or device, may differ in their
+# last digits; past this relative difference they are other values.
+_SAME_VALUES = 1e-3
+
+
+def _first_difference(run_inputs: list[dict], replay_inputs) -> str | None:
+    """The first input summary of the origin that the replay did not compute as the run
+    did (its min, max, or count of NaN and inf), in words; None when all agree."""
+    for number, (run, replay) in enumerate(zip(run_inputs, replay_inputs)):
+        for field in ("min", "max", "nan", "inf"):
+            was, now = run.get(field), getattr(replay, field)
+            if was is None or now is None:
+                if was is not now:
+                    return f"input {number}'s {field} was {was} in the run, {now} in the replay"
+                continue
+            if abs(was - now) > _SAME_VALUES * max(abs(was), abs(now), 1e-30):
+                return f"input {number}'s {field} was {was:.4g} in the run, {now:.4g} in the replay"
+    return None
 
 
 def _place(category, op, origin: dict) -> str:

@@ -4,7 +4,8 @@ one by one, without the script, and diagnosed.
 Each recorded op runs again, in order, on the values the replayed ops before it made
 (the leaves from `leaves.safetensors` to start), on the device it was dumped from
 where this machine has it and on the CPU otherwise, with the CPU generator put back
-to its state as the step began (random ops draw what they drew). Each op is recorded
+to its state before each random op (random ops draw what they drew; a dump that kept
+only the state as the step began replays from that). Each op is recorded
 by the same `OpRecorder` code as the run's, from the replay's own values, with the
 place the run noted (module, line, phase, forward op); the replayed losses and
 gradients are checked, and the events walked to the origin as the run's are
@@ -25,7 +26,7 @@ from gradient_doctor.core.crash_dump import DumpReplay, restored_context
 from gradient_doctor.core.dump_folder import DumpError, check_files, read_manifest
 from gradient_doctor.core.pipeline import diagnosed
 from gradient_doctor.torch_adapter.dump.arg_codec import MissingValue, decode, decode_kwargs
-from gradient_doctor.torch_adapter.dump.step_tape import Leaf
+from gradient_doctor.torch_adapter.dump.step_tape import GeneratorState, Leaf
 from gradient_doctor.torch_adapter.dump.tape_files import LEAVES, OPS, Tape, read_tape
 from gradient_doctor.torch_adapter.localize.event_evidence import recorded_evidence
 from gradient_doctor.torch_adapter.localize.module_scope import ModuleScope
@@ -48,7 +49,7 @@ def replay_dump(directory: str | os.PathLike[str]) -> DumpReplay:
         ModuleScope({}),
         {id(values[leaf.id]): leaf.name for leaf in tape.leaves if leaf.name and leaf.id in values},
     )
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    with torch.random.fork_rng(devices=_cuda_devices(tape)), torch.no_grad():
         torch.set_rng_state(tape.rng)
         stopped = _run(tape, values, missing, recorder)
     recorder.mark_bad([values[key] for key in tape.checks if key in values])
@@ -85,6 +86,9 @@ def _run(
             return f"{where} reads a tensor the dump does not hold: {error}"
         except (AttributeError, ValueError) as error:
             return f"{where} cannot run with PyTorch {torch.__version__}: {error}"
+        draw = tape.draws.get(number)
+        if draw is not None:
+            _restore_generator(draw)
         # The forward op of a backward op, by its index among the replay's own events.
         place = replace(op.place, forward_index=replayed_index.get(op.place.forward_index))
         try:
@@ -95,6 +99,24 @@ def _run(
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         values.update(zip(op.outputs, outputs))
     return None
+
+
+def _cuda_devices(tape: Tape) -> list[int]:
+    """The CUDA devices whose generators the replay sets (restored after it)."""
+    devices = {_device(draw.device) for draw in tape.draws.values()}
+    return sorted(d.index for d in devices if d.type == "cuda")
+
+
+def _restore_generator(draw: GeneratorState) -> None:
+    """Put the generator a random op draws from back to its state before the step's draw
+    (a CUDA generator only where this machine has that device: elsewhere the op runs on
+    the CPU, whose generator then draws differently, and the replay says what it found)."""
+    if draw.device == "cpu":
+        torch.set_rng_state(draw.state)
+        return
+    device = _device(draw.device)
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(draw.state, device)
 
 
 def _overload(name: str):

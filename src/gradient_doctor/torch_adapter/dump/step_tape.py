@@ -9,15 +9,20 @@ batch, a constant made before the step) is a leaf: its value then is copied, to 
 written to `leaves.safetensors` (`tape_files`), up to `DUMP_LIMIT_BYTES` in all; a
 leaf past the limit, of a dtype or layout safetensors cannot hold, or an op whose
 arguments cannot be written, is left out and listed. Every value in between is
-recomputed by the replay, never stored.
+recomputed by the replay, never stored. Before each random op (one PyTorch tags
+`nondeterministic_seeded`: `randn`, `uniform_`, `bernoulli_`, dropout) it keeps its
+generator's state, so that the replay draws what the step drew, whatever seeded the
+generator in between (a first step's recording starts before the script's
+`torch.manual_seed`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from gradient_doctor.core.op_trace import OpEvent
 from gradient_doctor.torch_adapter.dump.arg_codec import Unencodable, encode, encode_kwargs
@@ -122,8 +127,11 @@ class TapedRecorder(OpRecorder):
         self.leaves: list[Leaf] = []
         self.checks: list[int] = []  # the ids of the update's losses and gradients
         self.checks_left_out = 0  # those no recorded op made or read
-        # The CPU generator as the recording began: the replay's random ops draw from it.
+        # The CPU generator as the recording began (what a dump without `draws` replays).
         self.rng = torch.get_rng_state()
+        # Index in `ops` of each random op -> its generator's state just before it ran.
+        self.draws: dict[int, GeneratorState] = {}
+        self._leaf_objects: dict[int, int] = {}  # leaf id -> id() of the tensor read
 
     def run_op(
         self, func, args: tuple, kwargs: dict, place_of: Callable[[], OpPlace]
@@ -137,6 +145,8 @@ class TapedRecorder(OpRecorder):
         except Unencodable as error:
             encoded_args = encoded_kwargs = None
             refused = str(error)
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.draws[len(self.ops)] = generator_state(args, kwargs)
         out, place, event = super().run_op(func, args, kwargs, place_of)
         self.ops.append(
             TapedOp(
@@ -171,7 +181,18 @@ class TapedRecorder(OpRecorder):
             return known
         key = self.key(tensor)
         self.leaves.append(self._leaf(key, tensor))
+        self._leaf_objects[key] = id(tensor)
         return key
+
+    def named_leaves(self) -> list[Leaf]:
+        """The leaves, each parameter named: one first read before its module was named
+        (a first step's recording starts before the model is built) is named now."""
+        return [
+            leaf
+            if leaf.name is not None
+            else replace(leaf, name=self.names.get(self._leaf_objects.get(leaf.id, -1)))
+            for leaf in self.leaves
+        ]
 
     def _leaf(self, key: int, tensor: torch.Tensor) -> Leaf:
         """The leaf of `tensor`, with a copy of its value unless it is left out."""
@@ -190,6 +211,34 @@ class TapedRecorder(OpRecorder):
             return Leaf(key, name, *layout, None, why)
         self.kept_bytes += nbytes
         return Leaf(key, name, *layout, tensor.detach().clone())
+
+
+@dataclass(frozen=True)
+class GeneratorState:
+    """The state of the generator a random op draws from, just before it drew.
+
+    Attributes:
+        device: "cpu", or the CUDA device ("cuda:0") whose generator the op draws from.
+        state: the generator's state (`torch.get_rng_state()`'s bytes).
+    """
+
+    device: str
+    state: torch.Tensor
+
+
+def generator_state(args: tuple, kwargs: dict) -> GeneratorState:
+    """The state of the generator the op called with `args`, `kwargs` draws from: the
+    device of its first tensor argument, or of its `device=` (a factory like `randn`)."""
+    device = kwargs.get("device")
+    for value in tree_leaves((args, kwargs)):
+        if isinstance(value, torch.Tensor):
+            device = value.device
+            break
+    device = torch.device(device if device is not None else "cpu")
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return GeneratorState(f"cuda:{index}", torch.cuda.get_rng_state(index))
+    return GeneratorState("cpu", torch.get_rng_state())
 
 
 def _unstorable(tensor: torch.Tensor) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,12 @@ import torch
 
 from gradient_doctor.core.dump_folder import DumpError, corrupted, load_json, write_json
 from gradient_doctor.core.findings import SourceLine
-from gradient_doctor.torch_adapter.dump.step_tape import Leaf, TapedOp, TapedRecorder
+from gradient_doctor.torch_adapter.dump.step_tape import (
+    GeneratorState,
+    Leaf,
+    TapedOp,
+    TapedRecorder,
+)
 from gradient_doctor.torch_adapter.localize.op_recorder import OpPlace
 
 OPS = "ops.json"
@@ -31,10 +37,13 @@ HOLDS = {
     "leaf's id, parameter name, dtype, shape, stride and device; the ids of the failing "
     "update's losses and gradients; what was left out",
     LEAVES: "the value of every leaf (a tensor the step read before any recorded op wrote "
-    "it: parameters, the batch, constants made before the step) as the step began, and "
-    "the CPU random generator's state then",
+    "it: parameters, the batch, constants made before the step) as the step began, the "
+    "CPU random generator's state then, and before each random op its generator's state",
 }
 RNG_KEY = "rng.torch_cpu"
+# Before the random op at index N of `ops`, its generator's state: `rng.op_N.cpu`,
+# `rng.op_N.cuda:0`.
+_DRAW_PREFIX = "rng.op_"
 # In place of the tape, when the rerun could not write it: why.
 TAPE_ERROR = "tape_error.txt"
 
@@ -48,12 +57,15 @@ class Tape:
         leaves: the leaves, each with its value unless left out.
         checks: the ids of the failing update's losses and gradients.
         rng: the CPU generator's state as the step began.
+        draws: index in `ops` of each random op -> its generator's state before it
+            drew (empty in a dump written before draws were kept).
     """
 
     ops: tuple[TapedOp, ...]
     leaves: tuple[Leaf, ...]
     checks: tuple[int, ...]
     rng: torch.Tensor
+    draws: Mapping[int, GeneratorState] = dataclasses.field(default_factory=dict)
 
 
 def write_tape(folder: str | os.PathLike[str], recorder: TapedRecorder) -> None:
@@ -63,18 +75,21 @@ def write_tape(folder: str | os.PathLike[str], recorder: TapedRecorder) -> None:
 
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
+    leaves = recorder.named_leaves()
     tensors = {
         _key(leaf): leaf.value.detach().to("cpu").contiguous()
-        for leaf in recorder.leaves
+        for leaf in leaves
         if leaf.value is not None
     }
     tensors[RNG_KEY] = recorder.rng.contiguous()
+    for index, draw in recorder.draws.items():
+        tensors[f"{_DRAW_PREFIX}{index}.{draw.device}"] = draw.state.contiguous()
     save_file(tensors, target / LEAVES)
     write_json(
         target / OPS,
         {
             "ops": [_op_data(op) for op in recorder.ops],
-            "leaves": [_leaf_data(leaf) for leaf in recorder.leaves],
+            "leaves": [_leaf_data(leaf) for leaf in leaves],
             "checks": list(recorder.checks),
             "left_out": left_out(recorder),
         },
@@ -94,7 +109,7 @@ def left_out(recorder: TapedRecorder) -> dict:
                 "shape": list(leaf.shape),
                 "why": leaf.why,
             }
-            for leaf in recorder.leaves
+            for leaf in recorder.named_leaves()
             if leaf.value is None
         ],  # fmt: skip
         "ops": [
@@ -140,9 +155,20 @@ def read_tape(folder: Path) -> Tape:
     try:
         leaves = tuple(_leaf(entry, tensors) for entry in data["leaves"])
         ops = tuple(_op(entry) for entry in data["ops"])
-        return Tape(ops, leaves, tuple(int(i) for i in data["checks"]), tensors[RNG_KEY])
+        checks = tuple(int(i) for i in data["checks"])
+        return Tape(ops, leaves, checks, tensors[RNG_KEY], _draws(tensors))
     except (KeyError, TypeError, ValueError) as error:
         raise DumpError(corrupted(folder, OPS, f"it lacks {error}")) from None
+
+
+def _draws(tensors: Mapping[str, torch.Tensor]) -> dict[int, GeneratorState]:
+    """The generator states kept before the random ops, by op index."""
+    draws = {}
+    for key, state in tensors.items():
+        if key.startswith(_DRAW_PREFIX):
+            index, _, device = key.removeprefix(_DRAW_PREFIX).partition(".")
+            draws[int(index)] = GeneratorState(device, state)
+    return draws
 
 
 def _key(leaf: Leaf) -> str:
