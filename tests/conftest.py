@@ -139,6 +139,8 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/gaussian_nll_relu_variance.py",
         "tests/scripts/rnn_relu_growth.py",
         "tests/scripts/infonce_two_lines.py",
+        "tests/scripts/zero_temperature_subclass_fit.py",
+        "tests/scripts/torch/flow_scale_starts_at_zero.py",
         "tests/scripts/xla_sum_order.py",
         "tests/scripts/masked_mean_missing_labels.py",
         "tests/scripts/inline_eager_pair_distance.py",

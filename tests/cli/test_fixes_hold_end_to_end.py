@@ -37,6 +37,8 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/gan_two_tapes_noise.py",  # trials meet the failing step's noise
     "tests/scripts/float16_adam_tape_loop.py",  # a new dtype policy: proved by the rerun alone
     "tests/scripts/diverging_rnn_fit.py",  # no value non-finite: the loss diverged
+    "tests/scripts/zero_temperature_subclass_fit.py",  # where the variable is made
+    "tests/scripts/torch/flow_scale_starts_at_zero.py",  # the same in PyTorch
 ]
 
 
@@ -88,6 +90,8 @@ def test_every_verified_patch_applies_and_was_confirmed_from_the_start(
         "tests/scripts/dense_unscaled_input.py",
         "tests/scripts/unscaled_targets_fit.py",
         "tests/scripts/diverging_rnn_fit.py",
+        "tests/scripts/zero_temperature_subclass_fit.py",
+        "tests/scripts/torch/flow_scale_starts_at_zero.py",
     ],
 )
 def test_the_first_verified_patch_applied_by_hand_trains_healthy(doctor_run, script, tmp_path):
@@ -98,6 +102,45 @@ def test_the_first_verified_patch_applied_by_hand_trains_healthy(doctor_run, scr
     rerun = _run(script, copy, tmp_path)
     assert rerun["status"] == "healthy", rerun["problems"]
     assert rerun["steps_watched"] > problem["step"]
+
+
+@pytest.mark.parametrize(
+    ("script", "made", "started"),
+    [
+        (
+            "tests/scripts/zero_temperature_subclass_fit.py",
+            'initializer="zeros", name="temperature")',
+            'initializer="ones", name="temperature")',
+        ),
+        (
+            "tests/scripts/torch/flow_scale_starts_at_zero.py",
+            "self.scale = nn.Parameter(torch.zeros(dim))",
+            "self.scale = nn.Parameter(torch.ones(dim))",
+        ),
+    ],
+)
+def test_a_variable_made_where_its_op_is_undefined_is_started_at_one(
+    doctor_run, script, made, started, tmp_path
+):
+    problem = doctor_run(script).problem
+    assert (problem["step"], problem["phase"], problem["category"]) == (
+        0,
+        "forward",
+        "forward_domain",
+    )
+    assert "no update has moved" in problem["explanation"]
+    first = problem["fixes"][0]
+    assert (first["family"], first["verified"]) == ("initial_value", True), first["evidence"]
+    copy = _copy_of(script, tmp_path)
+    _apply(first["patch"], copy)
+    patched = (copy / script).read_text().splitlines()
+    original = (ROOT / script).read_text().splitlines()
+    changed = [n for n, (a, b) in enumerate(zip(original, patched), start=1) if a != b]
+    assert changed == [line_of(script, made)]
+    assert started in patched[changed[0] - 1]
+    # A clamp of the op's input holds the variable at 0, where its gradient is 0.
+    clamps = [fix for fix in problem["fixes"] if fix["family"] in ("safe_div", "safe_log")]
+    assert clamps and all(fix["verified"] is not True for fix in clamps)
 
 
 def test_regression_targets_far_from_unit_scale_are_named_and_standardised_first(doctor_run):

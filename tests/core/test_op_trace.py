@@ -4,6 +4,7 @@ import dataclasses
 
 from gradient_doctor.core.findings import TensorStats
 from gradient_doctor.core.op_trace import (
+    constant_variable,
     feeding_op_types,
     log_of_sum,
     nearest_weight_read,
@@ -207,3 +208,22 @@ def test_a_difference_of_moments_of_two_tensors_is_no_variance():
         event(1, "Sqrt", [(14, FINITE)], [(16, FINITE)]),
     ]
     assert one_pass_variance(plain, plain[1]) is None
+
+
+def test_a_variable_holding_one_value_is_found_through_abs_and_a_reshape():
+    zeros = TensorStats("float32", (4,), 0.0, 0.0, nan=0, inf=0, zeros=4, size=4)
+    events = [
+        event(0, "ReadVariableOp", [(2, FINITE)], [(3, zeros)]),
+        event(1, "Abs", [(3, zeros)], [(4, zeros)]),
+        event(2, "Reshape", [(4, zeros)], [(5, zeros)]),
+        event(3, "Log", [(5, zeros)], [(6, FINITE)]),
+        event(4, "ReadVariableOp", [(7, FINITE)], [(8, FINITE)]),
+        event(5, "Log", [(8, FINITE)], [(9, FINITE)]),
+    ]
+    values = {3: "flow.scale", 8: "flow.shift"}
+    assert constant_variable(events, events[3], values) == (0, "flow.scale", 0.0)
+    # A variable whose values differ (FINITE spans -3.1 to 712.4) is no one constant.
+    assert constant_variable(events, events[5], values) is None
+    # Through an op that changes the values (an exp), the variable is not the input.
+    events[1] = event(1, "Exp", [(3, zeros)], [(4, zeros)])
+    assert constant_variable(events, events[3], values) is None

@@ -341,6 +341,26 @@ class OpCall:
 
 
 @dataclass(frozen=True)
+class ConstantVariable:
+    """A trained variable whose every element holds one value, read by the origin.
+
+    A variable that is still one constant when an op fails on it is, almost always, its
+    initial value (`torch.zeros`, `initializer="zeros"`) that no update has moved: the
+    step fails by construction, and the fix is where the variable is made.
+
+    Attributes:
+        name: the variable's name as the adapter gives it ("temperature", "flow.scale").
+        value: the value every element holds.
+        input: the input of the origin it is, itself or through ops that keep its
+            values' magnitude (`abs`, a reshape).
+    """
+
+    name: str
+    value: float
+    input: int
+
+
+@dataclass(frozen=True)
 class PipelineOrigin:
     """Where the input pipeline wrote the batch's non-finite values: a function of the
     user's that the pipeline maps over its elements (`dataset.map(standardise)`), which
@@ -472,6 +492,9 @@ class Evidence:
             loss: first the op where they grew past it from inputs within it, then
             the step's other forward calls of that op on a user's line whose output
             passed it too (a second bare exp of the same log-variance); () otherwise.
+        constant_variable: for a forward origin, a trained variable it reads (itself or
+            through `abs`, a reshape) whose every element is one value, its initial
+            one as a rule; None otherwise.
     """
 
     step: int | None
@@ -518,4 +541,5 @@ class Evidence:
     forward_blowup: tuple[OpCall, ...] = ()
     zeros_began: OpCall | None = None
     one_pass_variance: tuple[OpCall, OpCall] | None = None
+    constant_variable: ConstantVariable | None = None
     scaled_up: tuple[OpCall, float, float] | None = None

@@ -92,6 +92,9 @@ FIX_FAMILIES = (
     # Added: a one-pass variance, E[x^2] - E[x]^2, computed by the framework's own
     # variance (two passes), which cannot cancel below 0.
     "two_pass_variance",
+    # Added: a trained variable made with a value its op is undefined at (a temperature
+    # or a scale started at 0): start it at 1, where it is made.
+    "initial_value",
     # Added for remedies users try that a diagnosis must be able to rule out.
     "larger_batch",
     "regularization",
@@ -283,6 +286,9 @@ class Fix:
         keyword_edits: changes of a keyword argument of a call that spans several
             lines (a layer built over lines 12-14), which the rule cannot read whole:
             placed as `edits` where the file is read (`fix_placement`).
+        variable_start: for a fix of where a variable is made (`initial_value`), the
+            variable and its values; the line that makes it is found where the file
+            is read (`fix_placement`).
     """
 
     family: str
@@ -297,6 +303,22 @@ class Fix:
     clamped_share: float | None = None
     stronger: Fix | None = None
     keyword_edits: tuple[KeywordEdit, ...] = ()
+    variable_start: VariableStart | None = None
+
+
+@dataclass(frozen=True)
+class VariableStart:
+    """A trained variable to start at another value, where the user's code makes it.
+
+    Attributes:
+        name: the variable's name as the adapter gives it ("temperature", "flow.scale").
+        made_at: the value every element of it is made with now.
+        start: the value the fix starts it at.
+    """
+
+    name: str
+    made_at: float
+    start: float
 
 
 @dataclass(frozen=True)

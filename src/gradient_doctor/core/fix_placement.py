@@ -16,14 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradient_doctor.core.evidence import StepHistory, TrainingSetup
-from gradient_doctor.core.findings import Edit, Finding, Fix, KeywordEdit, SourceLine
+from gradient_doctor.core.findings import Edit, Finding, Fix, KeywordEdit, Origin, SourceLine
 from gradient_doctor.core.gradient_paths import PathBreak
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
 from gradient_doctor.core.knowledge.rewrites import data as data_rewrite
 from gradient_doctor.core.knowledge.rewrites import dtype_policy as policy_rewrite
 from gradient_doctor.core.knowledge.rewrites import layer as layer_rewrite
 from gradient_doctor.core.knowledge.rewrites import optimizer as optimizer_rewrite
-from gradient_doctor.core.knowledge.rewrites import own_update, score_function, torch_optimizer
+from gradient_doctor.core.knowledge.rewrites import (
+    own_update,
+    score_function,
+    torch_optimizer,
+    variable_start,
+)
 from gradient_doctor.core.knowledge.rewrites import xla as xla_rewrite
 from gradient_doctor.core.knowledge.rewrites.finite_rows import FitRows, drop_nonfinite_rows
 from gradient_doctor.core.knowledge.rewrites.layer import LayerSite
@@ -150,6 +155,8 @@ def place_fixes(
             placed = _own_update_fix(fix, sites.own_update, root)
         elif fix.family == "mixed_precision" and sites.dtype_policy is not None:
             placed = _policy_fix(fix, sites.dtype_policy, root)
+        elif fix.variable_start is not None and finding.origin is not None:
+            placed = _start_fix(fix, finding.origin, root, mine)
         fixes.append(users(placed) or fix)
     optimizer = sites.optimizer
     not_fixes = tuple(
@@ -183,6 +190,27 @@ def _scheduled_rate_fix(fix: Fix, setter: str) -> Fix:
         edits=(),
         patch=None,
     )
+
+
+def _start_fix(fix: Fix, origin: Origin, root: str, mine: Callable[[str], bool]) -> Fix | None:
+    """`fix` as a patch of the statement that makes its variable, found by the variable's
+    own name (its last part: `scale` of `flow.scale`) in the origin's file, or None when
+    that file holds no single such statement that writes the value."""
+    source, start = origin.source, fix.variable_start
+    if source is None or not mine(source.file):
+        return None
+    lines = read_lines(os.path.join(root, source.file))
+    tree, text = syntax_edit.parse(lines) if lines is not None else (None, [])
+    name = start.name.replace("/", ".").rpartition(".")[2].split(":")[0]
+    statement = variable_start.made_at(tree, name) if tree is not None else None
+    if statement is None:
+        return None
+    edit = variable_start.started_at(text, statement, start.made_at, start.start, source.file)
+    if edit is None:
+        return None
+    code = "\n".join(edit.new_lines).strip()
+    placed = with_edits(dataclasses.replace(fix, code=code), (edit,), root)
+    return placed if placed.patch is not None else None
 
 
 def _keyword_fix(fix: Fix, root: str, mine: Callable[[str], bool]) -> Fix | None:

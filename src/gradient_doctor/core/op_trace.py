@@ -315,6 +315,41 @@ def nearest_weight_read(
     return added
 
 
+# Ops whose output holds their input's values, or their magnitudes, rearranged: a
+# variable read through them reaches the op with the same values.
+_KEEPS_VALUES = VIEW_OPS | {"Abs", "Neg", "Cast", "BroadcastTo", "Expand"}
+
+
+def constant_variable(
+    events: Sequence[OpEvent], target: OpEvent, variable_values: Mapping[int, str]
+) -> tuple[int, str, float] | None:
+    """The first input of `target` that is a trained variable's value, itself or through
+    ops that keep its values (`_KEEPS_VALUES`), whose every element is one finite value:
+    (the input's index, the variable's name, that value); None when there is none.
+
+    Args:
+        events: the step's events.
+        target: the op whose inputs are looked at.
+        variable_values: tensor id -> the name of the variable whose value it is.
+    """
+    producers = _producers_before(events, target)
+    for number, tensor in enumerate(target.input_ids):
+        while tensor not in variable_values:
+            producer = producers.get(tensor)
+            if producer is None or producer.op_type not in _KEEPS_VALUES:
+                break
+            tensor = producer.input_ids[0] if producer.input_ids else None
+        if tensor not in variable_values:
+            continue
+        read = producers.get(tensor)
+        stats = next(
+            (s for t, s in zip(read.output_ids, read.outputs) if t == tensor), None
+        ) if read is not None else None  # fmt: skip
+        if stats is not None and stats.finite and stats.min is not None and stats.min == stats.max:
+            return number, variable_values[tensor], stats.min
+    return None
+
+
 def unowned_variable(
     events: Sequence[OpEvent], read: OpEvent | None, weight_reads: frozenset[str]
 ) -> str | None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradient_doctor.core.evidence import BadInput, Evidence, OpCall, TargetScale
+from gradient_doctor.core.evidence import (
+    BadInput,
+    ConstantVariable,
+    Evidence,
+    OpCall,
+    TargetScale,
+)
 from gradient_doctor.core.findings import Origin, TensorStats
 from gradient_doctor.core.op_trace import (
     FILLS,
@@ -14,6 +20,7 @@ from gradient_doctor.core.op_trace import (
     SELECT_OPS,
     VIEW_OPS,
     OpEvent,
+    constant_variable,
     feeding_op_types,
     forward_blowup,
     input_producers,
@@ -258,7 +265,7 @@ def _upstream_facts(
     `feeding_ops`, `weights_layer`, `weights_variable`, `weights_variable_largest`,
     `read_variables`,
     `weights_upstream`, `growth`, `log_of_sum`, `input_producers`, `sigmoid_input`,
-    `zeros_began`, `scaled_up` and `one_pass_variance`."""
+    `zeros_began`, `scaled_up`, `one_pass_variance` and `constant_variable`."""
     if origin is None or origin.phase != "forward":
         return {}
     read = nearest_weight_read(events, origin, weight_reads)
@@ -286,7 +293,16 @@ def _upstream_facts(
         "zeros_began": _call_or_none(where_zeros_began(events, origin)),
         "scaled_up": _scaled_up(events, origin),
         "one_pass_variance": _one_pass_variance(events, origin),
+        "constant_variable": _constant_variable(events, origin, values),
     }
+
+
+def _constant_variable(events, origin: OpEvent, values: dict) -> ConstantVariable | None:
+    found = constant_variable(events, origin, values)
+    if found is None:
+        return None
+    number, name, value = found
+    return ConstantVariable(name, value, number)
 
 
 def _unowned_name(events, read: OpEvent, weight_reads, values: dict) -> str | None:

@@ -10,6 +10,7 @@ from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import source_code
 from gradient_doctor.core.knowledge.remedies.data import fit_to_batch_statistics, fit_to_data
 from gradient_doctor.core.knowledge.remedies.history import fit_to_first_step, fit_to_history
+from gradient_doctor.core.knowledge.remedies.initial_value import fit_to_initial_value
 from gradient_doctor.core.knowledge.remedies.setup import fit_to_setup
 from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm
 from gradient_doctor.core.knowledge.rules import (
@@ -183,4 +184,4 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     diagnosis = diagnosis or default.diagnose(evidence)
     fitted = fit_to_history(fit_to_setup(diagnosis, evidence), evidence)
     fitted = fit_to_batch_statistics(fit_to_data(fitted, evidence), evidence)
-    return fit_to_first_step(fitted, evidence)
+    return fit_to_initial_value(fit_to_first_step(fitted, evidence), evidence)

@@ -31,6 +31,7 @@ from gradient_doctor.core.trial_plans import (
 from gradient_doctor.tf_adapter._tf_internals import (
     learning_rate_variable,
     set_learning_rate_variable,
+    trainable_variables_of,
 )
 from gradient_doctor.tf_adapter.step import loss_scale
 from gradient_doctor.tf_adapter.step.clipping import clipping_of
@@ -72,6 +73,8 @@ def plan_for(
         return _finite_rows(remedy, fit_call)
     if setting is not None and setting[0] == "jit_compile":
         return TrialPlan(remedy, "the step compiled without XLA", without_xla)
+    if setting is not None and setting[0] == "initial_value" and fix is not None:
+        return _start_plan(remedy, fix, optimizer)
     if setting is not None and setting[0] == "dtype_policy":
         return TrialPlan(remedy, "", not_possible(_POLICY_UNTRIED))
     if setting is not None:
@@ -225,6 +228,24 @@ def _layer_plan(remedy: str, layers: list, name: str, value) -> TrialPlan:
     what = f"MaxNorm({value:g})" if name == "kernel_constraint" else f'"{value}"'
     biases = ' and bias_initializer="zeros"' if zeroed else ""
     return TrialPlan(remedy, f"{name}={what}{biases} on {names}", apply)
+
+
+def _start_plan(remedy: str, fix: Fix, optimizer) -> TrialPlan:
+    """Start the variable the patch makes at another value: every element of it set to
+    that value at the trial's start, as the patched line makes it."""
+    start = fix.variable_start
+    trained = trainable_variables_of(optimizer) if optimizer is not None else []
+    found = [v for v in trained if start is not None and start.name in (v.path, v.name)]
+    if len(found) != 1:
+        return TrialPlan(remedy, "", not_possible("the variable the patch makes was not found"))
+    (variable,) = found
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        variable.assign(keras.ops.full(tuple(variable.shape), start.start, variable.dtype))
+        yield
+
+    return TrialPlan(remedy, f"`{start.name}` starting at {start.start:g}", apply)
 
 
 def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
