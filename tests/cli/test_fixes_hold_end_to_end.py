@@ -39,6 +39,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/diverging_rnn_fit.py",  # no value non-finite: the loss diverged
     "tests/scripts/zero_temperature_subclass_fit.py",  # where the variable is made
     "tests/scripts/torch/flow_scale_starts_at_zero.py",  # the same in PyTorch
+    "tests/scripts/torch/noisy_labels_gathered_log.py",  # two lines: log_softmax moved
 ]
 
 
@@ -92,6 +93,7 @@ def test_every_verified_patch_applies_and_was_confirmed_from_the_start(
         "tests/scripts/diverging_rnn_fit.py",
         "tests/scripts/zero_temperature_subclass_fit.py",
         "tests/scripts/torch/flow_scale_starts_at_zero.py",
+        "tests/scripts/torch/noisy_labels_gathered_log.py",
     ],
 )
 def test_the_first_verified_patch_applied_by_hand_trains_healthy(doctor_run, script, tmp_path):
@@ -141,6 +143,19 @@ def test_a_variable_made_where_its_op_is_undefined_is_started_at_one(
     # A clamp of the op's input holds the variable at 0, where its gradient is 0.
     clamps = [fix for fix in problem["fixes"] if fix["family"] in ("safe_div", "safe_log")]
     assert clamps and all(fix["verified"] is not True for fix in clamps)
+
+
+def test_a_log_of_probabilities_gathered_from_a_softmax_becomes_a_log_softmax(doctor_run):
+    script = "tests/scripts/torch/noisy_labels_gathered_log.py"
+    problem = doctor_run(script).problem
+    assert (problem["category"], problem["origin"]["gradient_of"]) == (
+        "backward_singularity",
+        "log",
+    )
+    first = problem["fixes"][0]
+    assert (first["family"], first["verified"]) == ("library_function", True), first["evidence"]
+    assert "+    probs = torch.log_softmax(logits, dim=1)" in first["patch"]
+    assert "+    loss = -picked.mean()" in first["patch"]
 
 
 def test_regression_targets_far_from_unit_scale_are_named_and_standardised_first(doctor_run):

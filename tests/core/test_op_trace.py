@@ -8,6 +8,7 @@ from gradient_doctor.core.op_trace import (
     feeding_op_types,
     log_of_sum,
     nearest_weight_read,
+    picked_softmax,
     unowned_variable,
     weights_upstream,
     where_values_grew,
@@ -227,3 +228,24 @@ def test_a_variable_holding_one_value_is_found_through_abs_and_a_reshape():
     # Through an op that changes the values (an exp), the variable is not the input.
     events[1] = event(1, "Exp", [(3, zeros)], [(4, zeros)])
     assert constant_variable(events, events[3], values) is None
+
+
+def test_a_log_of_values_picked_from_a_softmax_finds_the_softmax():
+    events = [
+        event(0, "Softmax", [(1, FINITE)], [(2, FINITE)]),
+        event(1, "Detach", [(2, FINITE)], [(3, FINITE)]),  # saved for the backward
+        event(2, "Gather", [(2, FINITE), (9, SCALAR)], [(4, FINITE)]),
+        event(3, "Squeeze", [(4, FINITE)], [(5, FINITE)]),
+        event(4, "Log", [(5, FINITE)], [(6, FINITE)]),
+    ]
+    assert picked_softmax(events, events[4]) is events[0]
+    # The probabilities read elsewhere too (a confidence printed): the log cannot move.
+    events.append(event(5, "Max", [(2, FINITE)], [(7, FINITE)]))
+    assert picked_softmax(events, events[4]) is None
+    # Summed with a one-hot mask, not picked: the log of a sum is not a sum of logs.
+    summed = [
+        event(0, "Softmax", [(1, FINITE)], [(2, FINITE)]),
+        event(1, "Mul", [(2, FINITE), (9, SCALAR)], [(4, FINITE)]),
+        event(2, "Log", [(4, FINITE)], [(6, FINITE)]),
+    ]
+    assert picked_softmax(summed, summed[2]) is None

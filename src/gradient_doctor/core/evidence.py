@@ -487,6 +487,10 @@ class Evidence:
             upstream that underflowed to them from inputs that held none (a `prod` of
             hundreds of probabilities, an exp of a large negative number); None when
             the zeros came otherwise (a relu, a mask, the data).
+        picked_softmax: for a forward origin, or the forward op of a backward one, the
+            softmax its first input is picked from through ops that only pick or
+            reshape values (a gather of the targets' probabilities), read by nothing
+            else on the way (`op_trace.picked_softmax`); None otherwise.
         forward_blowup: for a step whose every value was finite but whose forward
             values left any sane range (past `op_trace.HUGE`) on their way to the
             loss: first the op where they grew past it from inputs within it, then
@@ -540,6 +544,7 @@ class Evidence:
     loss_input: LossInput | None = None
     forward_blowup: tuple[OpCall, ...] = ()
     zeros_began: OpCall | None = None
+    picked_softmax: OpCall | None = None
     one_pass_variance: tuple[OpCall, OpCall] | None = None
     constant_variable: ConstantVariable | None = None
     scaled_up: tuple[OpCall, float, float] | None = None

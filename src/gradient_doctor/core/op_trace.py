@@ -272,6 +272,41 @@ def where_zeros_began(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | N
     return None
 
 
+# Ops that pick some of their first input's values (a gather by the targets' ids, an
+# index), besides the views: a log of what they picked is what they pick of the log.
+PICKS = VIEW_OPS | {"GatherV2", "GatherNd", "Gather", "Index", "IndexSelect", "TakeAlongDim"}
+
+
+def picked_softmax(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
+    """The softmax whose output `target`'s first input is picked from, through ops that
+    only pick or reshape values (`PICKS`), with nothing else of the forward pass reading
+    that output or any value on the way; None when there is none. Then `target`'s op
+    (a log) can move onto the softmax unseen by the rest of the step: the log of
+    `probs.gather(1, y)` taken as a log_softmax before the gather."""
+    producers = _producers_before(events, target)
+    forward = [event for event in events if event.phase == "forward"]
+    read = {tensor for event in forward for tensor in event.input_ids}
+    # PyTorch's autograd saves an op's output for its backward as a detached alias, which
+    # nothing of the forward pass reads: no reader of the value.
+    forward = [
+        event
+        for event in forward
+        if event.op_type not in ("Detach", "Alias") or read.intersection(event.output_ids)
+    ]
+    tensor = target.input_ids[0] if target.input_ids else None
+    for _ in range(_ZEROS_FOLLOWED):
+        readers = [event for event in forward if tensor in event.input_ids]
+        producer = producers.get(tensor)
+        if producer is None or len(readers) != 1:
+            return None
+        if producer.op_type == "Softmax":
+            return producer
+        if producer.op_type not in PICKS or not producer.input_ids:
+            return None
+        tensor = producer.input_ids[0]
+    return None
+
+
 def sigmoid_input(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
     """The sigmoid whose output `target` reads as its first input, itself or through one
     subtraction (`log(1 - p)` of `p = sigmoid(z)`), looking through views; else None."""

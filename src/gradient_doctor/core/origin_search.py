@@ -28,6 +28,7 @@ from gradient_doctor.core.op_trace import (
     log_of_sum,
     nearest_weight_read,
     one_pass_variance,
+    picked_softmax,
     regression_targets,
     scaled_by_constant,
     sigmoid_input,
@@ -253,9 +254,18 @@ def trace_evidence(
         input_scale=_input_scale(events, data_ids),
         bad_inputs=_fed_nonfinite(events, search, data_ids) if event is None else (),
         forward_blowup=_blowup(events, event),
+        picked_softmax=_picked_softmax(events, forward if forward is not None else event),
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}, variable_values),
     )
     return TracedOrigin(event, foreign, evidence)
+
+
+def _picked_softmax(events, log: OpEvent | None) -> OpCall | None:
+    """The softmax a log's input is picked from (`op_trace.picked_softmax`), as a call on
+    the user's line; None for any other op, or when there is none."""
+    if log is None or log.op_type != "Log" or log.phase != "forward":
+        return None
+    return _call_or_none(picked_softmax(events, log))
 
 
 def _upstream_facts(

@@ -11,7 +11,8 @@ rewrite renames the softmax call as the user wrote it and drops the log around i
 
 from __future__ import annotations
 
-from gradient_doctor.core.findings import Fix
+from gradient_doctor.core.evidence import OpCall
+from gradient_doctor.core.findings import Edit, Fix, SourceLine
 from gradient_doctor.core.knowledge.source.calls import find_call, parses, replace_span
 
 TITLE = "Compute log(softmax(x)) as log_softmax(x), which is exact and never -inf"
@@ -47,3 +48,49 @@ def log_softmax(code: str, op: str, focus: tuple[int, int] | None = None) -> Fix
     if not parses(renamed, "eval") or (parses(code) and not parses(rewritten)):
         return None
     return Fix("library_function", TITLE, rewritten, rewrite=(rewritten,))
+
+
+MOVED_TITLE = (
+    "Compute the log-probabilities with log_softmax where the softmax is, and take no log "
+    "of the ones picked from them: the same values, exact and never -inf"
+)
+
+
+def log_softmax_moved(softmax: OpCall | None, log_at: SourceLine | None) -> Fix | None:
+    """A `library_function` fix for a log of values picked from a softmax on another line
+    (`probs = F.softmax(z, 1)`, then `p = probs.gather(1, y)`, then `torch.log(p)`): the
+    softmax renamed log_softmax on its line (the variable then holds log-probabilities),
+    the log around the picked values dropped on the log's line. None when there is no
+    such softmax, it is on the log's own line (`log_softmax`'s rewrite), either call is
+    not found whole, or a line would not parse.
+
+    Args:
+        softmax: the softmax the log's input was picked from, read by nothing else on
+            the way (`Evidence.picked_softmax`): what else read it would read logs now.
+        log_at: the log's line.
+    """
+    if softmax is None or log_at is None or softmax.source is None:
+        return None
+    softmax_at = softmax.source
+    if softmax_at.file != log_at.file or softmax_at.line == log_at.line:
+        return None
+    softmax_code, log_code = (softmax_at.code or "").strip(), (log_at.code or "").strip()
+    call = find_call(softmax_code, ("softmax",), softmax_at.span)
+    log = find_call(log_code, ("log",), log_at.span)
+    if call is None or log is None or len(log.args) != 1 or log.kwargs:
+        return None
+    renamed = f"{call.prefix}log_{call.text[len(call.prefix) :]}"
+    new_softmax = replace_span(softmax_code, call.start, call.end, renamed)
+    argument = log.args[0].strip()
+    bare = argument if argument.replace(".", "").replace("_", "a").isalnum() else f"({argument})"
+    new_log = replace_span(log_code, log.start, log.end, bare)
+    if not (parses(new_softmax) and parses(new_log)):
+        return None
+    edit = Edit(softmax_at.file, softmax_at.line, softmax_at.line, (new_softmax,), (softmax_code,))
+    return Fix(
+        "library_function",
+        MOVED_TITLE,
+        "\n".join([f"{new_softmax}  # log-probabilities now", new_log]),
+        rewrite=(new_log,),
+        edits=(edit,),
+    )

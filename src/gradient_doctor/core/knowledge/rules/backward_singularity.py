@@ -11,7 +11,7 @@ from gradient_doctor.core.knowledge.facts import input_at, source_code, source_f
 from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
 from gradient_doctor.core.knowledge.rewrites.division import safe_div
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
-from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax
+from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax, log_softmax_moved
 from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm, safe_norm
 from gradient_doctor.core.knowledge.wording import (
     at_step,
@@ -95,6 +95,11 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             f"the derivative of {origin.reported_gradient_of or forward} itself, evaluated "
             f"at {singularity.point}"
         )
+    fixes = guard_fixes(
+        forward, source_code(evidence), source_focus(evidence), evidence.setup.framework
+    )
+    # A log of probabilities picked from a softmax: the same values exact, first.
+    moved = log_softmax_moved(evidence.picked_softmax, origin.source) if not written else None
     return Diagnosis(
         category="backward_singularity",
         explanation=(
@@ -103,9 +108,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             else explain(origin, forward, evidence.step)
         ),
         not_fixes=nan_gradient_not_fixes(cause, nonfinite_kind(origin), framework),
-        fixes=guard_fixes(
-            forward, source_code(evidence), source_focus(evidence), evidence.setup.framework
-        ),
+        fixes=fixes if moved is None else (moved, *fixes),
     )
 
 
