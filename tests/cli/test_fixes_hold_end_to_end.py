@@ -158,6 +158,25 @@ def test_a_log_of_probabilities_gathered_from_a_softmax_becomes_a_log_softmax(do
     assert "+    loss = -picked.mean()" in first["patch"]
 
 
+def test_a_gan_with_a_step_function_per_player_tries_its_fixes_on_the_failing_one(doctor_run):
+    # Its trials fed d_step the argument of g_step (64) and could not run; its copies
+    # were judged on one loss series mixing the two players' (0.73 -> 10.7: "blew up").
+    script = "tests/scripts/gan_two_step_functions.py"
+    run = doctor_run(script)
+    assert "could not try the fixes" not in run.stderr
+    assert run.report["optimizers"] == 2
+    problem = run.problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_overflow", "Exp")
+    first = problem["fixes"][0]
+    assert (first["family"], first["verified"]) == ("library_function", True), first["evidence"]
+    assert "tried with the patch of" in first["evidence"]
+    assert "+    return tf.math.softplus(t)" in first["patch"]
+    # Failing at its trial's first step, before any update of its own, a lower rate is
+    # not ruled out by the trial; its patched copy decides.
+    lower = [n for n in problem["not_fixes"] if n["remedy"] == "lower_learning_rate"]
+    assert not lower or "cannot tell" in (lower[0]["evidence"] or "")
+
+
 def test_regression_targets_far_from_unit_scale_are_named_and_standardised_first(doctor_run):
     problem = doctor_run("tests/scripts/unscaled_targets_fit.py").problem
     assert problem["category"] == "exploding_gradients"
@@ -176,7 +195,9 @@ def test_a_gans_guarded_log_is_tried_on_the_failing_noise_and_judged_per_player(
     # noise, the unchanged step stayed finite too and no fix could be verified. The
     # losses were matched to the wrong tapes (the generator's judged twice, then 0).
     script = "tests/scripts/gan_two_tapes_noise.py"
-    problem = doctor_run(script).problem
+    run = doctor_run(script)
+    problem = run.problem
+    assert run.report["optimizers"] == 2  # a patched copy's loss is judged per objective
     assert (problem["category"], problem["origin"]["op"]) == ("forward_domain", "Log")
     assert problem["origin"]["line"] == line_of(script, "d_loss = -tf.reduce_mean(")
     guard = next(fix for fix in problem["fixes"] if fix["family"] == "safe_log")

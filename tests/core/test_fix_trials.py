@@ -471,9 +471,15 @@ def test_an_update_remedy_failing_at_once_from_the_failing_step_cannot_tell():
     fix = _fix(judged, "lower_learning_rate")
     assert fix.verified is None
     assert fix.evidence.endswith("so this trial cannot tell")
-    # From a state kept before the trouble, the same failure is evidence against it.
+    # From an earlier state, failing at once is no evidence either: that first forward
+    # pass ran on the weights the trial started from (a GAN's critic after its first
+    # update, met with the failing batch), before any update the remedy changes.
     earlier = _outcome("lower_learning_rate", failed_at=0, start=30)
     judged = judge(finding, FAILED_BASELINE, [earlier])
+    assert _fix(judged, "lower_learning_rate").verified is None
+    # Failing after some of its own updates, it is evidence against it.
+    later = _outcome("lower_learning_rate", failed_at=6, start=30)
+    judged = judge(finding, FAILED_BASELINE, [later])
     assert _fix(judged, "lower_learning_rate").verified is False
 
 

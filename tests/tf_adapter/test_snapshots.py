@@ -36,6 +36,23 @@ def test_kept_batches_run_from_a_start_and_stay_within_the_budget(monkeypatch):
     assert not complete and len(kept) == 3
 
 
+def test_a_loop_of_two_step_functions_keeps_no_batches_for_either_ones_trials():
+    # A GAN loop calls d_step(real) then g_step(64): g_step's argument is no batch of
+    # d_step, and a trial of d_step fed it would trace d_step on a scalar.
+    def d_step(real):
+        return real
+
+    def g_step(count):
+        return count
+
+    ring = SnapshotRing(every=100)
+    for step in range(4):
+        function, args = (d_step, (np.ones(3, np.float32),)) if step % 2 == 0 else (g_step, (64,))
+        ring.after_finite_step(step, lambda: [], (args, {}, function))
+    assert ring.batches_from(0, d_step) == ([], False)
+    assert ring.batches_from(3, g_step) == ([((64,), {})], True)
+
+
 def test_a_start_copy_taken_before_the_model_was_built_gives_way_to_the_first_full_one():
     # A subclassed model without an `Input` makes its weights inside its first step:
     # the copy before that step holds only what existed then (here, a step counter).

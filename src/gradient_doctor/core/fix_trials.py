@@ -647,26 +647,27 @@ def _judged_fix(
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
 
 
-# Why a remedy on the updates, tried from the failing step, says nothing by failing there.
+# Why a remedy on the updates says nothing by failing at its trial's first step.
 _NO_EARLIER_STATE = (
-    "no state from before the updates that led here was kept, and from the failing step "
-    "the forward pass runs on weights those updates already moved"
+    "it failed in the first forward pass, before any update it changes, on weights the "
+    "updates before its start had already moved (no earlier state that was still sound "
+    "was kept)"
 )
 
 
 def _ruined_before(
     outcome: TrialOutcome, family: str, start: int | None, phase: str | None
 ) -> bool:
-    """True when a remedy on the updates, tried from the failing step itself (no earlier
-    state was kept), failed at its first step in the forward pass: that pass ran on the
-    weights the earlier updates left, which the remedy never touched, so the failure is
-    no evidence against it (its patched copy, rerun from the start, can tell)."""
-    from_failing = outcome.start is None or (start is not None and outcome.start >= start)
+    """True when a remedy on the updates failed at its trial's first step in the forward
+    pass, the step itself failing in its forward pass after earlier updates: that first
+    pass ran on the weights the trial started from, left by updates the remedy never
+    touched (tried from the failing step, no earlier state kept; or from a state the
+    updates before it had already ruined, a GAN's critic after its first update), so the
+    failure is no evidence against it (its patched copy, rerun from the start, can tell)."""
     return (
         family in UPDATE_REMEDIES
         and phase == "forward"
         and outcome.failed_at == 0
-        and from_failing
         and start is not None
         and start > 0
     )

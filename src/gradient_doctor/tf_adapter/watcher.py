@@ -369,8 +369,11 @@ class Watcher(Adapter):
         return self.session.silent_failures()
 
     def report(self, script: str | None = None, script_error: str | None = None) -> Report:
-        """The session's report so far (silent failures among the problems)."""
-        return self.session.report(script, script_error)
+        """The session's report so far (silent failures among the problems), with how
+        many optimizers asked for updates (a GAN's two: its loss is one objective of
+        several, which a patched copy's judgement must know)."""
+        report = self.session.report(script, script_error)
+        return replace(report, optimizers=self.objectives() or None)
 
     @property
     def optimizer(self):

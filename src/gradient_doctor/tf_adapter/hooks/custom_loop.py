@@ -95,7 +95,7 @@ def call_watched_step(
         def named():
             return argument_names(signature_of or fn, args, kwargs)
 
-    finding = watcher.after_step(replay_call, named, batch=(args, kwargs))
+    finding = watcher.after_step(replay_call, named, batch=(args, kwargs, traceable))
     if finding is not None and watcher.stop_on_problem:
         raise TrainingStopped(finding)
     return result

@@ -150,11 +150,12 @@ class TrialSource:
         """Why the trial starts where it does ("" for the last good state)."""
         return "" if self.snapshot is None else self.start.reason
 
-    def kept_batches(self) -> tuple[list[tuple[tuple, dict]], bool]:
-        """The run's own batches from the start step on, and whether all were kept."""
+    def kept_batches(self, function: object = None) -> tuple[list[tuple[tuple, dict]], bool]:
+        """The run's own batches of step function `function` from the start step on, and
+        whether all were kept (none when another step function ran in between)."""
         if self.snapshot is None or self.ring is None:
             return [], False
-        return self.ring.batches_from(self.start.step)
+        return self.ring.batches_from(self.start.step, function)
 
 
 # Remedies whose trial sets one optimizer (its rate, its clipping).
@@ -342,7 +343,7 @@ class LastGoodState:
             yield self._call.args, self._call.kwargs, "failing"
             count = 1
         else:
-            kept, _ = source.kept_batches()
+            kept, _ = source.kept_batches(self._call.traceable)
             for args, kwargs in kept[:steps]:
                 yield args, kwargs, "kept"
                 count += 1

@@ -80,8 +80,9 @@ class SnapshotRing:
         self.every = every
         self.first: Snapshot | None = None
         self.recent: deque[Snapshot] = deque(maxlen=keep)
-        # (step, (args, kwargs), bytes) of the latest steps whose loop handed its batch over.
-        self._batches: deque[tuple[int, tuple, int]] = deque()
+        # (step, (args, kwargs), bytes, the step function) of the latest steps whose loop
+        # handed its batch over.
+        self._batches: deque[tuple[int, tuple, int, object]] = deque()
         self._batch_bytes = 0
         self._started = False
         self._first_complete = False  # the first copy holds every trained variable
@@ -111,7 +112,9 @@ class SnapshotRing:
             step: the step that just ran (the copy is the state before `step + 1`).
             variables: returns the variables to copy (only called when one is due).
             batch: the step's (args, kwargs) when the loop hands them over, kept
-                (as references, within `BATCH_BUDGET_BYTES`) for trials.
+                (as references, within `BATCH_BUDGET_BYTES`) for trials; or (args,
+                kwargs, function) when the loop has several step functions to tell
+                apart (a GAN's `d_step` and `g_step`).
         """
         self._started = True
         if batch is not None:
@@ -135,15 +138,26 @@ class SnapshotRing:
         """The kept copy from which `step` starts, or None."""
         return next((s for s in self.saved() if s.step == step), None)
 
-    def batches_from(self, step: int) -> tuple[list[tuple[tuple, dict]], bool]:
-        """The kept batches of the steps from `step` on, and whether none is missing."""
-        kept = [(s, batch) for s, batch, _ in self._batches if s >= step]
-        complete = bool(kept) and kept[0][0] == step
-        return [batch for _, batch in kept], complete
+    def batches_from(
+        self, step: int, function: object = None
+    ) -> tuple[list[tuple[tuple, dict]], bool]:
+        """The kept batches of the steps from `step` on, and whether none is missing.
 
-    def _keep_batch(self, step: int, batch: tuple[tuple, dict]) -> None:
+        None when a step from `step` on ran another step function than `function` (a
+        GAN loop's `g_step` between two `d_step`s): a trial runs one function, and the
+        other's arguments are not its batches.
+        """
+        kept = [(s, batch, owner) for s, batch, _, owner in self._batches if s >= step]
+        if any(owner is not None and owner is not function for _, _, owner in kept):
+            return [], False
+        complete = bool(kept) and kept[0][0] == step
+        return [batch for _, batch, _ in kept], complete
+
+    def _keep_batch(self, step: int, batch: tuple) -> None:
+        owner = batch[2] if len(batch) > 2 else None
+        batch = (batch[0], batch[1])
         size = sum(_bytes(t) for t in tf.nest.flatten(batch))
-        self._batches.append((step, batch, size))
+        self._batches.append((step, batch, size, owner))
         self._batch_bytes += size
         while self._batches and self._batch_bytes > BATCH_BUDGET_BYTES:  # oldest go first
             self._batch_bytes -= self._batches.popleft()[2]
