@@ -143,6 +143,7 @@ CONFIRMED_SCRIPTS = frozenset(
         "tests/scripts/torch/flow_scale_starts_at_zero.py",
         "tests/scripts/torch/noisy_labels_gathered_log.py",
         "tests/scripts/gan_two_step_functions.py",
+        "tests/scripts/padded_tokens_layer_norm_no_epsilon.py",
         "tests/scripts/xla_sum_order.py",
         "tests/scripts/masked_mean_missing_labels.py",
         "tests/scripts/inline_eager_pair_distance.py",

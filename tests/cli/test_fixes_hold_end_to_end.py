@@ -40,6 +40,7 @@ WITH_VERIFIED_FIXES = [
     "tests/scripts/zero_temperature_subclass_fit.py",  # where the variable is made
     "tests/scripts/torch/flow_scale_starts_at_zero.py",  # the same in PyTorch
     "tests/scripts/torch/noisy_labels_gathered_log.py",  # two lines: log_softmax moved
+    "tests/scripts/padded_tokens_layer_norm_no_epsilon.py",  # Keras's layer, plain ops
 ]
 
 
@@ -94,6 +95,7 @@ def test_every_verified_patch_applies_and_was_confirmed_from_the_start(
         "tests/scripts/zero_temperature_subclass_fit.py",
         "tests/scripts/torch/flow_scale_starts_at_zero.py",
         "tests/scripts/torch/noisy_labels_gathered_log.py",
+        "tests/scripts/padded_tokens_layer_norm_no_epsilon.py",
     ],
 )
 def test_the_first_verified_patch_applied_by_hand_trains_healthy(doctor_run, script, tmp_path):

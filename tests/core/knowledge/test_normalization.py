@@ -35,3 +35,54 @@ def test_a_normalization_handed_a_nan_is_not_its_own(make_evidence, make_stats):
         outputs=(make_stats(min=-1.0, max=1.0, nan=3),),
     )
     assert all(fix.family != "layer_epsilon" for fix in diagnose(evidence).fixes)
+
+
+def _keras_layer_rsqrt(make_evidence, make_stats, code):
+    # Keras 3 computes a normalization layer in plain ops: its Rsqrt of var + epsilon,
+    # named on the line that built the layer.
+    from dataclasses import replace
+
+    evidence = make_evidence(
+        op="Rsqrt",
+        code=code,
+        layer="layer_normalization",
+        inputs=(make_stats(min=0.0, max=0.0011, zeros=192),),
+        outputs=(make_stats(min=29.5, max=48.5, inf=192),),
+        step=0,
+    )
+    return replace(evidence, origin=replace(evidence.origin, source_kind="layer_creation"))
+
+
+def test_a_keras_layer_built_with_epsilon_zero_gets_its_line_patched(
+    make_evidence, make_stats, families
+):
+    code = "h = layers.LayerNormalization(epsilon=0.0)(e)"
+    diagnosis = diagnose(_keras_layer_rsqrt(make_evidence, make_stats, code))
+    assert diagnosis.category == "forward_domain"
+    assert "sqrt(var + epsilon)" in diagnosis.explanation
+    assert families(diagnosis) == ["layer_epsilon"]
+    fix = diagnosis.fixes[0]
+    assert fix.trial_setting == ("epsilon", 1e-3)
+    (edit,) = fix.keyword_edits
+    assert (edit.keyword, edit.values, edit.new, edit.callee) == (
+        "epsilon",
+        (0.0, 0),
+        "0.001",
+        "LayerNormalization",
+    )
+    assert "larger_batch" in [item.remedy for item in diagnosis.not_fixes]
+    # A batch normalization's statistics depend on which rows share a batch.
+    batch = "layers.BatchNormalization(epsilon=0)"
+    diagnosis = diagnose(_keras_layer_rsqrt(make_evidence, make_stats, batch))
+    assert "larger_batch" not in [item.remedy for item in diagnosis.not_fixes]
+
+
+def test_a_keras_layer_with_its_default_epsilon_is_left_to_the_roots_rule(
+    make_evidence, make_stats, families
+):
+    for code in (
+        "h = layers.LayerNormalization()(e)",
+        "h = layers.LayerNormalization(epsilon=1e-3)(e)",
+    ):
+        diagnosis = diagnose(_keras_layer_rsqrt(make_evidence, make_stats, code))
+        assert "layer_epsilon" not in families(diagnosis)

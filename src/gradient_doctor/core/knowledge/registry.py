@@ -171,6 +171,7 @@ def diagnose(evidence: Evidence) -> Diagnosis:
         xla_only.diagnose,
         norm_overflow.diagnose,
         where_trap.diagnose,
+        normalization.diagnose_layer,
     ]
     if not singular:
         rules += [

@@ -134,6 +134,8 @@ def setting_plan(remedy: str, optimizer, name: str, value, edits=()) -> TrialPla
         return _learning_rate_plan(remedy, optimizer, name, value)
     if name in _WEIGHT_OF:
         return _layer_plan(remedy, layers_built_at(optimizer, edits), name, value)
+    if name == "epsilon":
+        return _epsilon_plan(remedy, layers_built_at(optimizer, edits), value)
     already = [f"{clip}={value}" for clip, value in clipping_of(optimizer).items() if clip != name]
     if already:
         reason = "clipping is already on: " + ", ".join(already)
@@ -246,6 +248,28 @@ def _start_plan(remedy: str, fix: Fix, optimizer) -> TrialPlan:
         yield
 
     return TrialPlan(remedy, f"`{start.name}` starting at {start.start:g}", apply)
+
+
+def _epsilon_plan(remedy: str, layers: list, value: float) -> TrialPlan:
+    """Give the normalization layers built on the patched line the epsilon the patch
+    writes: Keras's layers read it each time their call is traced."""
+    normalizing = [layer for layer in layers if hasattr(layer, "epsilon")]
+    if not normalizing:
+        return TrialPlan(remedy, "", not_possible("the layers the patch changes were not found"))
+
+    @contextmanager
+    def apply() -> Iterator[None]:
+        before = [layer.epsilon for layer in normalizing]
+        for layer in normalizing:
+            layer.epsilon = value
+        try:
+            yield
+        finally:
+            for layer, epsilon in zip(normalizing, before):
+                layer.epsilon = epsilon
+
+    names = ", ".join(f"`{layer.name}`" for layer in normalizing)
+    return TrialPlan(remedy, f"epsilon={value:g} on {names}", apply)
 
 
 def _learning_rate_plan(remedy: str, optimizer, name: str, value: float) -> TrialPlan:
