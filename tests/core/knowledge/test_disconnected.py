@@ -470,3 +470,19 @@ def test_a_detach_of_any_expression_is_taken_off_its_line(code, rewritten):
     (fix,) = detach_fixes(code, None)
     assert fix.family == "remove_stop_gradient"
     assert fix.rewrite == (rewritten,)
+
+
+def test_of_nested_casts_the_one_to_an_integer_is_rewritten():
+    # The outer cast back to float is found first on the line: rewriting it kept the
+    # integer cast (no gradient) and fed an int32 to float arithmetic.
+    from gradient_doctor.core.knowledge.remedies.discrete import cast_fixes
+    from gradient_doctor.core.knowledge.source.calls import find_call
+
+    code = "s = tf.cast(tf.cast(self.scale(h) * 3.0, tf.int32), tf.float32)"
+    remove, straight = cast_fixes(code, find_call(code, ("cast",)))
+    assert remove.code.startswith("s = tf.cast(self.scale(h) * 3.0, tf.float32)")
+    assert straight.code.splitlines() == [
+        "value = self.scale(h) * 3.0",
+        "s = tf.cast(value + tf.stop_gradient(tf.cast(tf.cast(value, tf.int32), value.dtype) "
+        "- value), tf.float32)  # integer values forward, identity gradient backward",
+    ]

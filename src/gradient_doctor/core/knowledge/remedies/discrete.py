@@ -9,6 +9,7 @@ from gradient_doctor.core.findings import Fix
 from gradient_doctor.core.knowledge.source.calls import (
     Call,
     assigned_name,
+    find_calls,
     grouped,
     is_identifier,
     replace_span,
@@ -172,8 +173,22 @@ def reinforce(choice: TokenChoice) -> Fix:
     )
 
 
+# A dtype argument naming an integer or bool dtype (`tf.int32`, "int64", `tf.bool`).
+_DISCRETE_DTYPE = re.compile(r"\b(u?int\d*|bool)\b")
+
+
 def cast_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
-    """Fixes for a cast to an integer or bool dtype: stay float, or round straight-through."""
+    """Fixes for a cast to an integer or bool dtype: stay float, or round straight-through.
+
+    Of nested casts (`tf.cast(tf.cast(x, tf.int32), tf.float32)`), the one to an integer
+    dtype is the one the fixes rewrite, whichever the replay's focus gave."""
+    if call is None or not _DISCRETE_DTYPE.search(call.argument(1, "dtype") or ""):
+        discrete = [
+            found
+            for found in find_calls(code, ("cast",))
+            if _DISCRETE_DTYPE.search(found.argument(1, "dtype") or "")
+        ]
+        call = discrete[0] if len(discrete) == 1 else call
     return (
         _without_call(
             code,
