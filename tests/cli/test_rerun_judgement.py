@@ -540,3 +540,22 @@ def test_a_silent_failures_copy_lower_by_less_than_a_tenth_is_not_said_to_learn_
         _copy_report(201, [2.3] * 201), 0, "the patched copy", reference=run, learn_more=True
     )
     assert worse.why.endswith("so it learned no better")
+
+
+def test_a_copy_killed_before_its_report_says_how_it_ended_and_its_last_words(
+    tmp_path, monkeypatch
+):
+    # A copy that dies hard (here it kills itself) writes no report: its verdict says
+    # how the process ended and what it printed last, not only "it crashed".
+    from gradient_doctor.cli.patched_rerun import rerun_patched
+
+    (tmp_path / "dies.py").write_text(
+        "import os, signal\n"
+        "print('loading the shards', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    rerun = rerun_patched("dies.py", [], None, failed_at=3, steps_past=10, timeout=120)
+    assert rerun.inconclusive and not rerun.held
+    assert rerun.why.startswith("the unchanged copy wrote no report: it ended with status -9")
+    assert rerun.why.endswith("its last output: loading the shards")

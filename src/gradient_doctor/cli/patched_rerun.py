@@ -11,6 +11,7 @@ of the copy, or by an absolute path, is stopped, and judges nothing (`Rerun.bloc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -116,12 +117,16 @@ def rerun_patched(
         ]
         guard = copy.guard(os.path.join(scratch, "refused.log"))
         guarded = guard.save(os.path.join(scratch, "guard.json"))
-        report = doctor_report(script, args, copy.root, scratch, options, timeout, guard=guarded)
+        report, silence = doctor_report_why(
+            script, args, copy.root, scratch, options, timeout, guard=guarded
+        )
         trespass = copy.trespass(guard)
     if trespass is not None:
         steps = report.get("steps_watched", 0) if report else 0
         return Rerun(False, steps, trespass, blocked=True)
     what = "the patched copy" if patch else "the unchanged copy"
+    if report is None:
+        return Rerun(False, 0, f"{what} wrote no report: {silence}", inconclusive=True)
     return _judged(report, failed_at, what, limit, timeout, reference, learn_more)
 
 
@@ -486,11 +491,44 @@ def doctor_report(
 
     `guard`: a saved `WriteGuard` the run's process installs before anything runs.
     """
-    report = os.path.join(scratch, f"report-{len(os.listdir(scratch))}.json")
+    return doctor_report_why(script, args, cwd, scratch, options, timeout, quiet, guard)[0]
+
+
+# How much of a silent copy's last output its verdict quotes.
+_LAST_WORDS = 300
+
+
+def doctor_report_why(
+    script: str,
+    args: list[str],
+    cwd: str,
+    scratch: str,
+    options: list[str],
+    timeout: float | None = None,
+    quiet: bool = True,
+    guard: str | None = None,
+) -> tuple[dict | None, str]:
+    """`doctor_report`, with why there is no report when there is none ("" when there is
+    one): how the process ended and, when its output was kept (`quiet`), its last words,
+    so that a copy that crashed says with what."""
+    number = len(os.listdir(scratch))
+    report = os.path.join(scratch, f"report-{number}.json")
     doctor = ["gradient_doctor"] if guard is None else ["gradient_doctor.cli.write_guard", guard]
     command = [sys.executable, "-m", *doctor, "run", "--report", report, *options]
-    output = subprocess.DEVNULL if quiet else None
-    process = subprocess.Popen([*command, script, *args], cwd=cwd, stdout=output, stderr=output)
+    log = os.path.join(scratch, f"output-{number}.log") if quiet else None
+    with open(log, "wb") if log else _inherited() as output:
+        process = subprocess.Popen([*command, script, *args], cwd=cwd, stdout=output, stderr=output)
+        ended = _waited(process, timeout)
+    try:
+        with open(report, encoding="utf-8") as handle:
+            return json.load(handle), ""
+    except (OSError, ValueError):
+        pass
+    return None, ended + _last_words(log)
+
+
+def _waited(process: subprocess.Popen, timeout: float | None) -> str:
+    """Wait for the copy's process; how it ended, in words."""
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -502,12 +540,36 @@ def doctor_report(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            return None
+            return (
+                f"it was still running after {timeout:.0f} s and did not stop within "
+                f"{TERMINATE_GRACE_SECONDS:.0f} s of being asked to, so it was killed"
+            )
+        return (
+            f"it was asked to stop after {timeout:.0f} s and ended with status {process.returncode}"
+        )
+    return f"it ended with status {process.returncode}"
+
+
+def _last_words(log: str | None) -> str:
+    """ "; its last output: ..." from the copy's kept output, or ""."""
+    if log is None:
+        return ""
     try:
-        with open(report, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
+        with open(log, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(handle.tell() - 4 * _LAST_WORDS, 0))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    tail = " | ".join(lines[-3:])[-_LAST_WORDS:]
+    return f"; its last output: {tail}" if tail else ""
+
+
+@contextlib.contextmanager
+def _inherited():
+    """The parent's own stdout and stderr for the child (`Popen`'s None)."""
+    yield None
 
 
 def relative_script(script: str) -> str | None:
