@@ -74,7 +74,7 @@ def fix_command(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gradient-doctor-fix-") as scratch:
         options = ["--trial-steps", str(trial_steps), "--confirm", "never"]
-        report = doctor_report(relative, args, os.getcwd(), scratch, options, quiet=False)
+        report, _ = doctor_report(relative, args, os.getcwd(), scratch, options, quiet=False)
     # A copy run to the script's end (a remedy that may only delay a drift) gets the
     # time a confirmation rerun gets.
     to_end_seconds = max(3 * (time.monotonic() - started), 60.0)

@@ -117,7 +117,7 @@ def rerun_patched(
         ]
         guard = copy.guard(os.path.join(scratch, "refused.log"))
         guarded = guard.save(os.path.join(scratch, "guard.json"))
-        report, silence = doctor_report_why(
+        report, silence = doctor_report(
             script, args, copy.root, scratch, options, timeout, guard=guarded
         )
         trespass = copy.trespass(guard)
@@ -477,6 +477,10 @@ def _place(origin: dict | None) -> str:
 TERMINATE_GRACE_SECONDS = 30.0
 
 
+# How much of a silent copy's last output its verdict quotes.
+_LAST_WORDS = 300
+
+
 def doctor_report(
     script: str,
     args: list[str],
@@ -486,31 +490,13 @@ def doctor_report(
     timeout: float | None = None,
     quiet: bool = True,
     guard: str | None = None,
-) -> dict | None:
-    """Run `gradient-doctor run` on `script` in `cwd`; its JSON report, or None.
+) -> tuple[dict | None, str]:
+    """Run `gradient-doctor run` on `script` in `cwd`: its JSON report or None, and why
+    there is none ("" when there is one): how the process ended and, when its output was
+    kept (`quiet`), its last words, so that a copy that crashed says with what.
 
     `guard`: a saved `WriteGuard` the run's process installs before anything runs.
     """
-    return doctor_report_why(script, args, cwd, scratch, options, timeout, quiet, guard)[0]
-
-
-# How much of a silent copy's last output its verdict quotes.
-_LAST_WORDS = 300
-
-
-def doctor_report_why(
-    script: str,
-    args: list[str],
-    cwd: str,
-    scratch: str,
-    options: list[str],
-    timeout: float | None = None,
-    quiet: bool = True,
-    guard: str | None = None,
-) -> tuple[dict | None, str]:
-    """`doctor_report`, with why there is no report when there is none ("" when there is
-    one): how the process ended and, when its output was kept (`quiet`), its last words,
-    so that a copy that crashed says with what."""
     number = len(os.listdir(scratch))
     report = os.path.join(scratch, f"report-{number}.json")
     doctor = ["gradient_doctor"] if guard is None else ["gradient_doctor.cli.write_guard", guard]
