@@ -172,3 +172,16 @@ def test_each_standing_warning_is_judged_on_its_own_stretch(rng):
     steps, values = _losses(losses)
     assert silent_failures([Standing(finding, 0, 399)], steps, values, 400) == ()
     assert silent_failures([Standing(finding, 250, 399)], steps, values, 400) == ()
+
+
+def test_a_loss_that_fell_a_little_then_stalled_is_said_to_have_barely_improved(rng):
+    # 0.83 -> 0.69 (a sigmoid net stalled at chance): it fell, short of real progress.
+    detector = _vanishing()
+    start = [_noisy(rng, 0.83, 0.01) for _ in range(20)]
+    (problem,) = _judge(
+        detector, _losses([*start, *(_noisy(rng, 0.69, 0.01) for _ in range(STEPS - 20))])
+    )
+    assert "the loss barely improved: about 0.69 over the last steps, against 0.83 when " in (
+        problem.explanation
+    )
+    assert "(17% lower, and flat since)" in problem.explanation

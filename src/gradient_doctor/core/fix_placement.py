@@ -120,6 +120,8 @@ def place_fixes(
     origin_lines = read_lines(os.path.join(root, source.file)) if source is not None else None
     fixes = []
     for fix in finding.fixes:
+        if fix.family == "better_init" and _initialised_well(sites):
+            continue  # every layer is drawn as the fix would draw it: nothing to propose
         placed = None
         if fix.rewrite and origin_lines is not None:
             fix = _in_files_names(fix, origin_lines)
@@ -461,6 +463,17 @@ def _layer_fix(fix: Fix, sites: FixSites, root: str) -> Fix | None:
     if not edits:
         return None
     return _patched(fix, tuple(edits.values()), root, setting)
+
+
+def _initialised_well(sites: FixSites) -> bool:
+    """Every trained layer whose line is known is already initialised for its activation
+    (He's for ReLUs, Glorot's otherwise), with no recurrent kernel that grows the state."""
+    layers = sites.trained_layers
+    return bool(layers) and all(
+        layer_rewrite.initialised_for_its_activation(site)
+        and not layer_rewrite.wants_orthogonal_recurrence(site)
+        for site in layers
+    )
 
 
 def _as_fix(remedy: str, site: OptimizerSite) -> Fix:

@@ -111,12 +111,25 @@ def _drop(before: float, after: float) -> float:
     return 0.0 if scale == 0 else (before - after) / scale
 
 
+# A fall of the loss below this share of where it started is "did not improve"; a larger
+# one (still short of `PROGRESS`) "barely improved", with how much.
+_NO_FALL = 0.05
+
+
 def _promoted(item: Standing, run_start: float, last: float) -> Finding:
     """The warning as a problem: since when it held, and what the loss did meanwhile."""
+    fall = _drop(run_start, last)
+    moved = (
+        f"the loss barely improved: about {approximately(last)} over the last steps, "
+        f"against {approximately(run_start)} when the run started ({fall:.0%} lower, and "
+        "flat since)"
+        if fall >= _NO_FALL
+        else f"the loss did not improve: about {approximately(last)} over the last steps, "
+        f"against {approximately(run_start)} when the run started"
+    )
     evidence = (
         f" This held from step {item.since} to the end of the run (step {item.until}), "
-        f"and the loss did not improve: about {approximately(last)} over the last steps, "
-        f"against {approximately(run_start)} when the run started. Training went on "
-        "without learning; nothing was non-finite, so no step failed."
+        f"and {moved}. Training went on without learning; nothing was non-finite, so no "
+        "step failed."
     )
     return replace(item.finding, step=item.since, explanation=item.finding.explanation + evidence)

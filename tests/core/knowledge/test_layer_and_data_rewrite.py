@@ -157,3 +157,20 @@ def test_a_fit_given_no_targets_scales_x_and_the_validation_x_by_the_largest_mag
         "validation_data=(val_x / abs(features).max(), val_y), epochs=3)"
     ) in _patched(edit)
     assert scale_fit_input(_at("features / 255.0"), SCRIPT) is None
+
+
+def test_a_better_initialisation_is_not_proposed_for_layers_already_drawn_so():
+    from gradient_doctor.core.findings import Finding, Fix, Origin
+    from gradient_doctor.core.fix_placement import FixSites, place_fixes
+
+    origin = Origin("Square", "Square", None, _at("pair ="), None, (), ())
+    better = Fix("better_init", "He", 'keras.layers.Dense(units, kernel_initializer="he_normal")')
+    finding = Finding("forward_overflow", 2, "forward", origin, ".", fixes=(better,))
+    he = LayerSite(_at("hidden ="), "Dense", "dense", "relu", "HeNormal")
+    glorot_sigmoid = LayerSite(_at("head ="), "Dense", "dense_1", "sigmoid", "GlorotUniform")
+    drawn_well = FixSites(trained_layers=(he, glorot_sigmoid))
+    assert place_fixes(finding, sites=drawn_well).fixes == ()
+    # A ReLU layer drawn far too wide is what the fix is for: it stays.
+    wide = LayerSite(_at("hidden ="), "Dense", "dense", "relu", "RandomNormal")
+    kept = place_fixes(finding, sites=FixSites(trained_layers=(wide, glorot_sigmoid))).fixes
+    assert [fix.family for fix in kept] == ["better_init"]

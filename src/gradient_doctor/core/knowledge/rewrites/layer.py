@@ -118,6 +118,20 @@ def wants_he_init(site: LayerSite) -> bool:
     return (site.activation or "") in RELU_FAMILY and site.initializer in (None, "GlorotUniform")
 
 
+# The initializers that suit a layer's activation: He's for the ReLU family, Glorot's
+# (Keras's default) for the rest.
+_HE = frozenset({"HeNormal", "HeUniform"})
+_GLOROT = frozenset({None, "GlorotUniform", "GlorotNormal"})
+
+
+def initialised_for_its_activation(site: LayerSite) -> bool:
+    """True for a layer already drawn as a better initialisation would draw it: He's for
+    the ReLU family, Glorot's for any other activation (a sigmoid, a tanh, none)."""
+    if (site.activation or "") in RELU_FAMILY:
+        return site.initializer in _HE
+    return site.initializer in _GLOROT
+
+
 # Recurrent initializers that keep the state's scale at gain 1 (Keras's default is the first).
 _SCALE_KEEPING = frozenset({"Orthogonal", "Identity"})
 
