@@ -156,3 +156,17 @@ def test_another_model_trained_next_is_judged_afresh_and_the_warnings_before_sta
     losses(fresh, student, 80)
     spikes = [w for w in fresh.warnings if w.category == "loss_spike"]
     assert [w.step for w in spikes] == [40]  # the teacher's, kept; none for the student
+
+
+def test_a_warning_of_what_a_problem_already_reported_is_left_out_of_the_report():
+    from gradient_doctor.core.findings import Finding
+
+    session = Session(_LossAdapter(), trial_steps=0)
+    dead = Finding("dead_units", 0, None, None, "Every ReLU unit of `dense` is dead.")
+    session.problems.append(dead)
+    again = Finding("dead_units", 190, None, None, "More than 90% of `dense`'s units are dead.")
+    spike = Finding("loss_spike", 40, None, None, "The loss jumped.")
+    session._retired = [again, spike]  # raised and retired by the detectors before
+    report = session.report()
+    assert report.problems == (dead,)
+    assert report.warnings == (spike,)

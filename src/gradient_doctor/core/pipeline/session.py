@@ -546,11 +546,19 @@ class Session:
         """The session's report so far (silent failures among the problems)."""
         silent = self.silent_failures()
         promoted = {finding.category for finding in silent}
+        # A warning of what a problem already reported, raised after it (the dead units a
+        # zero-gradient problem named at step 0, warned of again at step 190), says nothing new.
+        reported = {finding.category: finding.step or 0 for finding in reversed(self.problems)}
         return Report(
             script=script,
             steps_watched=self.steps_watched,
             problems=(*self.problems, *silent),
-            warnings=tuple(w for w in self.warnings if w.category not in promoted),
+            warnings=tuple(
+                w
+                for w in self.warnings
+                if w.category not in promoted
+                and not (w.category in reported and (w.step or 0) >= reported[w.category])
+            ),
             script_error=script_error,
             series=self.series.snapshot(),
         )
