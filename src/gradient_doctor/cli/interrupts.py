@@ -45,9 +45,11 @@ class RunInterrupts:
     While the script runs, the signal is raised in the main thread: SIGINT as
     `KeyboardInterrupt` (as Python does), SIGTERM as `Terminated`. Where it lands in
     the doctor's diagnosis of a step (a frame of a `protect`ed function is on the
-    stack) or outside the script (the doctor starting up or finishing), it is held,
-    said on stderr, and raised as soon as the script runs outside the diagnosis; a
-    second signal raises at once.
+    stack), inside a framework's writing of a checkpoint or model file (a Keras
+    `ModelCheckpoint` saving, `torch.save`: cut short, the file the user had is left
+    half written), or outside the script (the doctor starting up or finishing), it is
+    held, said on stderr, and raised as soon as the script runs outside them; a second
+    signal raises at once.
     After `reporting()` a signal is only noted, and a second one ends the process
     at once (the reports being written are then lost).
 
@@ -106,8 +108,8 @@ class RunInterrupts:
             if not retry:
                 _say(f"{signal_name(signum)} received; writing the reports first")
             return
-        in_script, protected = self._where(frame)
-        if in_script and (again or not protected):
+        in_script, protected, saving = self._where(frame)
+        if in_script and (again or not (protected or saving)):
             self._held = False
             raise KeyboardInterrupt if self.signum == signal.SIGINT else Terminated(self.signum)
         if again:
@@ -115,28 +117,33 @@ class RunInterrupts:
         if not self._held:
             self._held = True
             name = signal_name(signum)
-            when = (
-                "while the doctor diagnoses a step; the script stops once that is done"
-                if in_script
-                else "outside the script (the doctor is starting or finishing); the run ends "
-                "at the first chance"
-            )
+            if saving and not protected:
+                when = "while your script writes a file (a checkpoint); it stops once written"
+            elif in_script:
+                when = "while the doctor diagnoses a step; the script stops once that is done"
+            else:
+                when = (
+                    "outside the script (the doctor is starting or finishing); the run ends "
+                    "at the first chance"
+                )
             _say(
                 f"{name} received {when}, with every report written (send {name} again to stop now)"
             )
             self._retrier = threading.Thread(target=self._retry_held, daemon=True)
             self._retrier.start()
 
-    def _where(self, frame: FrameType | None) -> tuple[bool, bool]:
-        """Whether `frame` runs under the script, and under the doctor's diagnosis."""
-        protected = False
+    def _where(self, frame: FrameType | None) -> tuple[bool, bool, bool]:
+        """Whether `frame` runs under the script, under the doctor's diagnosis, and
+        inside a framework's writing of a file (`writes_a_file`)."""
+        protected = saving = False
         while frame is not None:
             if frame.f_code in self._protected:
                 protected = True
+            saving = saving or writes_a_file(frame.f_code)
             if frame.f_code is self._script_code:
-                return True, protected
+                return True, protected, saving
             frame = frame.f_back
-        return False, protected
+        return False, protected, saving
 
     def _retry_held(self) -> None:
         """Hand the held signal to the main thread again and again until it is raised."""
@@ -153,6 +160,27 @@ class RunInterrupts:
         if self._retrier is not None and self._retrier is not threading.current_thread():
             self._retrier.join()
         self._retrier = None
+
+
+# Where the frameworks write checkpoints and model files: (a folder of the file's path,
+# the functions there, or None for every function in it).
+_FILE_WRITERS = (
+    (f"keras{os.sep}src{os.sep}saving{os.sep}", None),
+    (f"keras{os.sep}src{os.sep}legacy{os.sep}saving{os.sep}", None),
+    (f"tensorflow{os.sep}python{os.sep}checkpoint{os.sep}", None),
+    (f"tensorflow{os.sep}python{os.sep}saved_model{os.sep}", None),
+    (f"torch{os.sep}serialization.py", frozenset({"save", "_save", "_legacy_save"})),
+    (f"safetensors{os.sep}", frozenset({"save_file", "save_model"})),
+)
+
+
+def writes_a_file(code: CodeType) -> bool:
+    """Whether `code` is a framework's function that writes a checkpoint or a model file,
+    which a signal must not cut short (the user's previous file would be half overwritten)."""
+    return any(
+        folder in code.co_filename and (names is None or code.co_name in names)
+        for folder, names in _FILE_WRITERS
+    )
 
 
 def _say(text: str) -> None:
