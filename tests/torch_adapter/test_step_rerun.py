@@ -20,8 +20,10 @@ from gradient_doctor.torch_adapter.script_adapter import ScriptAdapter  # noqa: 
 
 # No seed anywhere: which step fails depends on the process's own draws. Each step's
 # draws are appended to a file in the script's folder (the rerun's is in its copy) and
-# to the file named by its argument, outside the folder, by the run and then its rerun.
+# to the file named by an environment variable, outside the folder, by the run and then
+# its rerun. (A file named by an argument there would be put back after the rerun.)
 _UNSEEDED = """
+import os
 import random
 import sys
 import numpy
@@ -31,7 +33,7 @@ scale = torch.nn.Parameter(torch.tensor(2.0))
 optimizer = torch.optim.SGD([scale], lr=0.01)
 for step in range(200):
     noise = torch.randn(8) + random.gauss(0, 0.3) + float(numpy.random.normal(0, 0.3))
-    for path in ("draws.txt", sys.argv[1]):
+    for path in ("draws.txt", os.environ["BOTH_RUNS"]):
         with open(path, "a") as log:
             print(step, noise.tolist(), file=log)
     spread = torch.sqrt(scale + noise)
@@ -55,13 +57,14 @@ def test_an_unseeded_scripts_failing_step_is_reproduced_by_its_rerun(start, tmp_
     script = folder / "unseeded.py"
     script.write_text(_UNSEEDED)
     monkeypatch.chdir(folder)
-    adapter = ScriptAdapter(script.name, [both], trial_steps=0)
+    monkeypatch.setenv("BOTH_RUNS", both)
+    adapter = ScriptAdapter(script.name, [], trial_steps=0)
     with monkeypatch.context() as patched:
         if start != "fork":
             patched.delattr(os, "fork")
         adapter.install()
     try:
-        outcome = run_script(script.name, [both])
+        outcome = run_script(script.name, [])
     finally:
         adapter.uninstall()
     assert outcome.stopped

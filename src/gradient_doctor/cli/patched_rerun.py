@@ -12,6 +12,7 @@ of the copy, or by an absolute path, is stopped, and judges nothing (`Rerun.bloc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -21,6 +22,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gradient_doctor.cli.outside_paths import OutsidePaths
 from gradient_doctor.cli.scratch_copy import copy_folder
 from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
 from gradient_doctor.core.fix_trials import diverged, not_moving
@@ -117,17 +119,23 @@ def rerun_patched(
         ]
         guard = copy.guard(os.path.join(scratch, "refused.log"))
         guarded = guard.save(os.path.join(scratch, "guard.json"))
-        report, silence = doctor_report(
-            script, args, copy.root, scratch, options, timeout, guard=guarded
-        )
+        outside = OutsidePaths(args, os.getcwd(), scratch)
+        with outside:
+            report, silence = doctor_report(
+                script, outside.rerun_args, copy.root, scratch, options, timeout, guard=guarded
+            )
         trespass = copy.trespass(guard)
     if trespass is not None:
         steps = report.get("steps_watched", 0) if report else 0
         return Rerun(False, steps, trespass, blocked=True)
     what = "the patched copy" if patch else "the unchanged copy"
     if report is None:
-        return Rerun(False, 0, f"{what} wrote no report: {silence}", inconclusive=True)
-    return _judged(report, failed_at, what, limit, timeout, reference, learn_more)
+        rerun = Rerun(False, 0, f"{what} wrote no report: {silence}", inconclusive=True)
+    else:
+        rerun = _judged(report, failed_at, what, limit, timeout, reference, learn_more)
+    if outside.notes:
+        rerun = dataclasses.replace(rerun, why=f"{rerun.why} ({'; '.join(outside.notes)})")
+    return rerun
 
 
 def loss_points(series: Iterable[Mapping]) -> list[tuple[int, float]]:

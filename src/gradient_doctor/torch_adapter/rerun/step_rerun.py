@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from gradient_doctor.cli import write_guard
+from gradient_doctor.cli.outside_paths import OutsidePaths
 from gradient_doctor.cli.scratch_copy import copy_folder, folder_listing
 from gradient_doctor.torch_adapter.rerun import start_rng, step_events
 from gradient_doctor.torch_adapter.rerun.step_events import RecordedStep
@@ -174,9 +175,12 @@ class StepReruns:
         # guarded too, so the rerun writes none of the user's files there.
         script_folder = os.path.dirname(os.path.abspath(self.start.script))
         guard = copy.guard(os.path.join(scratch, "refused.log"), also=(script_folder,))
+        # Paths leading out of the folder read from the copy as from the run; a file
+        # there the rerun writes is put back afterwards.
+        outside = OutsidePaths(list(self.start.args), self.start.cwd, scratch)
         request = {
             "script": copy.mapped(self.start.script),
-            "args": list(self.start.args),
+            "args": outside.rerun_args,
             "cwd": copy.root,
             "sys_path": [copy.mapped(path) for path in self.start.sys_path],
             "guard": guard.save(os.path.join(scratch, "guard.json")),
@@ -184,12 +188,13 @@ class StepReruns:
             "out": os.path.join(scratch, "step.json"),
             "tape": os.path.join(scratch, "tape") if wanted["tape"] else None,
         }
-        if self._fork is not None:
-            ended = self._fork.run(request, timeout)
-            if ended == STALLED:
-                return None
-        else:
-            ended = _fresh_interpreter(self.start, request, scratch, timeout)
+        with outside:
+            if self._fork is not None:
+                ended = self._fork.run(request, timeout)
+            else:
+                ended = _fresh_interpreter(self.start, request, scratch, timeout)
+        if ended == STALLED:
+            return None
         if ended is None:
             why = f"the rerun of your script ran past {timeout:.0f} s and was stopped"
             recorded = RecordedStep(False, why=why)
