@@ -11,8 +11,13 @@ class UsageError(DoctorError):
     """The doctor was called with arguments it cannot use."""
 
 
-class TrainingStopped(DoctorError):
+class TrainingStopped(BaseException):
     """Training was stopped because the doctor diagnosed a numerical problem.
+
+    A `BaseException`, like `KeyboardInterrupt`, not a `DoctorError`: a script's own
+    `except Exception:` around its step (to skip a bad batch and go on) must not swallow
+    the stop, or the script trains on past the step the doctor stopped, and a rerun that
+    records the step never ends. Catch it by name.
 
     Attributes:
         finding: the diagnosis (a `Finding`).
@@ -41,4 +46,4 @@ class StepLimitReached(TrainingStopped):
     def __init__(self, steps: int) -> None:
         self.finding = None
         self.steps = steps
-        DoctorError.__init__(self, f"gradient-doctor stopped training after {steps} steps")
+        BaseException.__init__(self, f"gradient-doctor stopped training after {steps} steps")

@@ -873,3 +873,19 @@ def test_a_product_that_underflowed_to_zero_is_named_under_the_log_of_plain_tens
     assert problem["fixes"][0]["family"] == "log_space"
     why = {item["remedy"]: item["why"] for item in problem["not_fixes"]}
     assert "No trainable weight lies" not in why.get("lower_learning_rate", "")
+
+
+def test_a_loop_whose_except_exception_skips_bad_batches_does_not_swallow_the_stop(torch_run):
+    # The stop was an Exception: the handler swallowed it in the run (the script went on)
+    # and in the seeded rerun (which never ended the update it was to record).
+    name = "batch_errors_skipped_by_except.py"
+    run, _ = torch_run(name, confirm="never")
+    assert run.exit_code == 1, run.stderr[-3000:]
+    assert "skipped a batch" not in run.stdout
+    problem = run.problem
+    assert (problem["category"], problem["step"], problem["origin"]["op"]) == (
+        "forward_domain",
+        0,
+        "sqrt",
+    )
+    assert problem["origin"]["line"] == line_of(f"{SCRIPTS}/{name}", "torch.sqrt(model(batch)")

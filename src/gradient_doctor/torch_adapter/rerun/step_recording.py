@@ -28,7 +28,7 @@ from torch.nn.modules.module import (
 )
 
 from gradient_doctor.cli.script_runner import ScriptEnd
-from gradient_doctor.errors import DoctorError, TrainingStopped
+from gradient_doctor.errors import TrainingStopped
 from gradient_doctor.torch_adapter.dump.step_tape import TapedRecorder
 from gradient_doctor.torch_adapter.dump.tape_files import TAPE_ERROR, write_tape
 from gradient_doctor.torch_adapter.hooks.anomaly_mode import AnomalyModeLeftOff
@@ -55,7 +55,7 @@ class StepRecorded(TrainingStopped):
 
     def __init__(self, update: int) -> None:
         self.finding = None
-        DoctorError.__init__(self, f"gradient-doctor recorded the step of update {update}")
+        BaseException.__init__(self, f"gradient-doctor recorded the step of update {update}")
 
 
 class StepRecording(UpdateListener):
