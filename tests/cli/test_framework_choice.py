@@ -33,6 +33,11 @@ def _script(tmp_path, source: str, modules: dict[str, str] | None = None):
         ("def main():\n    import torch.optim as optim\n", TORCH),
         ("import tensorflow as tf\n", TENSORFLOW),
         ("import keras\nimport torch\n", TENSORFLOW),  # both: the TensorFlow adapter
+        # Both, but it trains as PyTorch does (TensorFlow only for a summary or a tensor).
+        ("import tensorflow as tf\nimport torch\nloss.backward()\nopt.zero_grad()\n", TORCH),
+        # Both, and a GradientTape: TensorFlow trains (torch loads data, say).
+        ("import tensorflow as tf\nimport torch\nx.backward()\ntf.GradientTape()\n", TENSORFLOW),
+        ("import keras\nimport torch\nmodel.fit(x, y)\n", TENSORFLOW),
         ("import numpy\n", TENSORFLOW),  # neither: the doctor's first adapter
         ("import gradient_doctor.torch\n", TORCH),
         ('import importlib\ntorch = importlib.import_module("torch")\n', TORCH),

@@ -3,6 +3,7 @@ the user's code that finds a loss-like scalar (or a number) not finite is handed
 what its caller held; everything is given back after."""
 
 import math
+import sys
 
 import numpy
 import pytest
@@ -123,3 +124,23 @@ def test_a_norm_test_after_backward_fails_the_step_unless_a_grad_scaler_skips_on
         "backward",
     )
     assert finding.origin.gradient_of == "Sqrt"
+
+
+def test_a_module_imported_while_watching_sees_numpys_own_ufuncs(tmp_path, monkeypatch):
+    # TensorFlow imported after torch loads ml_dtypes, whose C code registers loops on
+    # numpy.isfinite and read the stand-in as a ufunc: the import failed.
+    (tmp_path / "reads_ufuncs.py").write_text(
+        "import numpy\nseen = [isinstance(numpy.isfinite, numpy.ufunc)]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tests = FinitenessTests(lambda held: None, FINITENESS_TESTS)
+    tests.install()
+    try:
+        import reads_ufuncs
+
+        assert reads_ufuncs.seen[0]
+        assert not isinstance(numpy.isfinite, numpy.ufunc)  # followed again after the import
+    finally:
+        tests.uninstall()
+        sys.modules.pop("reads_ufuncs", None)
+    assert isinstance(numpy.isfinite, numpy.ufunc)

@@ -3,8 +3,11 @@
 The script is read, never imported (importing it would run it): its `import`
 statements (and imports by a constant name, `importlib.import_module("torch")`), and
 those of the modules of the user's own folder it imports, are found with `ast`. A
-script that imports `torch` and neither `tensorflow` nor `keras` is a PyTorch script;
-anything else keeps the TensorFlow adapter (the doctor's first one). Each adapter is
+script that imports `torch` and neither `tensorflow` nor `keras` is a PyTorch script; so
+is one that imports both but trains only as PyTorch does (it calls `.backward()` or
+`.zero_grad()` and none of TensorFlow's training calls: a `GradientTape`, `fit`,
+`apply_gradients`, `train_on_batch`); anything else keeps the TensorFlow adapter (the
+doctor's first one). Each adapter is
 built here, its framework imported only then, so a PyTorch run never loads TensorFlow.
 """
 
@@ -39,9 +42,41 @@ def script_framework(script: str) -> str:
     imported = _imports_of(script)
     if "keras" in imported and keras_backend(script) == TORCH:
         return TORCH  # Keras's ops run as torch's; loading TensorFlow first would pin it
-    if imported & _TENSORFLOW_MODULES or not imported & _TORCH_MODULES:
+    if not imported & _TORCH_MODULES:
         return TENSORFLOW
+    if imported & _TENSORFLOW_MODULES:
+        called = _training_calls(script)
+        trains_torch, trains_tf = called & _TORCH_TRAINING, called & _TENSORFLOW_TRAINING
+        return TORCH if trains_torch and not trains_tf else TENSORFLOW
     return TORCH
+
+
+# The calls that train a model, by framework: a script importing both trains with the one
+# whose calls it makes (TensorFlow used for a `tf.data` pipeline or a summary writer).
+_TORCH_TRAINING = frozenset({"backward", "zero_grad"})
+_TENSORFLOW_TRAINING = frozenset(
+    {"GradientTape", "fit", "apply_gradients", "train_on_batch", "minimize", "fit_generator"}
+)
+
+
+def _training_calls(script: str) -> set[str]:
+    """The names of the training calls (`_TORCH_TRAINING`, `_TENSORFLOW_TRAINING`) the script
+    and its folder's modules make, as attribute or plain calls."""
+    wanted = _TORCH_TRAINING | _TENSORFLOW_TRAINING
+    called = set()
+    for path in _modules_of(script):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read(), filename=path)
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if name in wanted:
+                    called.add(name)
+    return called
 
 
 def uses_keras(script: str) -> bool:
@@ -90,6 +125,16 @@ def _names_backend(node: ast.AST) -> bool:
 
 def _imports_of(script: str) -> set[str]:
     """The top-level names of every module the script and its folder's modules import."""
+    return _walked(script)[0]
+
+
+def _modules_of(script: str) -> set[str]:
+    """The script's path and those of its folder's modules it imports, read by `_walked`."""
+    return _walked(script)[1]
+
+
+def _walked(script: str) -> tuple[set[str], set[str]]:
+    """The top-level names the script and its folder's modules import, and their paths."""
     folder = os.path.dirname(os.path.abspath(script))
     pending, seen, names = [os.path.abspath(script)], set(), set()
     while pending and len(seen) < _MAX_MODULES:
@@ -106,7 +151,7 @@ def _imports_of(script: str) -> set[str]:
                 names.add(module.partition(".")[0])
             if module == "gradient_doctor.torch" or module.startswith("gradient_doctor.torch."):
                 names.add("torch")
-    return names
+    return names, seen
 
 
 def _imported_modules(path: str) -> list[tuple[str, int]]:

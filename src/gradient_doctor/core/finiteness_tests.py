@@ -21,6 +21,7 @@ batch, a metric, a mask of -inf scores) costs a few attribute reads.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 import sys
@@ -83,11 +84,13 @@ class FinitenessTests:
             self._patches.replace(owner, name, self._self_comparison(getattr(owner, name)))
         import numpy  # here, not at the top: the core loads no numerical library itself
 
+        ufuncs = {}
         for name, says_finite in _NUMBER_TESTS:
             self._patches.replace(math, name, self._number_test(getattr(math, name), says_finite))
-            ufunc = getattr(numpy, name)
+            ufunc = ufuncs[name] = getattr(numpy, name)
             test = self._number_test(ufunc, says_finite, depth=2)  # called by _FollowedUfunc
             self._patches.replace(numpy, name, _FollowedUfunc(ufunc, test))
+        self._patches.replace(builtins, "__import__", _with_ufuncs(builtins.__import__, ufuncs))
 
     def uninstall(self) -> None:
         self._patches.restore()
@@ -158,6 +161,32 @@ class FinitenessTests:
             raise
         finally:
             self._busy = False
+
+
+def _with_ufuncs(original_import: Callable, ufuncs: dict) -> Callable:
+    """`__import__` that puts NumPy's own ufuncs back while a module is imported: a C
+    extension imported later (ml_dtypes, under TensorFlow imported after torch) registers
+    loops on `numpy.isfinite` and reads it as a ufunc, which the stand-in is not."""
+    import numpy
+
+    importing = [False]
+
+    @functools.wraps(original_import)
+    def imported(*args, **kwargs):
+        if importing[0]:
+            return original_import(*args, **kwargs)
+        importing[0] = True
+        followed = {name: getattr(numpy, name) for name in ufuncs}
+        for name, ufunc in ufuncs.items():
+            setattr(numpy, name, ufunc)
+        try:
+            return original_import(*args, **kwargs)
+        finally:
+            for name, stand_in in followed.items():
+                setattr(numpy, name, stand_in)
+            importing[0] = False
+
+    return imported
 
 
 class _FollowedUfunc:

@@ -61,10 +61,16 @@ def header_line(report: Report) -> str:
     """
     watched = f"{count(report.steps_watched, 'step')} watched"
     if report.status == "healthy" and report.steps_watched == 0:
+        steps = (
+            "a torch.optim step, or a backward() of a script that updates its tensors itself"
+            if report.framework == "torch"
+            else "a Keras fit, or a GradientTape's update; a script that imports TensorFlow "
+            "and trains with PyTorch is watched as PyTorch only when it makes none of "
+            "TensorFlow's training calls"
+        )
         return (
-            "healthy: 0 steps watched: no training step of a framework the doctor watches "
-            "ran (a TensorFlow/Keras fit or tape, a torch.optim step, a backward() of a "
-            "script that updates its tensors itself), so nothing was checked"
+            "healthy: 0 steps watched: no training step the doctor watches ran "
+            f"({steps}), so nothing was checked"
         )
     if report.status == "healthy":
         return f"healthy: {watched}, no non-finite values{_scaler_note(report)}"
