@@ -1,6 +1,7 @@
 """Report files: each written on its own, failures said clearly, bad paths refused early."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,18 @@ def test_help_documents_the_new_options(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--html PATH" in text and "--tensorboard DIR" in text
     assert "--progress SECONDS" in text and "default 30; 0 turns it off" in text
+
+
+def test_an_output_path_under_a_file_or_where_nothing_can_be_written_is_refused_first(
+    tmp_path, capsys
+):
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    assert main(["run", "--report", str(script / "r.json"), str(script)]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    # Under /proc nothing can be made, whoever runs (os.access says yes to root).
+    if (Path("/proc") / "self").exists():
+        assert main(["run", "--html", "/proc/gradient-doctor/r.html", str(script)]) == 2
+        assert "nothing can be written in '/proc'" in capsys.readouterr().err
+    # A folder still to be made, under one that can be written: accepted, the script runs.
+    assert main(["run", "--report", str(tmp_path / "new" / "r.json"), str(script)]) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from gradient_doctor.errors import UsageError
@@ -45,6 +46,7 @@ def check_outputs(
     files = [(flag, path) for flag, path in (("--report", report), ("--html", html)) if path]
     for flag, path in files:
         check_report_file(flag, path, script)
+        check_writable_place(flag, path)
     if len(files) == 2 and _same_path(report, html):
         other = _suggestion("--html", html, script)
         raise UsageError(
@@ -53,6 +55,33 @@ def check_outputs(
         )
     if tensorboard:
         check_tensorboard_folder(tensorboard)
+        check_writable_place("--tensorboard", tensorboard, folder=True)
+
+
+def check_writable_place(flag: str, path: str, folder: bool = False) -> None:
+    """Raise `UsageError` when `path` (a file, or with `folder` a folder) could not be
+    written at the end of the run: the nearest folder that exists above it (or, for a
+    folder, the folder itself) is a file, or nothing can be written in it (found before a
+    run of hours, not after it)."""
+    above = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(above):
+        parent = os.path.dirname(above)
+        if parent == above:
+            break
+        above = parent
+    example = f"for example `{flag} {os.path.join('gradient_doctor', os.path.basename(path))}`"
+    if not os.path.isdir(above):
+        raise UsageError(
+            f"cannot write `{flag}` to {path!r}: {above!r} is a file, not a folder. Pass a "
+            f"path in a folder, {example}."
+        )
+    try:  # a folder made and removed at once: what `os.access` says of root is no proof
+        os.rmdir(tempfile.mkdtemp(prefix=".gradient-doctor-probe-", dir=above))
+    except OSError as error:
+        raise UsageError(
+            f"cannot write `{flag}` to {path!r}: nothing can be written in {above!r} "
+            f"({error.strerror or error}). Pass a path in a folder you can write to, {example}."
+        ) from None
 
 
 def check_report_file(flag: str, path: str, script: str | None) -> None:
