@@ -170,3 +170,26 @@ def test_a_warning_of_what_a_problem_already_reported_is_left_out_of_the_report(
     report = session.report()
     assert report.problems == (dead,)
     assert report.warnings == (spike,)
+
+
+def test_keep_going_diagnoses_a_run_of_failing_steps_once_and_at_most_a_few(recwarn):
+    from gradient_doctor.core.pipeline.session import KEEP_GOING_DIAGNOSES
+
+    session = Session(_LossAdapter(), trial_steps=0, stop_on_problem=False)
+    # Steps 10-19 fail one after another (one trouble that stays), then every other
+    # step from 30 on (each after a finite one): a new failure each.
+    failing = set(range(10, 20)) | set(range(30, 60, 2))
+    for step in range(60):
+        failed = step in failing
+        reading = StepReading(
+            failed=failed,
+            loss=None if failed else 1.0,
+            grad_norm=None if failed else 1.0,
+            skipped=int(failed),
+            updates=step + 1,
+        )
+        session.after_step(reading, None)
+    assert [p.step for p in session.problems] == [10, 30, 32, 34, 36][:KEEP_GOING_DIAGNOSES]
+    assert session.undiagnosed_failures == len(failing) - KEEP_GOING_DIAGNOSES
+    said = [str(w.message) for w in recwarn if "under --keep-going" in str(w.message)]
+    assert len(said) == 1

@@ -38,6 +38,9 @@ HISTORY_SIZE = 256
 # many steps (a step whose records carry per-layer statistics ends its batch), and before
 # anything reads them: a failure, a finding, the warnings, the series, the report, the end.
 FEED_EVERY = 10
+# Under --keep-going, at most this many failing steps are diagnosed (each replays its
+# step, runs its trials and reruns): the later ones are counted, not diagnosed again.
+KEEP_GOING_DIAGNOSES = 5
 
 
 class Session:
@@ -118,6 +121,8 @@ class Session:
         # hook read skips every later update unseen (`finish`).
         self._failure_diagnosed = False
         self._said_stopped_again = False
+        self._last_failed: int | None = None  # the latest failing step (--keep-going)
+        self._undiagnosed = 0  # failing steps --keep-going counted without a diagnosis
         # Probability losses handed raw outputs, seen as the loss was computed (each
         # with the step it was in), diagnosed when that step is over.
         self._loss_inputs: list[tuple[int, LossInput]] = []
@@ -170,11 +175,37 @@ class Session:
         self._feed()  # the warnings of the steps before it come first, as they were raised
         if self.stop_on_problem and self._failure_diagnosed and self.problems:
             return self._stopped_again(step)
+        after, self._last_failed = self._last_failed, step
+        if not self.stop_on_problem and self.problems and self._diagnosed_enough(step, after):
+            self.adapter.resume()
+            return self.problems[-1]
         finding = self._failed(step, reading, replay)
         self._failure_diagnosed = self.stop_on_problem
         if not self.stop_on_problem:
             self.adapter.resume()
         return finding
+
+    def _diagnosed_enough(self, step: int, after: int | None) -> bool:
+        """Under --keep-going, whether the failing `step` is only counted: it follows a
+        failing step at once (the same trouble, still there: its update skipped as the one
+        before, whose diagnosis holds), or `KEEP_GOING_DIAGNOSES` were made. Said once."""
+        if after != step - 1 and len(self.problems) < KEEP_GOING_DIAGNOSES:
+            return False
+        self._undiagnosed += 1
+        if self._undiagnosed == 1:
+            warnings.warn(
+                f"gradient-doctor: step {step} failed too, under --keep-going; its update is "
+                "skipped, and a failure right after another, or past "
+                f"{KEEP_GOING_DIAGNOSES} diagnosed ones, is counted, not diagnosed again "
+                "(each diagnosis replays its step and reruns your script).",
+                stacklevel=3,
+            )
+        return True
+
+    @property
+    def undiagnosed_failures(self) -> int:
+        """How many failing steps --keep-going counted without diagnosing them."""
+        return self._undiagnosed
 
     def _stopped_again(self, step: int) -> Finding:
         """A failed step after training was stopped at a problem (a script that calls
