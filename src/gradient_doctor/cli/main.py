@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--keep-going",
         action="store_true",
-        help="do not stop training at the first problem (bad updates are still skipped; a failure right after another, or past the 5th diagnosed, is counted, not diagnosed again)",
+        help="do not stop training at the first problem (bad updates are still skipped; "
+        "a failure right after another, or past the 5th diagnosed, is counted, not "
+        "diagnosed again)",
     )
     run.add_argument(
         "--trial-steps",
