@@ -275,3 +275,18 @@ def test_an_op_no_rule_knows_gets_generic_fixes_in_the_users_framework(make_evid
     assert codes and not any("tf." in code for code in codes)
     assert any("torch.autograd.Function" in code for code in codes)
     assert any("tf.custom_gradient" in fix.code for fix in diagnose(evidence).fixes)
+
+
+def test_past_the_first_step_a_lower_rate_is_an_expectation_for_its_trial(
+    make_evidence, make_stats
+):
+    # A rate too high can be what pushed the value to the singular point (a softmax's
+    # probability to 1e-42 while the loss climbed): only its trial or copy can tell.
+    later = {
+        n.remedy: n for n in diagnose(backward(make_evidence, make_stats, "Log", "")).not_fixes
+    }
+    assert later["lower_learning_rate"].structural is False
+    assert "may keep it from" in later["lower_learning_rate"].why
+    assert later["gradient_clipping"].structural is True
+    first = backward(make_evidence, make_stats, "Log", "", step=0)
+    assert {n.remedy: n for n in diagnose(first).not_fixes}["lower_learning_rate"].structural

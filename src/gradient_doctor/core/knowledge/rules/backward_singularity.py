@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.evidence import Evidence
-from gradient_doctor.core.findings import Fix, Origin
+from gradient_doctor.core.findings import Fix, NotFix, Origin
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.facts import input_at, source_code, source_focus
 from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
@@ -107,8 +107,32 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             if written
             else explain(origin, forward, evidence.step)
         ),
-        not_fixes=nan_gradient_not_fixes(cause, nonfinite_kind(origin), framework),
+        not_fixes=_after_updates(
+            nan_gradient_not_fixes(cause, nonfinite_kind(origin), framework), evidence
+        ),
         fixes=fixes if moved is None else (moved, *fixes),
+    )
+
+
+def _after_updates(not_fixes: tuple[NotFix, ...], evidence: Evidence) -> tuple[NotFix, ...]:
+    """Past the first step, a lower learning rate is an expectation, not a fact: it cannot
+    make this step's gradient finite, but the updates before may be what brought the
+    value to the singular point (a rate too high, its loss climbing, pushing a softmax's
+    probability to 1e-42), which a lower rate would not have done; its trial or its
+    patched copy judges it."""
+    if not evidence.step:
+        return not_fixes
+    return tuple(
+        replace(
+            item,
+            why=f"{item.why} Expected: it cannot make this gradient finite, but the updates "
+            "before this step may have brought the value to that point, which a lower rate "
+            "may keep it from.",
+            structural=False,
+        )
+        if item.remedy == "lower_learning_rate"
+        else item
+        for item in not_fixes
     )
 
 
