@@ -333,8 +333,15 @@ def test_a_discriminators_loss_that_doubles_toward_its_equilibrium_has_not_diver
         objective_losses=((0.45, 0.6, 0.8, 0.92), (5.3, 3.0, 1.5, 1.2)),
     )
     assert _judged_fix(rising, reference=0.7).verified is True
-    tripled = dataclasses.replace(rising, objective_losses=((0.45, 0.9, 1.2, 1.4), (5, 3, 2, 1)))
-    assert _judged_fix(tripled, reference=0.7).verified is False
+    # One far ahead at first rises toward 2 ln 2 = 1.39, its equilibrium: measured from at
+    # least ln 2, not from its small start (0.18 -> 0.62, then 0.45 -> 1.4, are healthy).
+    ahead = dataclasses.replace(rising, objective_losses=((0.18, 0.3, 0.5, 0.62), (5, 3, 2, 1)))
+    assert _judged_fix(ahead, reference=0.7).verified is True
+    balanced = dataclasses.replace(rising, objective_losses=((0.45, 0.9, 1.2, 1.4), (5, 3, 2, 1)))
+    assert _judged_fix(balanced, reference=0.7).verified is True
+    # Far past its equilibrium, the discriminator has lost: diverged.
+    lost = dataclasses.replace(rising, objective_losses=((0.45, 1.2, 2.4, 3.0), (5, 3, 2, 1)))
+    assert _judged_fix(lost, reference=0.7).verified is False
 
 
 def test_a_fix_that_works_around_the_cause_ranks_after_the_one_that_removes_it():

@@ -45,6 +45,10 @@ SIGNED_LOSS_RISE_ALLOWED = 9.0
 # loss diverges only when it more than triples; a generator whose loss goes 2 -> 10 (the
 # discriminator rejects every fake) has lost.
 ADVERSARIAL_RISE_ALLOWED = 2.0
+# ... measured from at least this size (ln 2, a binary cross-entropy at chance): a
+# discriminator that starts far ahead, at 0.18, rises to 0.62 as its generator learns,
+# short of its equilibrium 2 ln 2, and has not diverged.
+ADVERSARIAL_SIZE_FLOOR = math.log(2.0)
 # Failures of a value that drifts over training to a limit (not gradients that explode).
 DRIFTS = frozenset({"forward_overflow", "forward_domain"})
 # Remedies that leave the op that failed as it was, and what they change instead: for
@@ -182,7 +186,7 @@ class TrialOutcome:
         if self.objectives > 1:
             for number, losses in enumerate(self.objective_losses, 1):
                 trend = self.loss_trend(losses)
-                if _diverged(trend, losses, ADVERSARIAL_RISE_ALLOWED):
+                if _rival_diverged(trend, losses):
                     return (
                         f"objective {number}'s loss (of {self.objectives}, in the order of "
                         f"the step's updates) diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
@@ -257,7 +261,7 @@ def diverged(losses: Sequence[float], whose: str = "the loss", alone: bool = Tru
     start); else None. `whose` names the loss ("objective 1's loss"). Adversarial
     objectives (not `alone`) may rise from their first value as their players learn."""
     trend = TrialOutcome(None, "", len(losses), len(losses), None, tuple(losses)).loss_trend()
-    if _diverged(trend, losses):
+    if alone and _diverged(trend, losses) or not alone and _rival_diverged(trend, losses):
         return f"{whose} diverged ({trend[0]:.4g} -> {trend[1]:.4g})"
     if alone and trend is not None and _diverged((_first_loss(losses), trend[1]), losses):
         return (
@@ -343,17 +347,27 @@ def not_moving(grad_norms: Sequence[float], losses: Sequence[float] = ()) -> str
     )
 
 
+def _rival_diverged(trend: tuple[float, float] | None, losses: Sequence[float]) -> bool:
+    """`_diverged` for one objective of several (a GAN player's): by more than
+    `ADVERSARIAL_RISE_ALLOWED` times its size, at least `ADVERSARIAL_SIZE_FLOOR`."""
+    return _diverged(trend, losses, ADVERSARIAL_RISE_ALLOWED, ADVERSARIAL_SIZE_FLOOR)
+
+
 def _diverged(
-    trend: tuple[float, float] | None, losses: Sequence[float], allowed: float = LOSS_RISE_ALLOWED
+    trend: tuple[float, float] | None,
+    losses: Sequence[float],
+    allowed: float = LOSS_RISE_ALLOWED,
+    floor: float = 1e-12,
 ) -> bool:
     """True when a loss (`trend`: the means of the first and last tenth of `losses`)
-    rose by more than `allowed` times its size, or, where `losses` go below zero, by
-    more than `SIGNED_LOSS_RISE_ALLOWED` times their magnitude at the start."""
+    rose by more than `allowed` times its size (at least `floor`), or, where `losses` go
+    below zero, by more than `SIGNED_LOSS_RISE_ALLOWED` times their magnitude at the
+    start."""
     if trend is None:
         return False
     first, last = trend
     if min(v for v in losses if math.isfinite(v)) >= 0:
-        return last - first > allowed * max(abs(first), 1e-12)
+        return last - first > allowed * max(abs(first), floor)
     start = _first_tenth(losses)
     size = max(abs(first), sum(abs(v) for v in start) / len(start), 1e-12)
     return last - first > SIGNED_LOSS_RISE_ALLOWED * size
