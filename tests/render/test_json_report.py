@@ -119,6 +119,7 @@ def test_forward_problem_matches_the_contract(problem_report):
                 "why": "the overflow happens in the forward pass, before any gradient",
                 "evidence": None,
                 "structural": True,
+                "patch": None,
             }
         ],
         "fixes": [

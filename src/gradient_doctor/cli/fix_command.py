@@ -30,8 +30,9 @@ from gradient_doctor.errors import UsageError
 EXIT_FIXED, EXIT_NOT_FIXED = 0, 1
 # Steps past the original failure the patched rerun must stay healthy for.
 DEFAULT_STEPS_PAST = 200
-# At most this many verified patches are rerun, best first.
-MAX_CANDIDATES = 3
+# At most this many patches are rerun, best first (the verified ones, then the untried
+# fixes', then the expected not-fixes').
+MAX_CANDIDATES = 5
 PATCH_HEADER = "# gradient-doctor fix"
 
 
@@ -135,7 +136,7 @@ def fix_command(
 def _candidates(problem: dict) -> Iterator[Candidate]:
     """The problem's verified fixes that have a patch, in the report's order (the fix
     that removes the cause is listed before the one that hides it), then the patches
-    no trial could try."""
+    no trial could try, the fixes' and then the expected not-fixes'."""
     fixes = [fix for fix in problem.get("fixes", []) if fix.get("patch")]
     for fix in fixes:
         if fix.get("verified") is True:
@@ -143,6 +144,13 @@ def _candidates(problem: dict) -> Iterator[Candidate]:
     for fix in fixes:
         if untried_patch(fix.get("verified"), fix.get("evidence")):
             yield Candidate(fix["family"], fix["title"], fix["patch"], untried=True)
+    # A remedy said not to help on an expectation no trial could try (a lower rate, for
+    # an unchanged PyTorch script), as `run`'s confirmation reruns it.
+    for item in problem.get("not_fixes", []):
+        expected = not item.get("structural", True)
+        if item.get("patch") and expected and untried_patch(None, item.get("evidence")):
+            title = "first listed as not expected to help; no trial inside the run could try it"
+            yield Candidate(item["remedy"], title, item["patch"], untried=True)
 
 
 def check_out(out: str) -> None:

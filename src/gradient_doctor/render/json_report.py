@@ -220,12 +220,14 @@ def disconnected_to_dict(disconnected: Disconnected | None) -> dict[str, Any] | 
 
 
 def not_fix_to_dict(not_fix: NotFix) -> dict[str, Any]:
-    """Serialise a remedy that will not help: `{remedy, why, evidence, structural}`."""
+    """Serialise a remedy that will not help: `{remedy, why, evidence, structural,
+    patch}`, `patch` the one its trial or rerun ran (None when it has none)."""
     return {
         "remedy": not_fix.remedy,
         "why": not_fix.why,
         "evidence": not_fix.evidence,
         "structural": not_fix.structural,
+        "patch": not_fix.fix.patch if not_fix.fix is not None else None,
     }
 
 

@@ -1,0 +1,36 @@
+"""What `gradient-doctor fix` reruns: the verified patches, then those no trial could try,
+fixes' and expected not-fixes' alike (a lower rate `run` verifies by its copy)."""
+
+from gradient_doctor.cli.fix_command import _candidates
+
+LOWER = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-lr = 5\n+lr = 0.5\n"
+GUARD = "--- a/train.py\n+++ b/train.py\n@@ -2 +2 @@\n-y = log(p)\n+y = log(p + 1e-7)\n"
+
+
+def test_an_untried_expected_not_fix_with_a_patch_is_rerun_after_the_fixes():
+    problem = {
+        "fixes": [
+            {"family": "safe_log", "title": "guard", "patch": GUARD, "verified": True},
+        ],
+        "not_fixes": [
+            {
+                "remedy": "lower_learning_rate",
+                "why": "only slows the drift",
+                "evidence": "not tried: an unchanged PyTorch script has no step function",
+                "structural": False,
+                "patch": LOWER,
+            },
+            {
+                "remedy": "gradient_clipping",
+                "why": "clipping acts on gradients",
+                "evidence": None,
+                "structural": True,  # a fact: nothing to rerun
+                "patch": None,
+            },
+        ],
+    }
+    found = [(c.family, c.untried) for c in _candidates(problem)]
+    assert found == [("safe_log", False), ("lower_learning_rate", True)]
+    # Tried and refuted inside the run: not rerun.
+    problem["not_fixes"][0]["evidence"] = "tried with learning rate 0.5: not finite again"
+    assert [c.family for c in _candidates(problem)] == ["safe_log"]
