@@ -276,3 +276,14 @@ def test_a_batch_with_no_label_gets_its_safe_division_proved_by_the_rerun(doctor
     assert fix["verified"] is True, fix["evidence"]
     assert fix["evidence"].startswith("confirmed: the patched copy of your files trained 60 ")
     assert "so whether training goes on cannot be told there" in fix["evidence"]
+
+
+def test_a_callback_that_exits_on_a_nan_loss_runs_after_the_doctors_check(tmp_path):
+    # The doctor's callback ran after the script's: the process exited before the failing
+    # batch was diagnosed, and the step could not be run again ("unlocated").
+    script = "tests/scripts/fit_callback_exits_on_nan.py"
+    run = run_doctor(script, tmp=tmp_path, options=("--trial-steps", "0"))
+    assert run.exit_code == 4, run.stderr[-3000:]  # the script's own status
+    problem = run.problem
+    assert (problem["category"], problem["origin"]["op"]) == ("forward_overflow", "Exp")
+    assert problem["origin"]["line"] == line_of(script, "e = tf.exp(logits)")

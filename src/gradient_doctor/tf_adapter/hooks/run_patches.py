@@ -110,7 +110,9 @@ class RunPatches:
             for doctor in doctors:  # the script's own Doctor reports to this run
                 doctor.adopt(watcher)
             if not doctors:
-                callbacks.append(Doctor(watcher=watcher))
+                # First: its check of the batch runs before the script's own callbacks read
+                # the batch's logs (one that exits on a NaN loss, TerminateOnNaN).
+                callbacks.insert(0, Doctor(watcher=watcher))
             bound.arguments["callbacks"] = callbacks
             data = bound.arguments
             watcher.fit_call = FitCall(
