@@ -150,6 +150,15 @@ def test_a_regression_loss_ops_targets_are_the_evidences_target_scale():
     assert (target.tensor, target.largest, target.mean) == ("of MseLoss", 6.7e5, None)
     without = trace_evidence(events[:1] + [event(1, "Exp", [(3, FINITE)], [(5, INF)])], [5], 2)
     assert without.evidence.target_scale is None
+    # An autoencoder's targets are its inputs (rows picked from the same data, `x =
+    # data[perm]`): their scale is the input's, not targets to standardise.
+    readings = TensorStats("float32", (64, 32), -200.0, 1015.0, nan=0, inf=0, zeros=0)
+    reconstruction = [
+        event(0, "Index", [(9, readings), (8, FINITE)], [(1, readings)]),
+        event(1, "MatMul", [(1, readings), (2, FINITE)], [(3, FINITE)]),
+        event(2, "MseLoss", [(3, FINITE), (1, readings)], [(5, INF)]),
+    ]
+    assert trace_evidence(reconstruction, [5], step=0).evidence.target_scale is None
 
 
 def test_a_nonfinite_value_the_step_was_fed_is_bad_input_read_at_its_first_readers_line():

@@ -409,10 +409,30 @@ def _picked_from(key: int, made: dict[int, OpEvent]) -> int:
 
 
 def _target_scale(events: Sequence[OpEvent]) -> TargetScale | None:
-    """The targets of the step's regression loss op, when the framework ran one."""
+    """The targets of the step's regression loss op, when the framework ran one; None when
+    they are the batch's input features themselves (an autoencoder's reconstruction
+    loss: their scale is the input's, which `input_scale` names, and standardising the
+    inputs is the fix, not the targets)."""
     found = regression_targets(events)
     largest = found[1].largest_magnitude if found is not None else None
-    return TargetScale(f"of {found[0]}", largest) if largest is not None else None
+    if largest is None:
+        return None
+    loss = next(e for e in events if e.phase == "forward" and e.op_type == found[0])
+    made = {output: before for before in events[: loss.index] for output in before.output_ids}
+    target = _picked_from(loss.input_ids[1], made) if len(loss.input_ids) > 1 else None
+    if target is not None and target in _first_layer_inputs(events):
+        return None
+    return TargetScale(f"of {found[0]}", largest)
+
+
+def _first_layer_inputs(events: Sequence[OpEvent]) -> frozenset[int]:
+    """The tensors the step's first dense or convolution op read, each followed back to
+    what it was picked from (`_picked_from`: `x = data[perm]` is `data`)."""
+    for event in events:
+        if event.phase == "forward" and event.op_type in _FIRST_LAYER_OPS:
+            made = {out: before for before in events[: event.index] for out in before.output_ids}
+            return frozenset(_picked_from(key, made) for key in event.input_ids)
+    return frozenset()
 
 
 def same_op_calls(events: Sequence[OpEvent], origin: OpEvent) -> tuple[OpCall, ...]:
