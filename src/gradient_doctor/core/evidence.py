@@ -416,6 +416,9 @@ class Evidence:
         weights_upstream: whether trainable weights feed the origin's inputs: False
             when the replay traced them back to the batch alone (the data itself
             carries the value), None when unknown.
+        weights_upstream_of: `weights_upstream` for each input of a forward origin alone
+            (a division whose numerator the weights make but whose denominator, a count
+            of the batch's labels, only the data does).
         feeding_ops: the types of the ops a few steps upstream of the origin (a
             Sigmoid before a Log says the log is taken of a probability).
         weights_layer: the layer whose weights feed the origin most directly (the
@@ -519,6 +522,7 @@ class Evidence:
     reduction: Reduction | None = None
     overflowed_norm: float | None = None
     weights_upstream: bool | None = None
+    weights_upstream_of: tuple[bool | None, ...] = ()
     feeding_ops: frozenset[str] = frozenset()
     weights_layer: str | None = None
     weights_variable: str | None = None

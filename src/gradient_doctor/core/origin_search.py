@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradient_doctor.core.evidence import (
     BadInput,
@@ -273,8 +273,8 @@ def _upstream_facts(
 ) -> dict:
     """What the trace says about what fed a forward origin: the `Evidence` fields
     `feeding_ops`, `weights_layer`, `weights_variable`, `weights_variable_largest`,
-    `read_variables`,
-    `weights_upstream`, `growth`, `log_of_sum`, `input_producers`, `sigmoid_input`,
+    `read_variables`, `weights_upstream`, `weights_upstream_of`, `growth`, `log_of_sum`,
+    `input_producers`, `sigmoid_input`,
     `zeros_began`, `scaled_up`, `one_pass_variance` and `constant_variable`."""
     if origin is None or origin.phase != "forward":
         return {}
@@ -293,6 +293,12 @@ def _upstream_facts(
         ),
         "read_variables": tuple(values.get(key) for key in origin.input_ids),
         "weights_upstream": weights_upstream(events, origin, weight_reads, data_ids, stats, values),
+        "weights_upstream_of": tuple(
+            weights_upstream(
+                events, replace(origin, input_ids=(key,)), weight_reads, data_ids, stats, values
+            )
+            for key in origin.input_ids
+        ),
         "growth": _growth(events, origin),
         "log_of_sum": _call_or_none(log_of_sum(events, origin)),
         "input_producers": tuple(

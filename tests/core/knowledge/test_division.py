@@ -67,3 +67,21 @@ def test_reciprocal_and_floor_division_and_calls(make_evidence, make_stats):
 def test_unparsable_division_gets_a_generic_fix(make_evidence, make_stats):
     diagnosis = diagnose(division_evidence(make_evidence, make_stats, None))
     assert diagnosis.fixes[0].code.startswith("z = tf.math.divide_no_nan(x, y)")
+
+
+def test_a_denominator_the_batch_alone_makes_rules_out_the_rate_as_a_fact(
+    make_evidence, make_stats
+):
+    # A masked mean: the weights make the numerator, the count of valid labels (0 in a
+    # batch of padding only) the denominator; the rate cannot change the count.
+    from dataclasses import replace
+
+    code = "return (per_tok * valid).sum() / n_valid"
+    evidence = division_evidence(make_evidence, make_stats, code)
+    mixed = replace(evidence, weights_upstream=True, weights_upstream_of=(True, False))
+    why = {n.remedy: n for n in diagnose(mixed).not_fixes}
+    assert why["lower_learning_rate"].structural
+    assert "cannot change it at all" in why["lower_learning_rate"].why
+    assert "comes from the batch alone" in diagnose(mixed).explanation
+    weighted = replace(evidence, weights_upstream=True, weights_upstream_of=(False, True))
+    assert not {n.remedy: n for n in diagnose(weighted).not_fixes}["lower_learning_rate"].structural

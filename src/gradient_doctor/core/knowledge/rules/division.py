@@ -50,12 +50,16 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     # A denominator a relu made is meant to be positive: make it so where it is made.
     softplus = positive_activation(evidence, 0 if origin.op in _UNARY else 1)
     fixes += (softplus,) if softplus is not None else ()
+    # What the learning rate could change is the denominator: a count of the batch's own
+    # labels, which no weight makes, is the data's, whatever makes the numerator.
+    upstream = evidence.weights_upstream
+    at = 0 if origin.op in _UNARY else 1
+    if at < len(evidence.weights_upstream_of) and evidence.weights_upstream_of[at] is False:
+        upstream = False
     return Diagnosis(
         category="forward_domain",
-        explanation=explain(origin, evidence.step) + from_data_note(evidence.weights_upstream),
-        not_fixes=forward_not_fixes(
-            f"the division by zero in {origin.reported_op}", evidence.weights_upstream
-        ),
+        explanation=explain(origin, evidence.step) + from_data_note(upstream),
+        not_fixes=forward_not_fixes(f"the division by zero in {origin.reported_op}", upstream),
         fixes=fixes,
     )
 
