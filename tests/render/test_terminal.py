@@ -408,3 +408,9 @@ def test_many_variables_without_a_gradient_are_counted_by_their_layers_in_either
     for names in (torch_names, keras_names):
         (line,) = disconnected_lines(Disconnected(names, False, None))
         assert line.startswith("no gradient reaches 12 trained variables in 6 layers"), line
+
+
+def test_a_scripts_own_exit_is_said_as_an_exit_not_a_traceback():
+    text = rendered(Report(script="train.py", steps_watched=4, script_error="SystemExit: 3"))
+    assert "the script exited (SystemExit: 3)" in text
+    assert "traceback above" not in text

@@ -75,7 +75,11 @@ def render_report(
     if report.script_error is not None:
         # Its traceback is printed above in full; the JSON report keeps the whole message.
         headline = error_headline(report.script_error)
-        console.print(Text(f"the script raised {headline} (traceback above)", style="red"))
+        if headline.startswith("SystemExit"):  # sys.exit(N): an exit, with no traceback
+            said = f"the script exited ({headline})"
+        else:
+            said = f"the script raised {headline} (traceback above)"
+        console.print(Text(said, style="red"))
     for number, finding in enumerate(report.problems, start=1):
         changed = number <= len(shown) and _verdicts(shown[number - 1]) != _verdicts(finding)
         if changed:
