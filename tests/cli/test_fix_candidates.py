@@ -34,3 +34,17 @@ def test_an_untried_expected_not_fix_with_a_patch_is_rerun_after_the_fixes():
     # Tried and refuted inside the run: not rerun.
     problem["not_fixes"][0]["evidence"] = "tried with learning rate 0.5: not finite again"
     assert [c.family for c in _candidates(problem)] == ["safe_log"]
+
+
+def test_an_out_path_holding_the_users_own_file_is_refused_with_another_name(tmp_path):
+    import pytest
+
+    from gradient_doctor.cli.fix_command import check_out
+    from gradient_doctor.errors import UsageError
+
+    mine = tmp_path / "gradient-doctor.patch"
+    mine.write_text("my own notes\n")
+    with pytest.raises(UsageError) as refused:
+        check_out(str(mine))
+    message = str(refused.value)
+    assert f"for example `--out {tmp_path / 'gradient-doctor.doctor.patch'}`" in message

@@ -164,9 +164,11 @@ def check_out(out: str) -> None:
         with open(out, encoding="utf-8", errors="replace") as handle:
             earlier = handle.readline().startswith(PATCH_HEADER)
         if not earlier:
+            stem, suffix = os.path.splitext(out)
+            other = f"{stem}.doctor{suffix or '.patch'}"
             raise UsageError(
                 f"`--out` would overwrite {out!r}, which is not a patch gradient-doctor "
-                "wrote. Pass another path, for example `--out gradient-doctor.patch`."
+                f"wrote. Pass another path, for example `--out {other}`."
             )
 
 
