@@ -411,7 +411,7 @@ def test_an_unlocated_break_still_names_the_parameters_that_never_train():
     code = diagnosis.fixes[0].code
     assert "tf." not in text + code
     assert 'unused = {"head.weight", "head.bias", "encoder.0.weight"}' in code
-    assert "if name in unused:" in code  # encoder.0.bias, which trains, is left alone
+    assert "if name in unused or any(" in code  # encoder.0.bias, which trains, is left alone
     assert "optimizer.step() skips them" in code and "Adam" not in code  # not the user's
 
 
@@ -486,3 +486,36 @@ def test_of_nested_casts_the_one_to_an_integer_is_rewritten():
         "s = tf.cast(value + tf.stop_gradient(tf.cast(tf.cast(value, tf.int32), value.dtype) "
         "- value), tf.float32)  # integer values forward, identity gradient backward",
     ]
+
+
+def test_the_snippet_freezing_unused_parameters_matches_names_with_the_models_own_prefix():
+    # With several root modules (a DQN's online and target nets) the doctor names
+    # parameters under their root ("DuelingQ.value_head.weight"), which the model's own
+    # named_parameters() does not give: the snippet must still match them.
+    from gradient_doctor.core.knowledge.layer_groups import group_by_layer
+    from gradient_doctor.core.knowledge.remedies.torch_paths import exclude_unused_parameters
+
+    groups = group_by_layer(("DuelingQ.value_head.weight", "DuelingQ.value_head.bias"), ".")
+    code = exclude_unused_parameters(groups, "title", "lead").code
+
+    class Parameter:
+        def __init__(self):
+            self.trains = True
+
+        def requires_grad_(self, flag):
+            self.trains = flag
+
+    parameters = {
+        name: Parameter() for name in ("value_head.weight", "value_head.bias", "adv.weight")
+    }
+
+    class Model:
+        def named_parameters(self):
+            return list(parameters.items())
+
+    exec(code, {"model": Model()})
+    assert {name: p.trains for name, p in parameters.items()} == {
+        "value_head.weight": False,
+        "value_head.bias": False,
+        "adv.weight": True,
+    }
