@@ -81,3 +81,20 @@ def test_paths_into_the_folder_are_mapped_to_the_copys(tmp_path):
     assert copy.mapped("") == ""
     assert copy.mapped(str(user / ".venv" / "lib")) == str(user / ".venv" / "lib")  # not copied
     assert copy.mapped("../elsewhere.py") == str(tmp_path / "elsewhere.py")
+
+
+def test_a_copy_of_a_copy_keeps_its_folders_and_leaves_out_only_scratch_folders(tmp_path):
+    # `fix` reruns a patched copy, whose own failing step is recorded by a rerun in a copy
+    # of that copy: every folder of the first copy lies under a scratch folder, and was
+    # left out (`data/`, so the script's np.load failed there).
+    import tempfile
+
+    from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
+
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}test-") as scratch:
+        first = Path(scratch) / "copy"
+        (first / "data").mkdir(parents=True)
+        (first / "data" / "x.npy").write_bytes(b"rows")
+        (first / "train.py").write_text("print('hi')\n")
+        again = copy_folder(str(first), str(tmp_path / "again"))
+        assert (Path(again.root) / "data" / "x.npy").read_bytes() == b"rows"

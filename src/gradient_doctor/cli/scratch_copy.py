@@ -181,7 +181,10 @@ def _entries(source: str, target: str):
 def _skipped(entry: os.DirEntry, target: str) -> bool:
     """A folder a copy leaves out: a cache or environment, the copy itself, a scratch."""
     path = os.path.realpath(entry.path)
-    return entry.name in SKIPPED_DIRS or in_scratch(path) or (bool(target) and path == target)
+    # A scratch folder of the doctor's itself, not any folder inside one: a copy made of
+    # a copy (`fix`'s patched copy, rerun to record its failing step) keeps its `data/`.
+    scratch = in_scratch(path) and not in_scratch(os.path.dirname(path))
+    return entry.name in SKIPPED_DIRS or scratch or (bool(target) and path == target)
 
 
 def _linked_big(entry: os.DirEntry, target: str) -> bool:
