@@ -283,6 +283,30 @@ class LastGoodState:
             function = tf.function(self._call.traceable, jit_compile=True if xla else None)
             return function.get_concrete_function(*self._call.args, **self._call.kwargs)
 
+    def _traced(self, plan: TrialPlan | None):
+        """The step traced with `plan` in place, for any batch and for the failing one.
+
+        Raises:
+            NotTried: the step, traced with the remedy in place, raised (a patch that
+                mixes float16 and float32 in a mixed-precision model): that remedy is
+                not tried, the others are, and its patched copy, rerun, judges it.
+        """
+        try:
+            concrete = self._trace()
+            return concrete, self._trace_failing(concrete)
+        except Exception as error:
+            if plan is None:
+                raise
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            # TensorFlow wraps the cause in "in user code:" and a frame or two: the line
+            # saying what did not match, else the first naming an error.
+            why = next((line for line in lines if "does not match" in line), None)
+            why = why or next((line for line in lines if "Error" in line), "")
+            raise NotTried(
+                f"the step, traced with it in place, raised {type(error).__name__}"
+                + (f" ({why[:200]})" if why else "")
+            ) from None
+
     def run(
         self,
         plan: TrialPlan | None,
@@ -309,10 +333,9 @@ class LastGoodState:
         self._guard.reset()
         try:
             with plan.apply() if plan is not None else nullcontext() as placed:
-                concrete = self._trace()
+                concrete, failing = self._traced(plan)
                 if isinstance(placed, PatchedSource) and not placed.met:
                     raise NotTried("the patched line was not reached when the step was traced")
-                failing = self._trace_failing(concrete)
                 batches = (
                     self._data_only(plan.batches, source)
                     if plan is not None and plan.batches is not None
