@@ -5,7 +5,7 @@ import io
 
 from rich.console import Console
 
-from gradient_doctor.core.findings import Fix, TensorStats
+from gradient_doctor.core.findings import Fix, NotFix, TensorStats
 from gradient_doctor.core.report import Report
 from gradient_doctor.render.terminal import patch_text, render_finding, render_report
 from gradient_doctor.render.text import (
@@ -414,3 +414,19 @@ def test_a_scripts_own_exit_is_said_as_an_exit_not_a_traceback():
     text = rendered(Report(script="train.py", steps_watched=4, script_error="SystemExit: 3"))
     assert "the script exited (SystemExit: 3)" in text
     assert "traceback above" not in text
+
+
+def test_a_not_fix_whose_trial_could_not_tell_is_said_as_an_expectation(make_finding):
+    # The unchanged step held as well, so the lower rate's trial is no evidence either way.
+    evidence = (
+        "stayed finite for 5 steps (unchanged, it also stayed finite for 5 steps, "
+        "so this trial cannot tell)"
+    )
+    could_not_tell = NotFix("lower_lr", "it is expected to delay it", evidence, structural=False)
+    borne_out = NotFix("larger_batch", "it is expected to delay it", "failed at step 2", False)
+    fact = NotFix("gradient_clipping", "clipping acts on gradients", "failed at step 1")
+    lines = format_finding_lines(make_finding("sqrt", not_fixes=(could_not_tell, borne_out, fact)))
+
+    assert "  - lower_lr: it is expected to delay it (expected; its trial could not tell)" in lines
+    assert "  - larger_batch: it is expected to delay it" in lines
+    assert "  - gradient_clipping: clipping acts on gradients" in lines

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from gradient_doctor.cli.outside_paths import OutsidePaths
 from gradient_doctor.cli.scratch_copy import copy_folder
 from gradient_doctor.cli.write_guard import SCRATCH_PREFIX
+from gradient_doctor.core.findings import trial_cannot_tell
 from gradient_doctor.core.fix_trials import diverged, not_moving
 from gradient_doctor.core.patches import PatchError, apply_unified_diff
 from gradient_doctor.core.run_series import OBJECTIVE_LOSS
@@ -72,9 +73,7 @@ def untried_patch(verified: bool | None, evidence: str | None) -> bool:
     loss term), or whose trial could not tell (it ended saying "this trial cannot
     tell"): its rerun proves it only against the unchanged copy, rerun the same way."""
     evidence = evidence or "not tried"
-    return verified is None and (
-        evidence.startswith("not tried") or evidence.rstrip(")").endswith("this trial cannot tell")
-    )
+    return verified is None and (evidence.startswith("not tried") or trial_cannot_tell(evidence))
 
 
 def rerun_patched(

@@ -396,8 +396,22 @@ class NotFix:
 
     @property
     def untried_expectation(self) -> bool:
-        """True when `why` is an expectation that no trial bore out (say it is one)."""
-        return not self.structural and self.evidence is None
+        """True when `why` is an expectation that no trial bore out (say it is one):
+        none was tried, or its trial could not tell."""
+        return not self.structural and (self.evidence is None or self.trial_could_not_tell)
+
+    @property
+    def trial_could_not_tell(self) -> bool:
+        """True when a trial ran but its evidence says it cannot tell whether the
+        remedy helps (`trial_cannot_tell`)."""
+        return trial_cannot_tell(self.evidence)
+
+
+def trial_cannot_tell(evidence: str | None) -> bool:
+    """True for a trial's evidence that ends saying the trial cannot tell (the
+    unchanged step held too, nothing computing the gradients ran, the weights were
+    ruined before its start)."""
+    return evidence is not None and evidence.rstrip(")").endswith("cannot tell")
 
 
 @dataclass(frozen=True)

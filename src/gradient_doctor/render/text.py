@@ -417,8 +417,11 @@ def not_fix_lines(not_fixes: Sequence[NotFix]) -> list[str]:
 
 
 def untried_note(item: NotFix) -> str:
-    """ " (expected; not tried)" for a not-fix that is an expectation no trial bore out."""
-    return " (expected; not tried)" if item.untried_expectation else ""
+    """ " (expected; not tried)" for a not-fix that is an expectation no trial bore out
+    (" (expected; its trial could not tell)" when one ran)."""
+    if not item.untried_expectation:
+        return ""
+    return " (expected; its trial could not tell)" if item.evidence else " (expected; not tried)"
 
 
 def first_sentence(text: str) -> str:
