@@ -153,3 +153,15 @@ def test_a_script_that_is_not_python_is_a_usage_error_that_says_where(tmp_path):
     assert done.returncode == 2
     assert "it is a Jupyter notebook" in done.stderr
     assert f"jupyter nbconvert --to script {notebook}" in done.stderr
+
+
+def test_an_option_a_command_does_not_know_is_said_with_that_commands_usage(capsys):
+    from gradient_doctor.cli.main import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--no-such-option", "train.py"])
+    said = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert "usage: gradient-doctor run [-h] [--report PATH]" in said
+    assert "unrecognized arguments: --no-such-option" in said
+    assert "the doctor's options go before SCRIPT" in said

@@ -159,7 +159,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--report", metavar="PATH", help="write the JSON report to PATH")
     replay.add_argument("dump", metavar="DIR", help="the folder `run --dump DIR` wrote")
+    for name, command in (("run", run), ("fix", fix), ("replay", replay)):
+        # Which command's usage an argument it does not know is said with (`parse`).
+        command.set_defaults(command_parser=command, command_name=name)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The parsed command line; an option a command does not know is said with that
+    command's usage, and where its options go (argparse says it with the top-level
+    usage, which lists no option of `run`)."""
+    options, unknown = parser.parse_known_args(argv)
+    if unknown:
+        where = (
+            ""
+            if options.command_name == "replay"
+            else " (the doctor's options go before SCRIPT; what follows SCRIPT is your "
+            "script's own)"
+        )
+        options.command_parser.error(
+            f"unrecognized arguments: {' '.join(unknown)}{where}; see "
+            f"`gradient-doctor {options.command_name} --help`"
+        )
+    return options
 
 
 def non_negative_int(text: str) -> int:
@@ -363,8 +385,7 @@ def _outputs_made_absolute(options: argparse.Namespace) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gradient-doctor` command."""
-    parser = build_parser()
-    options = parser.parse_args(argv)
+    options = parse(build_parser(), argv)
     try:
         if options.command == "fix":
             check_script(options.script)
