@@ -40,7 +40,7 @@ def test_story1_terminal_diagnosis_names_the_line_and_the_value(doctor_run):
         rf"trying \d+ remedies, each from a saved good state through step {run.problem['step']} ",
         run.stderr,
     )
-    assert "and 200 steps beyond" in run.stderr
+    assert "and 200 steps beyond (--trial-steps N to change, 0 to skip)" in run.stderr
 
 
 STORY2 = "examples/story2_wgan_gp_norm.py"

@@ -124,3 +124,12 @@ def test_a_trial_from_an_earlier_state_meets_the_failing_batch_at_the_failing_st
     # From the last good state, the failing batch comes first.
     last_good = TrialSource(TrialStart(5, ""), None, None, 5, beyond=3)
     assert next(state._batches(last_good))[2] == "failing"
+
+
+def test_trials_started_from_the_api_name_its_argument_to_change_their_length(capsys):
+    doctor = Doctor(trial_steps=20)  # verbose, as a user's callback is
+    doctor.watcher.session.on_trials(3, 20, 41)
+    said = capsys.readouterr().err
+    assert "trying 3 remedies" in said
+    assert "(trial_steps=N to change, 0 to skip)" in said
+    assert "--trial-steps" not in said

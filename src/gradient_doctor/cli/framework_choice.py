@@ -272,7 +272,7 @@ def run_adapter(
             ScriptAdapter.script_ended,
         )
         return RunAdapter(watcher, protected, watcher.crash_dump, watcher.script_ended)
-    from gradient_doctor.core.pipeline import Session
+    from gradient_doctor.core.pipeline import Session, announce_trials
     from gradient_doctor.tf_adapter.dump.crash_dump import CrashDump
     from gradient_doctor.tf_adapter.watcher import Watcher, make_watcher
 
@@ -288,6 +288,7 @@ def run_adapter(
         on_problem=crash_dump,
         max_steps=max_steps,
     )
+    watcher.session.on_trials = functools.partial(announce_trials, knob="--trial-steps N")
     protected = (
         Watcher.after_step,
         Watcher.on_missing_gradients,

@@ -185,11 +185,13 @@ def _loss_before(history: StepHistory, began: int, failing: int) -> float | None
     return None
 
 
-def announce_trials(count: int, steps: int, step: int | None) -> None:
-    """Say on stderr that trials are starting (each runs to `steps` steps past `step`)."""
+def announce_trials(count: int, steps: int, step: int | None, knob: str = "trial_steps=N") -> None:
+    """Say on stderr that trials are starting (each runs to `steps` steps past `step`),
+    and how to change their length: `knob`, the argument of the API that started them
+    (`gradient-doctor run` says its option, "--trial-steps N")."""
     print(
         f"gradient-doctor: step {step} is not finite; trying {count} remedies, each from a "
-        f"saved good state through step {step} and {steps} steps beyond (--trial-steps N "
+        f"saved good state through step {step} and {steps} steps beyond ({knob} "
         "to change, 0 to skip)",
         file=sys.stderr,
         flush=True,
