@@ -280,6 +280,11 @@ def test_a_copy_whose_loss_barely_moved_did_not_go_on_learning():
     # The same copy learning by a few percent held.
     learning = [1.703e11 * (1 - 0.0003 * i) for i in range(200)]
     assert _judged({**_report(200), "series": _loss_series(learning)}, 3, "the copy").held
+    # A whole script of 48 steps (4 epochs of 12 batches) whose loss stayed at 0.8546.
+    short = [0.8546] * 8 + [0.8544] * 40
+    rerun = _judged({**_report(48), "series": _loss_series(short)}, 0, "the patched copy")
+    assert not rerun.held
+    assert "but its loss barely moved (0.8546 at its first step, 0.8544" in rerun.why
 
 
 def test_a_loss_that_may_go_below_zero_and_does_by_its_own_size_held():
