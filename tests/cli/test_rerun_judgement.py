@@ -564,3 +564,29 @@ def test_a_copy_killed_before_its_report_says_how_it_ended_and_its_last_words(
     assert rerun.inconclusive and not rerun.held
     assert rerun.why.startswith("the unchanged copy wrote no report: it ended with status -9")
     assert rerun.why.endswith("its last output: loading the shards")
+
+
+def _broken_path(*variables):
+    return {
+        "category": "disconnected_gradients",
+        "step": 0,
+        "disconnected": {"variables": list(variables), "all": False, "break": None},
+    }
+
+
+def test_a_copy_that_mended_its_path_holds_though_another_path_is_still_broken():
+    # A stop_gradient on a gate removed; the router's argmax, another problem of the
+    # run, still cuts the router's path in the copy.
+    mended = frozenset({"gate"})
+    report = _report(64, _broken_path("router/kernel", "router/bias"))
+    rerun = _judged(report, 0, "the patched copy", disconnected=mended)
+    assert rerun.held
+    assert "gate got a gradient, and the path it still found broken, to router/kernel, " in (
+        rerun.why
+    )
+    # Still broken to the gate: the patch did not mend it.
+    report = _report(64, _broken_path("router/kernel", "gate"))
+    assert not _judged(report, 0, "the patched copy", disconnected=mended).held
+    # Without the variables (a numerical problem's copy), any problem fails it.
+    report = _report(64, _broken_path("router/kernel"))
+    assert not _judged(report, 0, "the patched copy").held

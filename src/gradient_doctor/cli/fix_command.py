@@ -97,10 +97,15 @@ def fix_command(
         return EXIT_NOT_FIXED
     baseline = None
     losses = loss_points(report.get("series", ()))
+    # The variables of a broken gradient path: a copy that mended it holds whatever
+    # other path it found broken (as `run`'s confirmation judges it).
+    disconnected = frozenset((problem.get("disconnected") or {}).get("variables") or ())
     for candidate in candidates[:MAX_CANDIDATES]:
         if candidate.untried and baseline is None:
             _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
-            baseline = rerun_patched(relative, args, None, failed_at, steps_past)
+            baseline = rerun_patched(
+                relative, args, None, failed_at, steps_past, disconnected=disconnected
+            )
             _say(f"the unchanged script: {baseline.why}")
         if candidate.untried and not baseline.judged:
             _say(f"{candidate.family}: not rerun: {baseline.why}, so a rerun cannot tell")
@@ -113,11 +118,24 @@ def fix_command(
         reference = () if candidate.family in RESCALES_THE_LOSS else losses
         if runs_to_the_end(problem["category"], candidate.family):
             rerun = rerun_patched(
-                relative, args, candidate.patch, failed_at, None, to_end_seconds, reference
+                relative,
+                args,
+                candidate.patch,
+                failed_at,
+                None,
+                to_end_seconds,
+                reference,
+                disconnected=disconnected,
             )
         else:
             rerun = rerun_patched(
-                relative, args, candidate.patch, failed_at, steps_past, reference=reference
+                relative,
+                args,
+                candidate.patch,
+                failed_at,
+                steps_past,
+                reference=reference,
+                disconnected=disconnected,
             )
         _say(f"{candidate.family}: {rerun.why}")
         if rerun.blocked:  # every rerun would write the same file of yours

@@ -125,6 +125,8 @@ def _confirmed(
         return problem
     reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped, reference)
     reruns.learn_more = problem.category in LEARNING_FAILURES
+    if problem.disconnected is not None:
+        reruns.disconnected = frozenset(problem.disconnected.variables)
     fixes = []
     held: dict[int, Rerun] = {}  # index in `fixes` -> the rerun that confirmed it
     for fix in problem.fixes:
@@ -281,6 +283,9 @@ class _Reruns:
         # The problem is one of learning (a silent failure): a patched copy holds only
         # when its loss ends clearly below the run's (`patched_rerun._learned_more`).
         self.learn_more = False
+        # The variables of a broken gradient path: a patched copy that mended it holds
+        # whatever other path it found broken (`patched_rerun._broken_elsewhere`).
+        self.disconnected: frozenset[str] = frozenset()
         self._baseline: Rerun | None = None
         self._stopped: Rerun | None = None
 
@@ -321,6 +326,7 @@ class _Reruns:
             self._timeout,
             reference,
             learn_more=self.learn_more and patch is not None,
+            disconnected=self.disconnected,
         )
         _say(f"{what}: {rerun.why}")
         if rerun.blocked:

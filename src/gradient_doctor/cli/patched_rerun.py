@@ -85,6 +85,7 @@ def rerun_patched(
     timeout: float | None = None,
     reference: Sequence[tuple[int, float]] = (),
     learn_more: bool = False,
+    disconnected: frozenset[str] = frozenset(),
 ) -> Rerun:
     """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
     (no trials) from the start to `steps_past` steps past `failed_at` (None: to the
@@ -98,6 +99,10 @@ def rerun_patched(
     empty when the patch computes the loss in other units (standardised targets).
     `learn_more`: the problem is one of learning, not of a value (a silent failure):
     the copy holds only when its loss ends clearly below the run's at the same steps.
+    `disconnected`: the variables the problem left without a gradient, when it is a
+    broken gradient path: the copy then goes on past a path broken elsewhere (another
+    problem of the run, which this patch is not for: `--keep-going`), and holds when
+    every one of them got a gradient and it trained well.
     """
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}rerun-") as scratch:
         copy = copy_folder(os.getcwd(), os.path.join(scratch, "copy"))
@@ -115,6 +120,7 @@ def rerun_patched(
         options = [
             *("--trial-steps", "0", "--progress", "0", "--sample-every", "1"),
             *(("--stop-after", str(limit)) if limit is not None else ()),
+            *(("--keep-going",) if disconnected else ()),
         ]
         guard = copy.guard(os.path.join(scratch, "refused.log"))
         guarded = guard.save(os.path.join(scratch, "guard.json"))
@@ -131,7 +137,9 @@ def rerun_patched(
     if report is None:
         rerun = Rerun(False, 0, f"{what} wrote no report: {silence}", inconclusive=True)
     else:
-        rerun = _judged(report, failed_at, what, limit, timeout, reference, learn_more)
+        rerun = _judged(
+            report, failed_at, what, limit, timeout, reference, learn_more, disconnected
+        )
     if outside.notes:
         rerun = dataclasses.replace(rerun, why=f"{rerun.why} ({'; '.join(outside.notes)})")
     return rerun
@@ -157,19 +165,23 @@ def _judged(
     timeout: float | None = None,
     reference: Sequence[tuple[int, float]] = (),
     learn_more: bool = False,
+    disconnected: frozenset[str] = frozenset(),
 ) -> Rerun:
     """How a copy's run went, from its report: `limit` is the step it was stopped at
     (None: it ran as far as the script goes), and `timeout` the seconds after which it
     was stopped (its report then says `interrupted`), so a copy that held says how far.
     With `learn_more` (a silent failure) it holds only when it learned more than the run
-    (`_learned_more`)."""
+    (`_learned_more`). With `disconnected` (the variables of a broken gradient path), a
+    path the copy found broken to none of them is another problem, said and passed over."""
     if report is None:
         why = f"{what} wrote no report (it crashed, or ran too long to stop cleanly)"
         return Rerun(False, 0, why, inconclusive=True)
     steps = report.get("steps_watched", 0)
-    timed_out = bool(report.get("interrupted")) and not report["problems"]
-    if report["problems"]:
-        first = report["problems"][0]
+    elsewhere = [p for p in report["problems"] if _broken_elsewhere(p, disconnected)]
+    problems = [p for p in report["problems"] if p not in elsewhere]
+    timed_out = bool(report.get("interrupted")) and not problems
+    if problems:
+        first = problems[0]
         original = (
             f"your run found it at step {failed_at}"
             if first["category"] in LEARNING_FAILURES
@@ -200,6 +212,8 @@ def _judged(
         else f"{'' if stopped else ', to the end of your script,'} with every loss and "
         f"gradient finite, past step {failed_at} where the original failed"
     )
+    if elsewhere:
+        trained += _other_paths(elsewhere, disconnected)
     if timed_out:
         trained += f" (the copy is stopped after {timeout:.0f} s: your script had more to run)"
     elif stopped:
@@ -240,6 +254,27 @@ def _judged(
         to_end=not stopped,
         first_loss=first,
         final_loss=final,
+    )
+
+
+def _broken_elsewhere(problem: dict, disconnected: frozenset[str]) -> bool:
+    """Whether a copy's problem is a gradient path broken to none of `disconnected` (the
+    variables of the path the patch mends): another break, which it is not for."""
+    if not disconnected or problem.get("category") != "disconnected_gradients":
+        return False
+    variables = (problem.get("disconnected") or {}).get("variables") or ()
+    return bool(variables) and disconnected.isdisjoint(variables)
+
+
+def _other_paths(elsewhere: Sequence[dict], disconnected: frozenset[str]) -> str:
+    """What a copy that mended its path still found broken elsewhere, in words."""
+    names = [name for p in elsewhere for name in (p.get("disconnected") or {}).get("variables", ())]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    mended = sorted(disconnected)
+    got = f"{mended[0]} got" if len(mended) == 1 else f"every one of {', '.join(mended)} got"
+    return (
+        f"; {got} a gradient, and the path it still found broken, to {shown}, is another "
+        "problem of your run, which this patch is not for"
     )
 
 
