@@ -53,6 +53,10 @@ def test_numpy_round_trip_is_found_at_the_numpy_line(doctor_run):
         script, "probs = np.clip(pred.numpy(), EPS, 1.0 - EPS)"
     )
     assert "stay_in_tensorflow" in [f["family"] for f in problem["fixes"]]
+    # The first step had no gradient (unwatched, Keras raises there): the finding is of
+    # it, though where the path breaks was recorded as the step ran once more.
+    assert problem["step"] == 0
+    assert "the doctor skipped the update instead" in problem["explanation"]
 
 
 def test_loss_computed_after_the_tape_block_is_outside_the_tape(doctor_run):

@@ -295,8 +295,12 @@ class Watcher(Adapter):
             if not variables:
                 return False
 
+        # Where the path breaks may be seen only at the step's next run (an eager step,
+        # recorded then): the finding is of this step, the first without gradients.
+        first_step = self.session.steps_watched
+
         def record(breaks) -> bool:
-            return self.session.record_path_breaks(breaks, all_missing)
+            return self.session.record_path_breaks(breaks, all_missing, step=first_step)
 
         try:
             breaks = find_missing_gradient_breaks(variables, loss, tape_window, record)

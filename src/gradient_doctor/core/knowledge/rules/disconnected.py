@@ -34,7 +34,10 @@ from gradient_doctor.core.knowledge.wording import at_step, count, line_ref, quo
 
 # What Keras does with the gradients: every one None, or only some.
 _ALL_MISSING = (
-    'With no gradient for any variable, Keras raises "No gradients provided for any variable".'
+    'With no gradient for any variable, Keras raises "No gradients provided for any variable" '
+    "(unwatched, your script stops there with that error); the doctor skipped the update "
+    "instead (and, where it ran the step once more to see where the path breaks, that "
+    "run's update too)."
 )
 _SOME_MISSING = (
     'Keras only warns ("Gradients do not exist for variables ...") and trains the rest, '
