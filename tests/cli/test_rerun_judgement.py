@@ -590,3 +590,26 @@ def test_a_copy_that_mended_its_path_holds_though_another_path_is_still_broken()
     # Without the variables (a numerical problem's copy), any problem fails it.
     report = _report(64, _broken_path("router/kernel"))
     assert not _judged(report, 0, "the patched copy").held
+
+
+def test_an_expected_not_fix_whose_patched_copy_crashed_is_not_borne_out(monkeypatch):
+    # A clip line that read the trainer's `self.parameters()`: its copy raised.
+    from gradient_doctor.cli import fix_confirmation
+    from gradient_doctor.cli.patched_rerun import Rerun
+    from gradient_doctor.core.findings import Finding, Fix, NotFix
+
+    def rerun_patched(script, args, patch, *rest, **options):
+        if patch is None:  # the unchanged copy fails again, as the run did
+            return Rerun(False, 12, "the unchanged copy found forward_domain", failed_step=11)
+        error = "AttributeError: 'Trainer' object has no attribute 'parameters'"
+        return Rerun(False, 0, f"the patched copy failed: {error}", crashed=True)
+
+    monkeypatch.setattr(fix_confirmation, "rerun_patched", rerun_patched)
+    clip = Fix("gradient_clipping", "Clip", "code", patch="--- a/t.py\n+++ b/t.py\n")
+    expected = NotFix("gradient_clipping", "it is expected to delay it", None, False, clip)
+    problem = Finding("forward_domain", 11, "forward", None, "", not_fixes=(expected,))
+    judged = fix_confirmation._confirmed(problem, "t.py", [], 60.0, 200, lambda: False)
+    (item,) = judged.not_fixes
+    assert "AttributeError" in item.evidence
+    assert item.evidence.endswith("its patch failed, not the remedy, so this rerun cannot tell")
+    assert item.untried_expectation  # said as an expectation, not as borne out

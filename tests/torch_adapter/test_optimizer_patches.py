@@ -108,6 +108,34 @@ trainer.fit(3)
 OPTIMIZER = trainer.opt
 """
 
+# Lightning's way: the model builds its optimizer over `self.parameters()`, and a
+# trainer of another class steps it; the trainer's `self` has no `parameters()`.
+OTHER_CLASS_STEPS = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(3, 1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+class Trainer:
+    def fit(self, model, steps):
+        opt = model.configure_optimizers()
+        for _ in range(steps):
+            opt.zero_grad()
+            model.net(torch.randn(4, 3)).pow(2).sum().backward()
+            opt.step()
+        return opt
+
+
+OPTIMIZER = Trainer().fit(Model(), 3)
+"""
+
 ELSEWHERE_STEPPED = """
 import torch
 
@@ -659,3 +687,18 @@ def test_a_plateau_floor_is_scaled_with_the_rate_or_it_would_lift_it_back(tmp_pa
     ]
     patched = _run_patched(tmp_path, lower.patch)["OPTIMIZER"]
     assert patched.param_groups[0]["lr"] == pytest.approx(0.001)  # halved to its scaled floor
+
+
+def test_a_step_in_another_classs_method_clips_the_optimizer_it_steps(
+    tmp_path, monkeypatch, clipped
+):
+    """The optimizer was built over the model's `self.parameters()`; at the trainer's
+    step `self` is the trainer: the clip line reads the optimizer's param groups."""
+    namespace, sites = _recorded(tmp_path, monkeypatch, OTHER_CLASS_STEPS)
+    clip = _placed(sites, namespace["OPTIMIZER"], tmp_path)["gradient_clipping"]
+    assert _added(clip.patch) == [
+        "            torch.nn.utils.clip_grad_norm_("
+        '[p for group in opt.param_groups for p in group["params"]], max_norm=0.25)'
+    ]
+    patched = _run_patched(tmp_path, clip.patch)
+    assert clipped == [(_parameter_ids(patched["OPTIMIZER"]), 0.25)] * 3

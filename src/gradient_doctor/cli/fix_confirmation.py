@@ -167,8 +167,12 @@ def _confirmed(
                     held[len(fixes)] = rerun
                 fixes.append(_may_only_delay(judged, problem, rerun, item.why))
                 continue
-            item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
-            item = _borne_out(item, rerun, baseline)
+            if rerun.crashed:  # the patch as written fails: no word on the remedy
+                why = f"{rerun.why}: its patch failed, not the remedy, so this rerun cannot tell"
+                item = dataclasses.replace(item, evidence=why)
+            else:
+                item = dataclasses.replace(item, evidence=judged.evidence or item.evidence)
+                item = _borne_out(item, rerun, baseline)
         not_fixes.append(item)
     fixes, behind = _behind_the_best(fixes, held)
     problem = ranked(dataclasses.replace(problem, fixes=tuple(fixes), not_fixes=tuple(not_fixes)))

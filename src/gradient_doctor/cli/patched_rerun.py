@@ -47,6 +47,8 @@ class Rerun:
             time ran out before it reached the original failing step: it judges
             nothing either way; `why` says so.
         to_end: it held to the end of the script.
+        crashed: the copy's script raised an error of its own (not a numerical
+            problem): the patch as written fails, which says nothing of the remedy.
         first_loss, final_loss: the copy's first loss and the mean of its last tenth's,
             with one optimizer (None otherwise): held copies of one problem's fixes
             are ranked by them (`fix_confirmation._behind_the_best`).
@@ -59,6 +61,7 @@ class Rerun:
     failed_step: int | None = None
     inconclusive: bool = False
     to_end: bool = False
+    crashed: bool = False
     first_loss: float | None = None
     final_loss: float | None = None
 
@@ -195,7 +198,7 @@ def _judged(
             failed_step=first.get("step"),
         )
     if report.get("script_error"):
-        return Rerun(False, steps, f"{what} failed: {report['script_error']}")
+        return Rerun(False, steps, f"{what} failed: {report['script_error']}", crashed=True)
     if steps <= failed_at:
         ended = f"was stopped after {timeout:.0f} s, at" if timed_out else "ended after"
         return Rerun(

@@ -392,10 +392,64 @@ def _parameters_as_written(
         return None
     if site.params_iterator and not isinstance(first, ast.Call):
         return None  # a name holding a generator the constructor already drained
-    if not _free_names(first) <= _bound_names(step_tree, scope) | _BUILTINS:
+    free = _free_names(first)
+    if not free <= _bound_names(step_tree, scope) | _BUILTINS:
+        return None
+    if not _same_meaning(free, tree, call, site):
         return None
     written = segment(text, first)
     return ast.unparse(first) if "\n" in written else written
+
+
+def _same_meaning(names: set[str], tree: ast.Module, call: ast.Call, site: OptimizerSite) -> bool:
+    """Whether `names`, read where the optimizer was built, name the same objects where
+    it steps: the same function (or module) of the same file, or module-level names of
+    that file bound in neither function. A `self` bound in both is another object in
+    each: `self.parameters()` of a model's `configure_optimizers` is not the trainer's
+    `self.parameters()` in its `fit`, which raises AttributeError. Two methods of one
+    class share their first argument, the instance (`self.model` built in `__init__`,
+    stepped in `train`)."""
+    step = site.step_line
+    if step is None or step.file != site.source.file:
+        return False  # another file's names are another module's
+    built_scope, step_scope = _scope_of(tree, call.lineno), _scope_of(tree, step.line)
+    if built_scope is step_scope or (
+        isinstance(built_scope, ast.Module) and isinstance(step_scope, ast.Module)
+    ):
+        return True
+    local = _scope_locals(built_scope) | _scope_locals(step_scope)
+    shared = _shared_instance(tree, built_scope, step_scope)
+    local -= shared
+    return not (names & local) and names <= _names_bound_in(tree) | _BUILTINS | shared
+
+
+def _shared_instance(tree: ast.Module, first: ast.AST, second: ast.AST) -> set[str]:
+    """The name of the instance two methods of one class both take first (`self`), when
+    they are such methods and name it alike; else no name."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and first in node.body and second in node.body:
+            names = [
+                scope.args.posonlyargs[0].arg
+                if scope.args.posonlyargs
+                else scope.args.args[0].arg
+                if scope.args.args
+                else None
+                for scope in (first, second)
+            ]
+            if names[0] is not None and names[0] == names[1]:
+                return {names[0]}
+    return set()
+
+
+def _scope_locals(scope: ast.AST) -> set[str]:
+    """The names a function binds itself (its arguments and assignments); none for the
+    module."""
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        return set()
+    arguments = scope.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return {a.arg for a in every} | _names_bound_in(scope)
 
 
 def _free_names(node: ast.expr) -> set[str]:
