@@ -105,6 +105,15 @@ def test_several_optimizers_are_not_judged_by_one_loss(rng):
     assert _judge(_vanishing(), flat, several_objectives=True) == ()
 
 
+def test_a_loss_that_starts_at_or_below_zero_is_not_judged_by_its_level(rng):
+    # A policy gradient's surrogate with an entropy bonus: -0.016 at the start, rising
+    # to about 0 as the policy learns to earn every reward (its level is no measure).
+    surrogate = [-0.016 * math.exp(-step / 20) + rng.gauss(0.0, 1e-6) for step in range(STEPS)]
+    assert _judge(_vanishing(), _losses(surrogate)) == ()
+    # The same stretch of a loss with a floor (cross-entropy near ln 2) is a problem.
+    assert len(_judge(_vanishing(), _losses(_noisy(rng, 0.693) for _ in range(STEPS)))) == 1
+
+
 def test_a_loss_that_never_moves_is_not_measured():
     # The guard records 0 when it cannot see the loss: that is no evidence of a stall.
     assert _judge(_vanishing(), _losses([0.0] * STEPS)) == ()

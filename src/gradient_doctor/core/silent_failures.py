@@ -17,6 +17,9 @@ when all of these hold:
 
 A run with several optimizers (a GAN's two halves) is not judged at all: the loss the
 adapter sees is one of several objectives, and an adversarial loss hovers by design.
+Nor is a run whose loss started at or below zero: such a loss has no floor its level
+could be measured from (a policy gradient's surrogate with a baseline and an entropy
+bonus starts at -0.016 and rises to 0 as the policy learns to earn every reward).
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ def silent_failures(
         return ()
     start_count = max(_START_POINTS, int(_START_SHARE * len(points)))
     run_start = median([v for _, v in points[:start_count]])
+    if run_start <= 0:  # no floor: the loss's level says nothing of learning
+        return ()
     found = []
     for item in standing:
         span = item.until - item.since
