@@ -58,7 +58,7 @@ def test_vanishing_gradients_with_a_flat_loss_are_a_problem(rng):
     assert problem.step == 19  # where the condition began to hold
     assert problem.explanation.startswith("Gradients vanish in layer `dense`")
     assert "held from step 19 to the end of the run (step 399)" in problem.explanation
-    assert "the loss did not improve: about 0.7 over the last steps, against 0.69" in (
+    assert "the loss did not improve: about 0.7 over the last steps, against 0.68" in (
         problem.explanation
     )
     assert [fix.family for fix in problem.fixes] == [
@@ -194,3 +194,15 @@ def test_a_loss_that_fell_a_little_then_stalled_is_said_to_have_barely_improved(
         problem.explanation
     )
     assert "(17% lower, and flat since)" in problem.explanation
+
+
+def test_a_run_whose_first_updates_blew_the_loss_up_is_judged_from_its_first_loss(rng):
+    # Adam at a rate far too high: 631, then 4.5e8, 1.2e5, 8.4e5, ..., back to a constant
+    # predictor's ~640, its ReLUs dead: the first points' median is no start.
+    blown = [631.0, 4.5e8, 1.2e5, 8.4e5, 5.6e5, 5.4e4, 1.7e3, 829.0, 1011.0, 874.0]
+    flat = [_noisy(rng, 640.0) for _ in range(STEPS - len(blown))]
+    (problem,) = _judge(_vanishing(), _losses(blown + flat))
+    assert "over the last steps, against 630 when the run started" in (
+        problem.explanation
+    )
+    assert "the loss did not improve" in problem.explanation

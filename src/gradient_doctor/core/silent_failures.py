@@ -12,8 +12,11 @@ when all of these hold:
   quarter is less than `FLAT` (relatively) below the third's, beyond what the batches'
   noise explains (two standard errors of the difference of those medians);
 - and the loss never got far below where the run started: the last quarter is less
-  than `PROGRESS` below the first steps of the run (a converged run that learned
-  a lot and then flattened out, whatever its warnings, is healthy).
+  than `PROGRESS` below the first steps of the run (their median, or the first loss,
+  the untrained model's, when it is lower). A converged run that learned a lot and
+  then flattened out, whatever its warnings, is healthy; a run whose first updates
+  blew the loss up by orders of magnitude, and which came back only to where it
+  started, did not learn.
 
 A run with several optimizers (a GAN's two halves) is not judged at all: the loss the
 adapter sees is one of several objectives, and an adversarial loss hovers by design.
@@ -73,7 +76,10 @@ def silent_failures(
     if len({v for _, v in points}) < 2:  # no loss, or one that never moves: not measured
         return ()
     start_count = max(_START_POINTS, int(_START_SHARE * len(points)))
-    run_start = median([v for _, v in points[:start_count]])
+    # The first loss, before any update, when it is lower than the first points' median:
+    # updates that blew the loss up at once (631, then 4.5e8, 1.2e5, ...) make that
+    # median no start to improve on.
+    run_start = min(median([v for _, v in points[:start_count]]), points[0][1])
     if run_start <= 0:  # no floor: the loss's level says nothing of learning
         return ()
     found = []
