@@ -202,7 +202,5 @@ def test_a_run_whose_first_updates_blew_the_loss_up_is_judged_from_its_first_los
     blown = [631.0, 4.5e8, 1.2e5, 8.4e5, 5.6e5, 5.4e4, 1.7e3, 829.0, 1011.0, 874.0]
     flat = [_noisy(rng, 640.0) for _ in range(STEPS - len(blown))]
     (problem,) = _judge(_vanishing(), _losses(blown + flat))
-    assert "over the last steps, against 630 when the run started" in (
-        problem.explanation
-    )
+    assert "over the last steps, against 630 when the run started" in (problem.explanation)
     assert "the loss did not improve" in problem.explanation

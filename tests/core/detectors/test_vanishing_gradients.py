@@ -102,3 +102,38 @@ def test_exactly_zero_gradients_are_left_to_the_zero_gradient_check(layer_record
 def test_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         VanishingGradientsDetector(**kwargs)
+
+
+def test_a_layer_with_a_sizeable_gradient_is_not_vanishing_beside_exploding_ones(
+    layer_record, run, rng
+):
+    # A GRU's gradients exploding to 2.5e7 beside dense layers at 1600 and 40: the dense
+    # layers' kernels moved from norm 5.6 to 147; they are not where the trouble is.
+    records = [
+        layer_record(
+            step,
+            gru=_noisy(2.5e7, rng),
+            gru_1=_noisy(3e7, rng),
+            dense=_noisy(1600.0, rng),
+            dense_1=_noisy(40.0, rng),
+        )
+        for step in range(100)
+    ]
+    assert run(VanishingGradientsDetector(), records)[-1] == []
+
+
+def test_under_a_scale_free_optimizer_the_weights_are_not_said_to_stand_still(
+    layer_record, run, rng
+):
+    from gradient_doctor.core.evidence import TrainingSetup
+
+    records = [
+        layer_record(step, embedding=_noisy(1e-9, rng), dense=_noisy(1e-2, rng), out=0.1)
+        for step in range(60)
+    ]
+    setup = TrainingSetup(optimizer="RMSprop")
+    (warning,) = run(VanishingGradientsDetector(setup=setup), records)[-1]
+    assert "barely move" not in warning.explanation
+    assert "RMSprop divides each step by the gradient's own running size" in (warning.explanation)
+    (plain,) = run(VanishingGradientsDetector(setup=TrainingSetup(optimizer="SGD")), records)[-1]
+    assert plain.explanation.endswith("so its weights barely move.")

@@ -12,6 +12,7 @@ from gradient_doctor.core.detectors.sorted_window import SortedWindow
 from gradient_doctor.core.evidence import TrainingSetup
 from gradient_doctor.core.findings import Finding
 from gradient_doctor.core.knowledge.remedies import fixes as remedies
+from gradient_doctor.core.knowledge.remedies.history import SCALE_FREE_OPTIMIZERS
 from gradient_doctor.core.knowledge.remedies.not_fixes import vanishing_not_fixes
 from gradient_doctor.core.knowledge.wording import approximately, listing
 from gradient_doctor.core.records import StepRecord
@@ -24,6 +25,10 @@ from gradient_doctor.core.records import StepRecord
 WINDOW = 20
 RATIO = 1e-4
 FLOOR = 1e-7
+# A layer whose median gradient norm is at least this is not vanishing, however far above
+# it the other layers' are: they are then the trouble (a GRU's exploding to 2.5e7 beside
+# a dense layer's 1600, which moved its kernel from norm 5.6 to 147).
+CEILING = 1.0
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ class VanishingGradientsDetector(CountedFindings):
         if not self._none_can_vanish(ordered, full.values()):
             for layer, series in full.items():
                 others = _median_without(ordered, medians[layer])
-                low = medians[layer] < self._ratio * others
+                low = medians[layer] < self._ratio * others and medians[layer] < CEILING
                 floored = (
                     not low and others >= self._floor and sum(series) / len(series) < self._floor
                 )
@@ -161,6 +166,7 @@ class VanishingGradientsDetector(CountedFindings):
             explanation=explain(
                 tuple(self._vanished[name] for name in self._series if name in layers),
                 self._window,
+                self._setup.optimizer,
             ),
             not_fixes=vanishing_not_fixes(),
             fixes=(
@@ -186,12 +192,14 @@ def _median_without(ordered: list[float], value: float) -> float:
     return 0.5 * (lower + upper)
 
 
-def explain(vanished: tuple[Vanishing, ...], window: int) -> str:
+def explain(vanished: tuple[Vanishing, ...], window: int, optimizer: str | None = None) -> str:
     """Name the layers and compare the smallest gradient with the others'.
 
     Example: "Gradients vanish in layer `dense`: its gradient norm has a median of
     3.1e-09 over the last 20 records, 1.2e-06 times the median 0.0026 of the other
-    layers, so its weights barely move."
+    layers, so its weights barely move." Under an `optimizer` that divides each step
+    by the gradient's own size (Adam, RMSprop) the weights do move: the warning is of
+    a faint signal from the loss.
     """
     worst = min(vanished, key=lambda item: item.norm / item.others)
     names = listing([f"`{item.layer}`" for item in vanished])
@@ -201,6 +209,16 @@ def explain(vanished: tuple[Vanishing, ...], window: int) -> str:
         f"Gradients vanish in {where}: {its} gradient norm has a median of "
         f"{approximately(worst.norm)} over the last {window} records, "
         f"{approximately(worst.norm / worst.others)} times the median "
-        f"{approximately(worst.others)} of the other layers, so its weights "
-        "barely move."
+        f"{approximately(worst.others)} of the other layers, {_what_it_does(optimizer)}"
     )
+
+
+def _what_it_does(optimizer: str | None) -> str:
+    """What a vanishing gradient does to the weights under `optimizer`."""
+    if optimizer in SCALE_FREE_OPTIMIZERS:
+        return (
+            f"so the loss's signal reaches its weights faint ({optimizer} divides each step "
+            "by the gradient's own running size, so they still move by about its learning "
+            "rate, but a gradient this small is easily swamped by noise)."
+        )
+    return "so its weights barely move."
