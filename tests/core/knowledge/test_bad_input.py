@@ -62,6 +62,12 @@ def test_nan_the_input_pipeline_wrote_is_diagnosed_at_its_op_and_patched_there(
     assert diagnosis.fixes[0].rewrite
     assert families(diagnosis)[1:] == ["clean_input", "skip_nonfinite_batch"]
     assert not_fixes(diagnosis) == ["gradient_clipping", "lower_learning_rate"]
+    assert "tf.clip_by_global_norm of a NaN norm" in diagnosis.not_fixes[0].why
+    # A PyTorch run's reasons name PyTorch's clipping call.
+    torch_evidence = replace(evidence, setup=replace(evidence.setup, framework="torch"))
+    (clipping, _) = diagnose(torch_evidence).not_fixes
+    assert "torch.nn.utils.clip_grad_norm_ of a NaN norm" in clipping.why
+    assert "tf." not in clipping.why
     origin = diagnosis.finding(evidence).origin  # the finding points there
     assert (origin.op, origin.source_kind) == ("Log", "input_pipeline")
     # Also when the step named an op of its own downstream of the bad batch (a max-pool

@@ -49,17 +49,15 @@ def forward_not_fixes(problem: str, weights_upstream: bool | None = None) -> tup
     )
 
 
-def nan_gradient_not_fixes(
-    cause: str, kind: str = "NaN", framework: str = "tf"
-) -> tuple[NotFix, ...]:
+def nan_gradient_not_fixes(cause: str, framework: str, kind: str = "NaN") -> tuple[NotFix, ...]:
     """Remedies that act on gradients after they are computed, so cannot undo a NaN or inf.
 
     Args:
         cause: str, where the value comes from, e.g. "the data".
+        framework: the framework the user trains with ("tf" or "torch"), which names
+            the clipping call.
         kind: str, the non-finite value the op wrote (`wording.nonfinite_kind`): "NaN",
             "inf", "-inf" or "non-finite value". Defaults to "NaN".
-        framework: the framework the user trains with, which names the clipping call.
-            Defaults to "tf".
 
     Returns:
         gradient_clipping and lower_learning_rate, each with its reason.

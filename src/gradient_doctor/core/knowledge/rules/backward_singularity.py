@@ -108,7 +108,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             else explain(origin, forward, evidence.step)
         ),
         not_fixes=_after_updates(
-            nan_gradient_not_fixes(cause, nonfinite_kind(origin), framework), evidence
+            nan_gradient_not_fixes(cause, framework, nonfinite_kind(origin)), evidence
         ),
         fixes=fixes if moved is None else (moved, *fixes),
     )

@@ -92,7 +92,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     return Diagnosis(
         category="bad_input",
         explanation=explanation,
-        not_fixes=nan_gradient_not_fixes(cause, kind, evidence.setup.framework),
+        not_fixes=nan_gradient_not_fixes(cause, evidence.setup.framework, kind),
         fixes=(
             Fix(
                 "clean_input",
@@ -156,7 +156,8 @@ def _masked(evidence: Evidence, described: str, tensors: str, torch: bool) -> Di
         category="bad_input",
         explanation=explanation,
         not_fixes=nan_gradient_not_fixes(
-            f"the data: {tensors} held it, masked out of the loss but not out of its gradient"
+            f"the data: {tensors} held it, masked out of the loss but not out of its gradient",
+            evidence.setup.framework,
         ),
         fixes=(
             Fix(
@@ -189,7 +190,9 @@ def written_by_pipeline(evidence: Evidence, written: Diagnosis) -> Diagnosis:
     return Diagnosis(
         category="bad_input",
         explanation=explanation,
-        not_fixes=nan_gradient_not_fixes(f"the data: {where} in the input pipeline made it"),
+        not_fixes=nan_gradient_not_fixes(
+            f"the data: {where} in the input pipeline made it", evidence.setup.framework
+        ),
         fixes=(*rewrites, *data.fixes),
     )
 
@@ -258,7 +261,9 @@ def _broken_state(evidence: Evidence, state: BrokenState) -> Diagnosis:
     return Diagnosis(
         category="bad_input",
         explanation=explanation,
-        not_fixes=nan_gradient_not_fixes(f"the state the step began with: {names} held it"),
+        not_fixes=nan_gradient_not_fixes(
+            f"the state the step began with: {names} held it", evidence.setup.framework
+        ),
         fixes=(_state_fix(state, names),),
     )
 

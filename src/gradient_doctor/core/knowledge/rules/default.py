@@ -76,8 +76,8 @@ def diagnose(evidence: Evidence) -> Diagnosis:
             explanation=explain(origin, evidence.step, f"the gradient of {forward}"),
             not_fixes=nan_gradient_not_fixes(
                 f"the derivative of {forward} at these inputs",
-                nonfinite_kind(origin),
                 evidence.setup.framework,
+                nonfinite_kind(origin),
             ),
             fixes=(
                 _spelled(_CLIP_DOMAIN, evidence.setup.framework),

@@ -36,8 +36,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         explanation=explain(origin, forward, evidence.step, evidence.setup.framework),
         not_fixes=nan_gradient_not_fixes(
             f"{forward}'s derivative in the branch not taken",
-            nonfinite_kind(origin),
             evidence.setup.framework,
+            nonfinite_kind(origin),
         ),
         fixes=fixes,
     )
