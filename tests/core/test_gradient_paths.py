@@ -31,6 +31,28 @@ def test_argmax_on_the_main_path_wins_over_an_earlier_stop_gradient_on_a_side_pa
     assert found.kind == NON_DIFFERENTIABLE
     assert found.node.op_type == "ArgMax"
     assert found.variables == ("gen/kernel",)
+    assert found.picks_rows is True  # the picked tokens are looked up: an embedding
+
+
+def test_an_index_made_a_mask_picks_no_rows():
+    # A router's argmax cast to float and used as a mask of two experts' outputs.
+    nodes = [
+        node(1, "ReadVariableOp", [100], [1]),
+        node(2, "MatMul", [1, 50], [2]),
+        node(3, "ArgMax", [2], [3], differentiable=False),
+        node(4, "Cast", [3], [4]),
+        node(5, "StridedSlice", [4], [5]),
+        node(6, "Mul", [5, 60], [6]),
+        node(7, "AddV2", [6, 61], [7]),
+        node(8, "Mean", [7], [8]),
+    ]
+    (found,) = find_breaks(nodes, (8,), {"router/kernel": (100,)})
+    assert found.node.op_type == "ArgMax"
+    assert found.picks_rows is False
+    # Not a pick: the question does not arise.
+    cast = [node(1, "ReadVariableOp", [100], [1]), node(2, "Cast", [1], [2], differentiable=False)]
+    (found,) = find_breaks([*cast, node(3, "Mean", [2], [3])], (3,), {"v": (100,)})
+    assert found.picks_rows is None
 
 
 def test_an_argmin_to_the_decoder_wins_over_a_later_stop_gradient_in_a_loss_term():

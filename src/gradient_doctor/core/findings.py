@@ -144,6 +144,9 @@ FIX_FAMILIES = (
     # Added: a normalization layer's epsilon above 0 (a constant slice normalised with
     # eps=0 is 0 / 0).
     "layer_epsilon",
+    # Added: the options an index picks (a router's experts, a gate's branches) weighted
+    # by the softmax of the scores instead.
+    "soft_choice",
 )
 
 

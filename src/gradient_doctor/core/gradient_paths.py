@@ -94,6 +94,9 @@ class PathBreak:
         optimizer_line: for `other_parameters`, the user's line that built the optimizer.
         model: for `frozen`, the name of the model whose own training trains nothing.
         trained_at: for `frozen`, the user's line that trained it (`d.train_on_batch(...)`).
+        picks_rows: for a break at a pick (an argmax, a sample), whether the picked
+            indices go on to a lookup (an embedding's gather, a one-hot: tokens), or
+            are used otherwise (a router's index made a mask); None when not a pick.
     """
 
     kind: str
@@ -107,6 +110,7 @@ class PathBreak:
     optimizer_line: SourceLine | None = None
     model: str | None = None
     trained_at: SourceLine | None = None
+    picks_rows: bool | None = None
 
 
 def cancelled_biases(
@@ -175,7 +179,13 @@ def find_breaks(
         groups.setdefault(key, []).append(name)
         found.setdefault(key, result)
     return [
-        PathBreak(found[key].kind, found[key].node, tuple(names), found[key].reentry)
+        PathBreak(
+            found[key].kind,
+            found[key].node,
+            tuple(names),
+            found[key].reentry,
+            picks_rows=_picks_rows(found[key], consumers),
+        )
         for key, names in groups.items()
     ]
 
@@ -186,6 +196,34 @@ _PICKS = frozenset(
     {"ArgMax", "ArgMin", "TopKV2", "Multinomial", "RandomCategorical", "StatelessMultinomial"}
     | {"argmax", "argmin", "topk", "multinomial"}
 )
+
+
+# Ops that read rows of a table by integer index, or make one-hot rows of indices: what
+# tokens go to (the core's op types: PyTorch's `embedding`, `index_select` and `one_hot`
+# are named so by its adapter; `embedding_bag` keeps its aten name).
+_LOOKUPS = frozenset(
+    {"GatherV2", "Gather", "ResourceGather", "GatherNd", "ResourceGatherNd", "OneHot"}
+    | {"embedding_bag"}
+)
+# How many ops past a pick its indices are followed to a lookup (a reshape, a cast to
+# another integer type, a concatenation of the tokens with real ones come between).
+_TO_A_LOOKUP = 6
+
+
+def _picks_rows(path_break: PathBreak, consumers) -> bool | None:
+    """For a break at a pick, whether its indices reach a lookup within `_TO_A_LOOKUP`
+    ops (`PathBreak.picks_rows`); None for any other break."""
+    node = path_break.node
+    if path_break.kind != NON_DIFFERENTIABLE or node is None or node.op_type not in _PICKS:
+        return None
+    level, seen = list(node.output_ids), set()
+    for _ in range(_TO_A_LOOKUP):
+        users = [n for t in level for n in consumers.get(t, []) if n.index not in seen]
+        if any(n.op_type in _LOOKUPS for n in users):
+            return True
+        seen.update(n.index for n in users)
+        level = [t for n in users for t in n.output_ids]
+    return False
 
 
 def _ancestors(tensor_ids, producer) -> set[int]:

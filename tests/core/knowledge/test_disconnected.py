@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from gradient_doctor.core.evidence import BadInput, Evidence
-from gradient_doctor.core.findings import FIX_FAMILIES
+from gradient_doctor.core.findings import FIX_FAMILIES, SourceLine
 from gradient_doctor.core.gradient_paths import (
     BREAK_KINDS,
     LEFT_FRAMEWORK,
@@ -519,3 +519,31 @@ def test_the_snippet_freezing_unused_parameters_matches_names_with_the_models_ow
         "value_head.bias": False,
         "adv.weight": True,
     }
+
+
+def test_an_argmax_used_as_a_mask_is_fixed_by_weighting_the_options_not_by_tokens(
+    make_break_evidence, families
+):
+    # A router picking an expert: its index is cast and made a mask, never looked up.
+    evidence = make_break_evidence(code="choice = tf.argmax(router(xb), axis=-1)")
+    evidence = replace(evidence, path_break=replace(evidence.path_break, picks_rows=False))
+    diagnosis = diagnose(evidence)
+    assert families(diagnosis) == ["soft_choice", "straight_through", "reinforce"]
+    soft, straight, policy = diagnosis.fixes
+    assert "choice_weights = tf.nn.softmax(logits, axis=-1)" in soft.code
+    assert "choice_weights = soft + tf.stop_gradient(hard - soft)" in straight.code
+    for fix in diagnosis.fixes:
+        assert "embedding" not in fix.code and "fake_output" not in fix.code
+        assert "token" not in fix.title
+    # The same argmax spelled in PyTorch.
+    torch_break = replace(
+        evidence.path_break,
+        framework="torch",
+        node=replace(
+            evidence.path_break.node,
+            source=SourceLine("moe.py", 9, "choice = router(x).argmax(dim=-1)"),
+        ),
+    )
+    torch_fixes = diagnose(replace(evidence, path_break=torch_break)).fixes
+    assert [fix.family for fix in torch_fixes] == ["soft_choice", "straight_through", "reinforce"]
+    assert "choice_weights = torch.softmax(logits, dim=-1)" in torch_fixes[0].code

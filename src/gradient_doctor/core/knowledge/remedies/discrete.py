@@ -66,6 +66,57 @@ def argmax_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
     )
 
 
+def choice_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
+    """Fixes for an index picked by argmax and used as a number, not looked up (a router's
+    expert, a gate's branch made a mask): weight the options by the softmax instead, keep
+    the hard pick forward with the softmax's gradient backward, or learn the pick by its
+    reward."""
+    choice = _chosen(code, call, "input", sampled=False)
+    axis, picked = choice.axis, choice.tokens
+    weights = f"{picked}_weights"
+    one_hot_axis = "" if axis == "-1" else f", axis={axis}"
+    use = (
+        f"# where `{picked}` picks one option, weight each option by its column of "
+        f"`{weights}` instead (a mask made of `{picked}` == k becomes {weights}[..., k])"
+    )
+    soft = [f"{weights} = tf.nn.softmax({choice.logits}, axis={axis})", use]
+    hard = [
+        f"soft = tf.nn.softmax({choice.logits}, axis={axis})",
+        f"hard = tf.one_hot(tf.argmax(soft, axis={axis}), tf.shape(soft)[{axis}], "
+        f"dtype=soft.dtype{one_hot_axis})",
+        f"{weights} = soft + tf.stop_gradient(hard - soft)  # exactly one-hot forward",
+        use,
+    ]
+    policy = [
+        f"log_probs = tf.nn.log_softmax({choice.logits}, axis=-1)",
+        "flat = tf.reshape(log_probs, [-1, tf.shape(log_probs)[-1]])",
+        f"{picked} = tf.reshape(tf.random.categorical(flat, 1), tf.shape(log_probs)[:-1])"
+        "  # sampled picks",
+        f"chosen = tf.reduce_sum(log_probs * tf.one_hot({picked}, tf.shape(log_probs)[-1]), "
+        "axis=-1)",
+        f"reward = tf.stop_gradient(score)  # per example: how well `{picked}` did (your task's)",
+        "loss += -tf.reduce_mean(chosen * (reward - tf.reduce_mean(reward)))",
+    ]
+    return (
+        Fix(
+            "soft_choice",
+            "Weight the options by the softmax of the scores instead of picking one by its index",
+            "\n".join([*choice.prelude, *soft]),
+        ),
+        Fix(
+            "straight_through",
+            "Straight-through estimator: the one-hot pick forward, the softmax's gradient backward",
+            "\n".join([*choice.prelude, *hard]),
+        ),
+        Fix(
+            "reinforce",
+            "Policy gradient (REINFORCE): keep the discrete pick and weight its "
+            "log-probability by the reward it earns",
+            "\n".join([*choice.prelude, *policy]),
+        ),
+    )
+
+
 def sampling_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
     """Fixes for sampled tokens, a differentiable sample (Gumbel-softmax) first."""
     choice = _chosen(code, call, "logits", sampled=True)

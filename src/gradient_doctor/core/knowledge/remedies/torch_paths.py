@@ -50,6 +50,60 @@ def _dim(call: Call | None) -> str:
     return written if written is not None and call.name != "topk" else "-1"
 
 
+def choice_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
+    """Fixes for an index picked by argmax and used as a number, not looked up (a
+    router's expert, a gate's branch made a mask): the softmax's weights instead, the
+    hard pick forward with the softmax's gradient backward, or REINFORCE."""
+    scores = _subject(call, "input")
+    prelude: list[str] = []
+    if scores is None:
+        scores, prelude = "logits", ["# logits: the scores the index is picked from"]
+    elif not is_identifier(scores):
+        scores, prelude = "logits", [f"logits = {scores}"]
+    dim = _dim(call)
+    picked = assigned_name(code) or "index"
+    weights = f"{picked}_weights"
+    use = (
+        f"# where `{picked}` picks one option, weight each option by its column of "
+        f"`{weights}` instead (a mask made of `{picked}` == k becomes {weights}[..., k])"
+    )
+    return (
+        Fix(
+            "soft_choice",
+            "Weight the options by the softmax of the scores instead of picking one by its index",
+            "\n".join([*prelude, f"{weights} = torch.softmax({scores}, dim={dim})", use]),
+        ),
+        Fix(
+            "straight_through",
+            "Straight-through estimator: the one-hot pick forward, the softmax's gradient backward",
+            "\n".join(
+                [
+                    *prelude,
+                    f"soft = torch.softmax({scores}, dim={dim})",
+                    f"hard = F.one_hot(soft.argmax(dim={dim}), soft.shape[{dim}]).to(soft.dtype)",
+                    f"{weights} = soft + (hard - soft).detach()  # exactly one-hot forward",
+                    use,
+                ]
+            ),
+        ),
+        Fix(
+            "reinforce",
+            "Policy gradient (REINFORCE): keep the discrete pick and weight its "
+            "log-probability by the reward it earns",
+            "\n".join(
+                [
+                    *prelude,
+                    f"dist = torch.distributions.Categorical(logits={scores})",
+                    f"{picked} = dist.sample()  # discrete picks, as before",
+                    f"reward = score.detach()  # per example: how well `{picked}` did (your "
+                    "task's)",
+                    f"loss = loss - (dist.log_prob({picked}) * (reward - reward.mean())).mean()",
+                ]
+            ),
+        ),
+    )
+
+
 def token_fixes(code: str, call: Call | None) -> tuple[Fix, ...]:
     """Fixes for tokens chosen by argmax, topk or sampling, or looked up by their ids."""
     logits = _subject(call, "input")

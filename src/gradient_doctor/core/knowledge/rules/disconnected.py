@@ -23,6 +23,7 @@ from gradient_doctor.core.gradient_paths import (
 from gradient_doctor.core.knowledge.blockers import blocker_for
 from gradient_doctor.core.knowledge.diagnosis import Diagnosis
 from gradient_doctor.core.knowledge.layer_groups import LayerGroup, describe_layers, group_by_layer
+from gradient_doctor.core.knowledge.remedies import discrete as discrete_remedies
 from gradient_doctor.core.knowledge.remedies import paths as path_remedies
 from gradient_doctor.core.knowledge.remedies import torch_paths as torch_remedies
 from gradient_doctor.core.knowledge.remedies.not_fixes import (
@@ -161,6 +162,12 @@ def _non_differentiable(path_break: PathBreak, groups: Sequence[LayerGroup]) -> 
     )
     call = find_call(code, calls) if calls else None
     fixes = (torch_remedies.BLOCKER_FIXES[blocker.name] if torch else blocker.fixes)(code, call)
+    if blocker.name == "index" and path_break.picks_rows is False:
+        # The index is used as a number (a router's expert made a mask), not looked up
+        # as tokens are: the fixes weight the options, with no embedding table.
+        fixes = (torch_remedies.choice_fixes if torch else discrete_remedies.choice_fixes)(
+            code, call
+        )
     if blocker.often_intended:
         fixes += (
             _exclude(path_break)(
