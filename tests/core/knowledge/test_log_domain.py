@@ -1,5 +1,7 @@
 """Logarithms fed zero or negative values in the forward pass."""
 
+from dataclasses import replace
+
 from gradient_doctor.core.knowledge import diagnose
 
 FORWARD_NOT_FIXES = ["gradient_clipping", "lower_learning_rate", "larger_batch"]
@@ -190,3 +192,16 @@ def test_a_log_of_a_sum_of_exps_that_underflowed_is_computed_as_logsumexp_first(
         41,
         ("log_lik = ops.logsumexp(log_pi + log_comp, axis=-1)",),
     )
+
+
+def test_a_log_of_a_relu_heads_y_pred_is_no_probability(make_evidence, make_stats, families):
+    # A hand-written Poisson NLL on a relu rate head: Keras calls every output `y_pred`,
+    # and a clip into [1e-7, 1] would cap rates whose targets pass 1.
+    code = "return ops.mean(y_pred - y_true * ops.log(y_pred), axis=-1)"
+    evidence = replace(
+        log_evidence(make_evidence, make_stats, code), feeding_ops=frozenset({"Relu", "MatMul"})
+    )
+    assert "clip_input_domain" not in families(diagnose(evidence))
+    # A sigmoid upstream: a probability, whatever else is there.
+    sigmoid = replace(evidence, feeding_ops=frozenset({"Relu", "Sigmoid"}))
+    assert "clip_input_domain" in families(diagnose(sigmoid))

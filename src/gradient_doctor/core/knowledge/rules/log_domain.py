@@ -52,6 +52,8 @@ OPS = frozenset(_DOMAINS)
 _PROBABILITY_WORDS = ("prob", "pred", "softmax", "sigmoid")
 # Ops whose output is a probability, seen upstream of the log in the replay.
 _PROBABILITY_OPS = frozenset({"Sigmoid", "Softmax"})
+# Activations whose output is positive but unbounded (a rate, a variance), seen upstream.
+_NOT_PROBABILITY_OPS = frozenset({"Relu", "Relu6", "Elu", "Selu", "Softplus", "Exp"})
 # The logarithms whose argument can be a probability (log1p's domain edge is -1: clipping
 # its argument into [1e-7, 1] would cap a regression's predictions at 1).
 _OF_PROBABILITY = frozenset({"Log", "Xlogy"})
@@ -64,7 +66,12 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     op = evidence.origin.op
     code = source_code(evidence)
     probability = evidence.feeding_ops & _PROBABILITY_OPS
-    named = any(word in code.lower() for word in _PROBABILITY_WORDS)
+    # A name says probability only where no op seen upstream says otherwise: Keras hands
+    # every loss its model's output as `y_pred`, a Poisson rate from a relu head as well
+    # (a clip into [1e-7, 1] capped 27% of such a head's rates, half its targets above 1).
+    named = any(word in code.lower() for word in _PROBABILITY_WORDS) and not (
+        evidence.feeding_ops & _NOT_PROBABILITY_OPS and not probability
+    )
     activation = generic = None  # the rewrite of a relu that made the input, when one did
     domain = _DOMAINS[op]
     if (probability or named) and _may_be_probability(evidence):
