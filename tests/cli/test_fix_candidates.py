@@ -48,3 +48,30 @@ def test_an_out_path_holding_the_users_own_file_is_refused_with_another_name(tmp
         check_out(str(mine))
     message = str(refused.value)
     assert f"for example `--out {tmp_path / 'gradient-doctor.doctor.patch'}`" in message
+
+
+def test_of_the_verified_patches_that_held_the_one_that_learned_clearly_best_is_written(capsys):
+    # A regression whose mean predictor scores 129: the lower rate's copy ended at 145
+    # (it learned nothing past the mean), clipping's at 35.
+    from gradient_doctor.cli.fix_command import Candidate, _best
+    from gradient_doctor.cli.patched_rerun import Rerun
+
+    candidates = [
+        Candidate("lower_learning_rate", "lower", LOWER),
+        Candidate("gradient_clipping", "clip", GUARD),
+        Candidate("batch_normalization", "bn", GUARD),
+    ]
+    held = {
+        0: Rerun(True, 160, "held", first_loss=1100.0, final_loss=145.0),
+        1: Rerun(True, 160, "held", first_loss=1100.0, final_loss=35.0),
+        2: Rerun(True, 160, "held", first_loss=1100.0, final_loss=50.0),
+    }
+    assert _best(candidates, held) == 1
+    said = capsys.readouterr().err
+    assert "lower_learning_rate held too, but its copy's loss ended at 145 where" in said
+    assert "gradient_clipping's, run as long, ended at 35: writing gradient_clipping's patch" in (
+        said
+    )
+    # Within twice the best, the diagnosis's order stands.
+    held[0] = Rerun(True, 160, "held", first_loss=1100.0, final_loss=60.0)
+    assert _best(candidates, held) == 0

@@ -613,3 +613,25 @@ def test_an_expected_not_fix_whose_patched_copy_crashed_is_not_borne_out(monkeyp
     assert "AttributeError" in item.evidence
     assert item.evidence.endswith("its patch failed, not the remedy, so this rerun cannot tell")
     assert item.untried_expectation  # said as an expectation, not as borne out
+
+
+def test_a_copy_the_runs_own_signal_stopped_judges_nothing(monkeypatch):
+    # Ctrl-C reaches the copy too: its report says interrupted, which is no time limit.
+    from gradient_doctor.cli import fix_confirmation
+    from gradient_doctor.cli.patched_rerun import Rerun
+
+    def rerun_patched(*args, **kwargs):
+        why = "the patched copy trained 49 steps (the copy is stopped after 60 s: ...)"
+        return Rerun(True, 49, why, interrupted=True)
+
+    monkeypatch.setattr(fix_confirmation, "rerun_patched", rerun_patched)
+    reruns = fix_confirmation._Reruns("t.py", [], 5, 200, 60.0, lambda: True)
+    rerun = reruns._rerun("safe_log", "--- a/t.py\n", 200)
+    assert not rerun.held and rerun.inconclusive
+    assert rerun.why == (
+        "the copy was stopped by the signal that stopped your run, after 49 steps, so it "
+        "judges nothing"
+    )
+    # Stopped by its own time limit, with no signal to the run: as the copy said.
+    reruns = fix_confirmation._Reruns("t.py", [], 5, 200, 60.0, lambda: False)
+    assert reruns._rerun("safe_log", "--- a/t.py\n", 200).held

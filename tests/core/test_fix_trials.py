@@ -52,9 +52,11 @@ def test_a_remedy_that_held_but_has_no_patch_is_not_marked_verified():
     assert "no patch of your file could be written" in fix.evidence
 
 
-def test_untried_fixes_and_not_fixes_are_left_as_they_were():
+def test_untried_fixes_say_why_and_not_fixes_are_left_as_they_were():
     judged = judge(_finding(), FAILED_BASELINE, [_outcome("stable_softmax")])
-    assert _fix(judged, "normalize_input") == Fix("normalize_input", "norm", "code")
+    untried = _fix(judged, "normalize_input")  # advice code, no patch: nothing to run
+    assert (untried.verified, untried.code) == (None, "code")
+    assert untried.evidence.startswith("not tried: no patch of your files to run")
     assert judged.not_fixes[0].evidence is None
 
 

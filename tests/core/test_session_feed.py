@@ -193,3 +193,13 @@ def test_keep_going_diagnoses_a_run_of_failing_steps_once_and_at_most_a_few(recw
     assert session.undiagnosed_failures == len(failing) - KEEP_GOING_DIAGNOSES
     said = [str(w.message) for w in recwarn if "under --keep-going" in str(w.message)]
     assert len(said) == 1
+    # The report counts them: each one's update was skipped too.
+    from gradient_doctor.render.json_report import report_to_dict
+    from gradient_doctor.render.text import header_line
+
+    report = session.report("train.py")
+    assert report.failures_counted == len(failing) - KEEP_GOING_DIAGNOSES
+    assert report_to_dict(report)["failures_counted"] == len(failing) - KEEP_GOING_DIAGNOSES
+    assert "(and 20 more failing steps counted, not diagnosed, under --keep-going" in (
+        header_line(report)
+    )

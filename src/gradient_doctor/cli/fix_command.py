@@ -16,8 +16,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gradient_doctor.cli.fix_confirmation import runs_to_the_end
+from gradient_doctor.cli.fix_confirmation import copies_behind, runs_to_the_end
 from gradient_doctor.cli.patched_rerun import (
+    Rerun,
     doctor_report,
     loss_points,
     relative_script,
@@ -31,7 +32,9 @@ EXIT_FIXED, EXIT_NOT_FIXED = 0, 1
 # Steps past the original failure the patched rerun must stay healthy for.
 DEFAULT_STEPS_PAST = 200
 # At most this many patches are rerun, best first (the verified ones, then the untried
-# fixes', then the expected not-fixes').
+# fixes', then the expected not-fixes'). Once a patch held, the others listed alike
+# (verified, or untried) are rerun too, and the one whose copy learned clearly best is
+# written.
 MAX_CANDIDATES = 5
 PATCH_HEADER = "# gradient-doctor fix"
 
@@ -42,13 +45,16 @@ class Candidate:
 
     `untried` marks a patch no trial inside the run could try (a surrogate loss term
     for missing gradients, module-level code): its rerun proves it only where the
-    unchanged copy, rerun the same way, fails.
+    unchanged copy, rerun the same way, fails. `group` is where the diagnosis listed
+    it: "verified", "untried" (a fix no trial tried), "not_fix" (an expected not-fix);
+    the patches that held are compared within one group.
     """
 
     family: str
     title: str
     patch: str
     untried: bool = False
+    group: str = "verified"
 
 
 def fix_command(
@@ -100,7 +106,10 @@ def fix_command(
     # The variables of a broken gradient path: a copy that mended it holds whatever
     # other path it found broken (as `run`'s confirmation judges it).
     disconnected = frozenset((problem.get("disconnected") or {}).get("variables") or ())
-    for candidate in candidates[:MAX_CANDIDATES]:
+    held: dict[int, Rerun] = {}
+    for index, candidate in enumerate(candidates[:MAX_CANDIDATES]):
+        if held and candidate.group != candidates[min(held)].group:
+            break  # a patch held: its rivals are those listed alike (verified, untried)
         if candidate.untried and baseline is None:
             _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
             baseline = rerun_patched(
@@ -141,12 +150,15 @@ def fix_command(
         if rerun.blocked:  # every rerun would write the same file of yours
             break
         if rerun.held:
-            _write_patch(out, candidate, relative)
-            _say(
-                f"the patch held; written to {out}. Apply it in this folder with "
-                f"`patch -p1 < {out}` (or `git apply {out}`)."
-            )
-            return EXIT_FIXED
+            held[index] = rerun
+    if held:
+        chosen = _best(candidates, held)
+        _write_patch(out, candidates[chosen], relative)
+        _say(
+            f"the patch held; written to {out}. Apply it in this folder with "
+            f"`patch -p1 < {out}` (or `git apply {out}`)."
+        )
+        return EXIT_FIXED
     _say("no verified patch held when the patched script was run again; nothing written")
     return EXIT_NOT_FIXED
 
@@ -161,14 +173,32 @@ def _candidates(problem: dict) -> Iterator[Candidate]:
             yield Candidate(fix["family"], fix["title"], fix["patch"])
     for fix in fixes:
         if untried_patch(fix.get("verified"), fix.get("evidence")):
-            yield Candidate(fix["family"], fix["title"], fix["patch"], untried=True)
+            yield Candidate(fix["family"], fix["title"], fix["patch"], True, "untried")
     # A remedy said not to help on an expectation no trial could try (a lower rate, for
     # an unchanged PyTorch script), as `run`'s confirmation reruns it.
     for item in problem.get("not_fixes", []):
         expected = not item.get("structural", True)
         if item.get("patch") and expected and untried_patch(None, item.get("evidence")):
             title = "first listed as not expected to help; no trial inside the run could try it"
-            yield Candidate(item["remedy"], title, item["patch"], untried=True)
+            yield Candidate(item["remedy"], title, item["patch"], True, "not_fix")
+
+
+def _best(candidates: list[Candidate], held: dict[int, Rerun]) -> int:
+    """The candidate whose held copy to write: the first in the diagnosis's order whose
+    copy did not end far behind another's run as long (`copies_behind`), said when one
+    that came before it did."""
+    behind = copies_behind(held)
+    chosen = next(index for index in held if index not in behind)
+    for index in held:
+        if index < chosen:
+            rerun, best = held[index], held[behind[index]]
+            _say(
+                f"{candidates[index].family} held too, but its copy's loss ended at "
+                f"{rerun.final_loss:.4g} where {candidates[behind[index]].family}'s, run as "
+                f"long, ended at {best.final_loss:.4g}: writing "
+                f"{candidates[chosen].family}'s patch"
+            )
+    return chosen
 
 
 def check_out(out: str) -> None:

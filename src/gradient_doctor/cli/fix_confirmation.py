@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gradient_doctor.cli.patched_rerun import (
     LEARNING_FAILURES,
@@ -24,7 +24,6 @@ from gradient_doctor.cli.patched_rerun import (
 )
 from gradient_doctor.core.findings import Finding, Fix, NotFix
 from gradient_doctor.core.fix_trials import (
-    BEHIND_RANKED,
     DRIFTS,
     RESCALES_THE_LOSS,
     SLOWS_ONLY,
@@ -184,18 +183,43 @@ def _confirmed(
 
 def _behind_the_best(fixes: list[Fix], held: dict[int, Rerun]) -> tuple[list[Fix], set[int]]:
     """`fixes` with the evidence of each confirmed one whose copy ended far behind the
-    best confirmed copy of the same length saying by how much, and the ids of those
-    fixes (ranked after the other verified ones).
+    best confirmed copy of the same length (`copies_behind`) saying by how much, and the
+    ids of those fixes (ranked after the other verified ones). Both stay verified: each
+    copy held; the order says which to apply."""
+    behind = {
+        index: (
+            f"; ranked after {fixes[best].family}: this copy's loss ended at "
+            f"{held[index].final_loss:.4g} (its last tenth's mean, from "
+            f"{held[index].first_loss:.4g} at its first step), where {fixes[best].family}'s "
+            f"copy, run as long, ended at {held[best].final_loss:.4g}"
+        )
+        for index, best in copies_behind(held).items()
+    }
+    told = [
+        dataclasses.replace(fix, evidence=f"{fix.evidence}{behind[i]}") if i in behind else fix
+        for i, fix in enumerate(fixes)
+    ]
+    return told, {id(fix) for i, fix in enumerate(told) if i in behind}
 
-    Far behind: with both losses above zero, a final loss more than `BEHIND_RANKED`
-    times the best's; else (a loss that crosses zero, a Gaussian's negative
-    log-likelihood) a fall from the first loss less than a `BEHIND_RANKED`th of the
-    best's fall (clipping that left a copy's loss at 100 where a lower rate trained it
-    from 10.2 to -0.07). Both stay verified: each copy held; the order says which to
-    apply.
+
+# A held copy whose loss ended more than this many times the best held copy's, run as
+# long, trails it: a lower rate's copy of a regression ended at 145, where clipping's
+# reached 35 and always predicting the mean scores 129 (the lower rate learned nothing
+# past the mean).
+COPY_BEHIND = 2.0
+
+
+def copies_behind(held: Mapping[int, Rerun]) -> dict[int, int]:
+    """Each held copy that ended far behind the best held copy of the same length, with
+    that best one's key.
+
+    Far behind: with both losses above zero, a final loss more than `COPY_BEHIND` times
+    the best's; else (a loss that crosses zero, a Gaussian's negative log-likelihood) a
+    fall from the first loss less than a `COPY_BEHIND`th of the best's fall (clipping
+    that left a copy's loss at 100 where a lower rate trained it from 10.2 to -0.07).
     """
     ended = {i: r for i, r in held.items() if r.final_loss is not None and r.first_loss is not None}
-    behind: dict[int, str] = {}
+    behind: dict[int, int] = {}
     for index, rerun in ended.items():
         rivals = [
             (r.final_loss, i) for i, r in ended.items() if i != index and r.steps == rerun.steps
@@ -205,25 +229,16 @@ def _behind_the_best(fixes: list[Fix], held: dict[int, Rerun]) -> tuple[list[Fix
         best_loss, best = min(rivals)
         best_rerun = ended[best]
         if min(rerun.final_loss, best_loss) > 0:
-            far = rerun.final_loss > BEHIND_RANKED * best_loss
+            far = rerun.final_loss > COPY_BEHIND * best_loss
         else:
             fell, best_fell = (
                 rerun.first_loss - rerun.final_loss,
                 best_rerun.first_loss - best_loss,
             )
-            far = best_fell > 0 and fell < best_fell / BEHIND_RANKED
+            far = best_fell > 0 and fell < best_fell / COPY_BEHIND
         if far:
-            behind[index] = (
-                f"; ranked after {fixes[best].family}: this copy's loss ended at "
-                f"{rerun.final_loss:.4g} (its last tenth's mean, from {rerun.first_loss:.4g} "
-                f"at its first step), where {fixes[best].family}'s copy, run as long, ended at "
-                f"{best_loss:.4g}"
-            )
-    told = [
-        dataclasses.replace(fix, evidence=f"{fix.evidence}{behind[i]}") if i in behind else fix
-        for i, fix in enumerate(fixes)
-    ]
-    return told, {id(fix) for i, fix in enumerate(told) if i in behind}
+            behind[index] = best
+    return behind
 
 
 def _stronger_if_failed(
@@ -332,6 +347,15 @@ class _Reruns:
             learn_more=self.learn_more and patch is not None,
             disconnected=self.disconnected,
         )
+        if rerun.interrupted and self._signalled():
+            # The signal that stopped the run stopped its copy too, not its time.
+            rerun = Rerun(
+                False,
+                rerun.steps,
+                f"the copy was stopped by the signal that stopped your run, after "
+                f"{rerun.steps} steps, so it judges nothing",
+                inconclusive=True,
+            )
         _say(f"{what}: {rerun.why}")
         if rerun.blocked:
             self._stopped = rerun

@@ -49,6 +49,8 @@ class Rerun:
         to_end: it held to the end of the script.
         crashed: the copy's script raised an error of its own (not a numerical
             problem): the patch as written fails, which says nothing of the remedy.
+        interrupted: a signal stopped the copy (its time ran out, or the signal that
+            stopped the run reached it too).
         first_loss, final_loss: the copy's first loss and the mean of its last tenth's,
             with one optimizer (None otherwise): held copies of one problem's fixes
             are ranked by them (`fix_confirmation._behind_the_best`).
@@ -62,6 +64,7 @@ class Rerun:
     inconclusive: bool = False
     to_end: bool = False
     crashed: bool = False
+    interrupted: bool = False
     first_loss: float | None = None
     final_loss: float | None = None
 
@@ -143,6 +146,7 @@ def rerun_patched(
         rerun = _judged(
             report, failed_at, what, limit, timeout, reference, learn_more, disconnected
         )
+        rerun = dataclasses.replace(rerun, interrupted=bool(report.get("interrupted")))
     if outside.notes:
         rerun = dataclasses.replace(rerun, why=f"{rerun.why} ({'; '.join(outside.notes)})")
     return rerun

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from gradient_doctor.cli.fix_confirmation import confirm_fixes, confirmation_pending
 from gradient_doctor.cli.interrupts import RunInterrupts, signal_name
+from gradient_doctor.cli.own_warnings import plain_own_warnings
 from gradient_doctor.cli.script_runner import ScriptOutcome, run_script
 
 EXIT_HEALTHY, EXIT_PROBLEM = 0, 1
@@ -47,7 +48,8 @@ def watched_run(
     the signal's number. A step being diagnosed when the signal comes is diagnosed
     to the end first. The script's own `sys.exit(N)`, N not 0, gives N."""
     interrupts = RunInterrupts(runpy.run_path.__code__)
-    with interrupts:  # from before the framework loads: a signal then still ends with a report
+    # From before the framework loads: a signal then still ends with a report.
+    with interrupts, plain_own_warnings():
         from gradient_doctor.cli.framework_choice import run_adapter, script_framework
         from gradient_doctor.cli.report_outputs import write_outputs
         from gradient_doctor.render.progress import ProgressLine
@@ -100,11 +102,11 @@ def watched_run(
                 trial_steps,
                 stopped=lambda: interrupts.signum is not None,
             )
-            if interrupts.signum is None:
-                report = confirmed
-            else:  # the rerun under way got the signal too: it judges nothing
+            # The reruns that ended before the signal judged; one it stopped judges
+            # nothing (`fix_confirmation`), and none starts after it.
+            report = confirmed
+            if interrupts.signum is not None:
                 report = replace(report, interrupted=signal_name(interrupts.signum))
-                shown = ()
         render_report(report, problems_shown=True, shown=shown)
         write_outputs(report, report_path, html_path, tensorboard_dir)
     signum = signum or interrupts.signum  # one that came while the reports were written

@@ -636,6 +636,8 @@ def _judged_fix(
     """The fix with its trial's verdict. `drift`: the failure is a value that built up
     in the forward pass (a remedy on the updates then slows it, and may only delay it)."""
     if outcome is None:
+        if fix.verified is None and not fix.evidence:  # no trial could run it: say why
+            return dataclasses.replace(fix, evidence=_NOT_TRIED if not fix.patch else "not tried")
         return fix
     base_note = _baseline_note(baseline, start)
     evidence = describe(outcome, start, phase)
@@ -675,6 +677,9 @@ def _judged_fix(
     return dataclasses.replace(fix, verified=verified, evidence=evidence)
 
 
+# Why a fix with no patch of the user's files is not tried (its code is advice: an
+# initialisation, a normalisation layer, to write where the model is built).
+_NOT_TRIED = "not tried: no patch of your files to run (its code shows what to write)"
 # Why a remedy on the updates says nothing by failing at its trial's first step.
 _NO_EARLIER_STATE = (
     "it failed in the first forward pass, before any update it changes, on weights the "

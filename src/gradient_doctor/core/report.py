@@ -31,6 +31,9 @@ class Report:
         scaler_skipped: updates a dynamic loss scaler (PyTorch's `GradScaler`) skipped
             itself because its scaled gradients overflowed: its normal back-off, which
             never reached the weights, counted where the adapter sees it (0 otherwise).
+        failures_counted: failing steps `--keep-going` counted without diagnosing them
+            (one right after another, or past its diagnoses' limit): each one's update
+            was skipped, as a diagnosed one's was.
     """
 
     script: str | None
@@ -43,6 +46,7 @@ class Report:
     framework: str = "tensorflow"
     optimizers: int | None = None
     scaler_skipped: int = 0
+    failures_counted: int = 0
 
     @property
     def status(self) -> str:

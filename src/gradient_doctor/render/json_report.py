@@ -39,7 +39,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         `problems` and `warnings`, plus `script_error` only when the script raised
         a non-numeric exception, `interrupted` (the signal's name) only when a signal
         stopped the run, `optimizers` only when the adapter counted them, `scaler_skipped`
-        only when a loss scaler skipped updates itself, and `series` only when the report
+        only when a loss scaler skipped updates itself, `failures_counted` only when
+        --keep-going counted failing steps it did not diagnose, and `series` only when the report
         carries series.
 
     Example:
@@ -63,6 +64,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         result["optimizers"] = report.optimizers
     if report.scaler_skipped:
         result["scaler_skipped"] = int(report.scaler_skipped)
+    if report.failures_counted:
+        result["failures_counted"] = int(report.failures_counted)
     if report.series:
         result["series"] = [series_to_dict(series) for series in report.series]
     return result

@@ -81,6 +81,11 @@ def header_line(report: Report) -> str:
         found = "the script raised an error, no numerical problem found before it"
     else:
         found = count(len(report.problems), "problem")
+    if report.failures_counted:
+        found += (
+            f" (and {count(report.failures_counted, 'more failing step')} counted, not "
+            "diagnosed, under --keep-going: each one's update skipped too)"
+        )
     parts = [report.script, watched, found]
     if report.warnings:
         parts.append(count(len(report.warnings), "warning"))

@@ -592,4 +592,5 @@ class Session:
             ),
             script_error=script_error,
             series=self.series.snapshot(),
+            failures_counted=self._undiagnosed,
         )
