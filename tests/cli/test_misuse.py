@@ -162,6 +162,18 @@ def test_an_option_a_command_does_not_know_is_said_with_that_commands_usage(caps
         main(["run", "--no-such-option", "train.py"])
     said = capsys.readouterr().err
     assert stopped.value.code == 2
-    assert "usage: gradient-doctor run [-h] [--report PATH]" in said
+    assert "usage: gradient-doctor run [-h] [options] SCRIPT [ARGS ...]" in said
     assert "unrecognized arguments: --no-such-option" in said
     assert "the doctor's options go before SCRIPT" in said
+
+
+def test_a_missing_script_is_said_alone_not_with_its_optional_arguments(capsys):
+    from gradient_doctor.cli.main import main
+
+    for command in ("run", "fix"):
+        with pytest.raises(SystemExit) as stopped:
+            main([command, "--trial-steps", "3"])
+        said = capsys.readouterr().err
+        assert stopped.value.code == 2
+        assert said.rstrip().endswith("error: the following arguments are required: SCRIPT")
+        assert f"usage: gradient-doctor {command} [-h] [options] SCRIPT [ARGS ...]" in said

@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run",
+        usage="%(prog)s [-h] [options] SCRIPT [ARGS ...]",
         help="run a training script unchanged, watching every fit and custom loop",
         description="Run SCRIPT as `python SCRIPT ARGS` would, with the doctor watching.",
         epilog=f"Exit status: {EXIT_STATUSES}.",
@@ -115,10 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the copy again from the start; a patch that does not hold there is not verified "
         "(auto: when the run took at most two minutes; default auto)",
     )
-    run.add_argument("script", metavar="SCRIPT", help="the training script to run")
-    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    # Optional to argparse, required by `parse`: with ARGS after it, argparse would say
+    # "the following arguments are required: SCRIPT, ARGS", though ARGS may be empty.
+    run.add_argument("script", metavar="SCRIPT", nargs="?", help="the training script to run")
+    run.add_argument(
+        "script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="your script's own arguments"
+    )
     fix = commands.add_parser(
         "fix",
+        usage="%(prog)s [-h] [options] SCRIPT [ARGS ...]",
         help="diagnose SCRIPT, rerun a copy with the best verified patch, keep the patch if "
         "it held",
         description="Run SCRIPT under the doctor; when a fix is verified, apply its patch to a "
@@ -148,8 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"steps of each fix trial in the diagnosis (default {DEFAULT_TRIAL_STEPS})",
     )
-    fix.add_argument("script", metavar="SCRIPT", help="the training script to fix")
-    fix.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    # Optional to argparse, required by `parse`: with ARGS after it, argparse would say
+    # "the following arguments are required: SCRIPT, ARGS", though ARGS may be empty.
+    fix.add_argument("script", metavar="SCRIPT", nargs="?", help="the training script to fix")
+    fix.add_argument(
+        "script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="your script's own arguments"
+    )
     replay = commands.add_parser(
         "replay",
         help="run a crash dump's failing step again and diagnose it, without the script",
@@ -170,6 +180,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     command's usage, and where its options go (argparse says it with the top-level
     usage, which lists no option of `run`)."""
     options, unknown = parser.parse_known_args(argv)
+    if options.command_name in ("run", "fix") and options.script is None:
+        options.command_parser.error("the following arguments are required: SCRIPT")
     if unknown:
         where = (
             ""
