@@ -511,3 +511,15 @@ def test_a_not_fix_on_the_updates_failing_at_once_from_the_failing_step_cannot_t
     finding = dataclasses.replace(_finding(), not_fixes=(lower,))
     judged = judge(finding, FAILED_BASELINE, [_outcome("lower_learning_rate", failed_at=0)])
     assert judged.not_fixes[0].evidence.endswith("so this trial cannot tell")
+
+
+def test_a_loss_below_zero_from_the_start_that_fell_by_orders_of_magnitude_did_not_hold():
+    # A clamp of a VAE's exp(log_var) left its KL term without a floor: -3.1e9 at the
+    # trial's start, -5.3e13 at its end, "falling".
+    runaway = tuple(-3.1e9 * 1.05**step for step in range(200))
+    fix = _judged_fix(_outcome("stable_softmax", losses=runaway))
+    assert fix.verified is False
+    assert "the loss fell below zero without bound (" in fix.evidence
+    # A density's likelihood below zero from the start falling on a few-fold held.
+    density = tuple(-0.5 - 0.02 * step for step in range(200))
+    assert _judged_fix(_outcome("stable_softmax", losses=density)).verified is True

@@ -39,6 +39,9 @@ LOSS_RISE_ALLOWED = 1.0
 # goes well. Such a loss diverges only when it rises by more than this many times its
 # size at the start (the mean magnitude of its first tenth): an order of magnitude.
 SIGNED_LOSS_RISE_ALLOWED = 9.0
+# A loss already below zero at the start (a Gaussian's negative log-likelihood) may fall
+# on; past this many times its size at the start it fell without bound.
+NEGATIVE_LOSS_FALL_ALLOWED = 100.0
 # With several objectives (a GAN's), one's loss rises as another's falls: the
 # discriminator's, toward its equilibrium (2 ln 2 for the standard loss) as the generator
 # improves, 0.45 -> 0.92 over a trial of a patch that then trains 1500 steps well. Such a
@@ -292,8 +295,8 @@ def diverged(losses: Sequence[float], whose: str = "the loss", alone: bool = Tru
 # order of magnitude below; the patch changed what it computes (a clamp of a hand-
 # written log-sum-exp's normaliser alone lets the loss fall to -18675 while "falling").
 _BELOW_ZERO = (
-    "the loss fell below zero without bound ({first:.4g} -> {last:.4g}): it started at "
-    "or above zero, so what the patched code computes is no longer the loss it was"
+    "the loss fell below zero without bound ({first:.4g} -> {last:.4g}): what the patched "
+    "code computes is no longer the loss it was"
 )
 
 
@@ -315,7 +318,8 @@ def _ran_below_zero(
     start: float | None = None,
 ) -> bool:
     """True when a loss that started at or above zero ended, over its last tenth, below
-    minus `SIGNED_LOSS_RISE_ALLOWED` times its starting size.
+    minus `SIGNED_LOSS_RISE_ALLOWED` times its starting size; or one that started below
+    zero, below minus `NEGATIVE_LOSS_FALL_ALLOWED` times it.
 
     `losses` are those judged (`trend` their first and last tenth's means);
     `trial_losses`, where the judged ones are the trial's tail (the failing batch
@@ -335,11 +339,14 @@ def _ran_below_zero(
         return False
     starts = [_first_tenth(losses)] + ([_first_tenth(trial_losses)] if trial_losses else [])
     known = start is not None and math.isfinite(start)
-    if (start < 0) if known else min(min(tenth) for tenth in starts) < 0:
-        return False
+    below = (start < 0) if known else min(min(tenth) for tenth in starts) < 0
     sizes = [max(abs(sum(tenth) / len(tenth)), max(tenth) - min(tenth)) for tenth in starts]
     size = max(abs(start) if known else 0.0, *sizes)
-    return trend[1] < -SIGNED_LOSS_RISE_ALLOWED * max(size, 1e-12)
+    # A loss below zero from the start (a density's likelihood) may fall on, though not
+    # by orders of magnitude: a clamp of a VAE's exp(log_var) left its KL term without a
+    # floor, -3.1e9 -> -5.3e13 as the log-variance grew.
+    allowed = NEGATIVE_LOSS_FALL_ALLOWED if below else SIGNED_LOSS_RISE_ALLOWED
+    return trend[1] < -allowed * max(size, 1e-12)
 
 
 def not_moving(grad_norms: Sequence[float], losses: Sequence[float] = ()) -> str | None:

@@ -438,14 +438,24 @@ def forward_blowup(events: Sequence[OpEvent], threshold: float) -> OpEvent | Non
     the last forward value past it (the loss, or what it was computed from): walked back
     along the largest inputs as `where_values_grew` does, the last such op itself when
     its own inputs stayed within `threshold`. None when no forward value passed it, or
-    the path starts above it (the data, or weights that large).
+    every path starts above it (the data, or weights that large).
     """
     huge = [e for e in events if e.phase == "forward" and largest_output(e) > threshold]
-    if not huge:
-        return None
-    last = huge[-1]
-    grew = last if _largest_input(last) <= threshold else where_values_grew(events, last, threshold)
-    return grew if grew is not None and grew.inputs else None  # not weights already huge
+    # From the last such value back: the last may read no value of the step's (a metric's
+    # `result()` of a total it kept, already that large), so the one before is tried.
+    for last in reversed(huge[-_BLOWUP_TRIES:]):
+        grew = (
+            last
+            if _largest_input(last) <= threshold
+            else where_values_grew(events, last, threshold)
+        )
+        if grew is not None and grew.inputs:  # not weights already huge
+            return grew
+    return None
+
+
+# How many of the last values past the threshold `forward_blowup` walks back from.
+_BLOWUP_TRIES = 20
 
 
 def largest_output(event: OpEvent) -> float:
@@ -454,7 +464,14 @@ def largest_output(event: OpEvent) -> float:
 
 
 def _magnitude(stats: TensorStats) -> float:
+    """A value's largest |value|; 0 for an integer or bool tensor (a random op's key and
+    counter, 1.8e19 as uint64, an index, a shape), which is no value that grew."""
+    if not str(stats.dtype).startswith(_FLOATING):
+        return 0.0
     return stats.largest_magnitude or 0.0
+
+
+_FLOATING = ("float", "bfloat", "half", "double", "complex")
 
 
 def _largest_input(event: OpEvent) -> float:
