@@ -261,3 +261,20 @@ def test_a_clip_of_the_exp_clips_its_twin_on_another_line_that_went_past_the_lim
         (43, ("denominator = torch.exp(torch.clamp_max(sim, 79.0)).sum(dim=1)",))
     ]
     assert clip.title.endswith("; and at train.py:43, where it went past the limit too")
+
+
+def test_a_clip_of_an_exp_most_of_whose_values_overflowed_says_how_many_it_holds(
+    make_evidence, make_stats
+):
+    # A hand-written InfoNCE's exp of its positive pairs: every one of the 64 past the
+    # limit. Clipped at 79, each has gradient 0: the pairs stop attracting.
+    code = "numer = torch.exp(torch.diagonal(sim))"
+    overflowed = make_stats(min=0.0, max=1.0, inf=64, size=64)
+    evidence = make_evidence(code=code, outputs=(overflowed,), reduction_axis=None)
+    (clip,) = [fix for fix in diagnose(evidence).fixes if fix.family == "clip_input_domain"]
+    assert clip.clamped_share == 1.0
+    # A few overflowed values of many (17 of 256 is 6.6%, 3 of 256 1.2%): only past 5%.
+    few = make_stats(min=0.0, max=1.0, inf=3, size=256)
+    evidence = make_evidence(code=code, outputs=(few,), reduction_axis=None)
+    (clip,) = [fix for fix in diagnose(evidence).fixes if fix.family == "clip_input_domain"]
+    assert clip.clamped_share is None
