@@ -494,6 +494,9 @@ class Evidence:
             softmax its first input is picked from through ops that only pick or
             reshape values (a gather of the targets' probabilities), read by nothing
             else on the way (`op_trace.picked_softmax`); None otherwise.
+        logged_softmax: for a forward origin, or the forward op of a backward one, the
+            softmax whose output it reads as its first input directly (through views),
+            whatever else reads that output (`op_trace.softmax_input`); None otherwise.
         forward_blowup: for a step whose every value was finite but whose forward
             values left any sane range (past `op_trace.HUGE`) on their way to the
             loss: first the op where they grew past it from inputs within it, then
@@ -549,6 +552,7 @@ class Evidence:
     forward_blowup: tuple[OpCall, ...] = ()
     zeros_began: OpCall | None = None
     picked_softmax: OpCall | None = None
+    logged_softmax: OpCall | None = None
     one_pass_variance: tuple[OpCall, OpCall] | None = None
     constant_variable: ConstantVariable | None = None
     scaled_up: tuple[OpCall, float, float] | None = None

@@ -307,6 +307,14 @@ def picked_softmax(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None
     return None
 
 
+def softmax_input(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
+    """The softmax whose output `target` reads as its first input (through views),
+    whatever else reads it; else None: the log of it can be its log_softmax in place."""
+    made = _maker_through_views(_producers_before(events, target))
+    first = made(target.input_ids[0]) if target.input_ids else None
+    return first if first is not None and first.op_type == "Softmax" else None
+
+
 def sigmoid_input(events: Sequence[OpEvent], target: OpEvent) -> OpEvent | None:
     """The sigmoid whose output `target` reads as its first input, itself or through one
     subtraction (`log(1 - p)` of `p = sigmoid(z)`), looking through views; else None."""

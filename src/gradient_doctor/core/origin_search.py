@@ -32,6 +32,7 @@ from gradient_doctor.core.op_trace import (
     regression_targets,
     scaled_by_constant,
     sigmoid_input,
+    softmax_input,
     unowned_variable,
     weights_upstream,
     where_values_grew,
@@ -255,6 +256,7 @@ def trace_evidence(
         bad_inputs=_fed_nonfinite(events, search, data_ids) if event is None else (),
         forward_blowup=_blowup(events, event),
         picked_softmax=_picked_softmax(events, forward if forward is not None else event),
+        logged_softmax=_logged_softmax(events, forward if forward is not None else event),
         **_upstream_facts(events, event, data_ids, weight_reads, stats or {}, variable_values),
     )
     return TracedOrigin(event, foreign, evidence)
@@ -486,6 +488,14 @@ def _blowup(events: Sequence[OpEvent], origin: OpEvent | None) -> tuple[OpCall, 
         ):
             places.setdefault(_place(event.source), event)
     return tuple(_call(event) for event in places.values())
+
+
+def _logged_softmax(events: Sequence[OpEvent], log: OpEvent | None) -> OpCall | None:
+    """The softmax a log reads directly (`op_trace.softmax_input`), as a call on the
+    user's line; None for any other op, or when there is none."""
+    if log is None or log.op_type != "Log" or log.phase != "forward":
+        return None
+    return _call_or_none(softmax_input(events, log))
 
 
 def _call_or_none(event: OpEvent | None) -> OpCall | None:

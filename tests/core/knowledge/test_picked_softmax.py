@@ -56,3 +56,46 @@ def test_a_softmax_on_the_logs_own_line_or_another_file_is_left_to_the_other_rew
     elsewhere = replace(SOFTMAX, file="model.py")
     fixes = diagnose(_picked(make_evidence, make_stats, softmax=elsewhere)).fixes
     assert "library_function" not in [fix.family for fix in fixes]
+
+
+def test_a_log_of_probabilities_read_elsewhere_too_becomes_log_softmax_where_it_is(
+    make_evidence, make_stats, tmp_path, monkeypatch
+):
+    # A policy's entropy bonus, `-(probs * torch.log(probs))`, of probabilities that are
+    # also sampled from and gathered: the log, not the softmax, is rewritten.
+    script = tmp_path / "agent.py"
+    lines = [
+        "import torch",
+        "def step(logits, best):",
+        "    probs = torch.softmax(logits, dim=-1)",
+        "    actions = torch.multinomial(probs, 1).squeeze(1)",
+        "    entropy = -(probs * torch.log(probs)).sum(-1).mean()",
+        "    return entropy",
+    ]
+    script.write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    softmax = OpCall("Softmax", SourceLine("agent.py", 3, lines[2]), (make_stats(),))
+    evidence = make_evidence(
+        op="Log",
+        code=lines[4],
+        inputs=(make_stats(min=0.0, max=1.0, zeros=3),),
+        outputs=(make_stats(inf=3),),
+        framework="torch",
+    )
+    origin = replace(evidence.origin, source=SourceLine("agent.py", 5, lines[4]))
+    evidence = replace(evidence, origin=origin, logged_softmax=softmax)
+    first = diagnose(evidence).fixes[0]
+    assert first.family == "library_function"
+    assert first.rewrite == (
+        "entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()",
+    )
+    assert first.edits == ()
+    # `logits` assigned again between the two lines: the renamed call would read another
+    # value, so the log is left to the other fixes.
+    script.write_text("\n".join([*lines[:3], "    logits = logits / 2", *lines[3:]]) + "\n")
+    import linecache
+
+    linecache.clearcache()
+    moved = replace(origin, source=SourceLine("agent.py", 6, lines[4]))
+    fixes = diagnose(replace(evidence, origin=moved)).fixes
+    assert "library_function" not in [fix.family for fix in fixes]

@@ -11,9 +11,18 @@ rewrite renames the softmax call as the user wrote it and drops the log around i
 
 from __future__ import annotations
 
+import linecache
+import re
+from collections.abc import Sequence
+
 from gradient_doctor.core.evidence import OpCall
 from gradient_doctor.core.findings import Edit, Fix, SourceLine
-from gradient_doctor.core.knowledge.source.calls import find_call, parses, replace_span
+from gradient_doctor.core.knowledge.source.calls import (
+    assigned_name,
+    find_call,
+    parses,
+    replace_span,
+)
 
 TITLE = "Compute log(softmax(x)) as log_softmax(x), which is exact and never -inf"
 # The log ops whose input can be a softmax's output (PyTorch's log2 and log10 are "Log"
@@ -94,3 +103,64 @@ def log_softmax_moved(softmax: OpCall | None, log_at: SourceLine | None) -> Fix 
         rewrite=(new_log,),
         edits=(edit,),
     )
+
+
+IN_PLACE_TITLE = (
+    "Take the log of the softmax as log_softmax of its input where the log is: the same "
+    "values, exact and never -inf (the probabilities stay for what else reads them)"
+)
+# The targets of an assignment on a line: what stands before its `=` (or `+=`, ...),
+# not a comparison's `==`, `<=`, `>=`, `!=`, nor a keyword argument's `=` inside a call.
+_ASSIGNMENT = re.compile(r"^\s*([^=()]*?)\s*(\*\*|//|>>|<<|[-+*/@%&|^])?=(?!=)")
+
+
+def log_of_softmax(
+    softmax: OpCall | None, log_at: SourceLine | None, between: Sequence[str] = ()
+) -> Fix | None:
+    """A `library_function` fix for a log of a softmax's output held in a name, which
+    other ops read too (`probs = F.softmax(z, -1)`, then `-(probs * torch.log(probs))`):
+    the log's call, on the log's line, becomes the softmax's call renamed log_softmax
+    (`torch.log_softmax(z, -1)`), the probabilities left for their other readers. None
+    unless the log's one argument is the name the softmax's line assigned, on a later
+    line of the same file, and neither it nor any name the softmax's call reads is
+    assigned on the lines `between` them (then the renamed call computes the same
+    values where the log is).
+
+    Args:
+        softmax: the softmax whose output the log reads (`Evidence.logged_softmax`).
+        log_at: the log's line.
+        between: the file's lines after the softmax's line and before the log's.
+    """
+    if softmax is None or log_at is None or softmax.source is None:
+        return None
+    softmax_at = softmax.source
+    if softmax_at.file != log_at.file or not softmax_at.line < log_at.line:
+        return None
+    softmax_code, log_code = (softmax_at.code or "").strip(), (log_at.code or "").strip()
+    call = find_call(softmax_code, ("softmax",), softmax_at.span)
+    log = find_call(log_code, ("log",), log_at.span)
+    held = assigned_name(softmax_code)
+    if call is None or log is None or held is None or len(log.args) != 1 or log.kwargs:
+        return None
+    if log.args[0].strip() != held:
+        return None
+    read = {held, *re.findall(r"[A-Za-z_]\w*", call.text[len(call.prefix) :])}
+    for line in between:
+        assigned = _ASSIGNMENT.match(line)
+        if assigned and read & set(re.findall(r"[A-Za-z_]\w*", assigned.group(1))):
+            return None
+    renamed = f"{call.prefix}log_{call.text[len(call.prefix) :]}"
+    rewritten = replace_span(log_code, log.start, log.end, renamed)
+    if not parses(renamed, "eval") or (parses(log_code) and not parses(rewritten)):
+        return None
+    return Fix("library_function", IN_PLACE_TITLE, rewritten, rewrite=(rewritten,))
+
+
+def logged_softmax_fix(softmax: OpCall | None, log_at: SourceLine | None) -> Fix | None:
+    """`log_of_softmax` with the lines between the softmax's line and the log's read from
+    the user's file (none read when either line is unknown)."""
+    if softmax is None or log_at is None or softmax.source is None:
+        return None
+    lines = linecache.getlines(log_at.file)
+    between = lines[softmax.source.line : log_at.line - 1]
+    return log_of_softmax(softmax, log_at, between)

@@ -11,7 +11,11 @@ from gradient_doctor.core.knowledge.facts import input_at, source_code, source_f
 from gradient_doctor.core.knowledge.remedies.not_fixes import nan_gradient_not_fixes
 from gradient_doctor.core.knowledge.rewrites.division import safe_div
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
-from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax, log_softmax_moved
+from gradient_doctor.core.knowledge.rewrites.log_softmax import (
+    log_softmax,
+    log_softmax_moved,
+    logged_softmax_fix,
+)
 from gradient_doctor.core.knowledge.rewrites.norm import mentions_norm, safe_norm
 from gradient_doctor.core.knowledge.wording import (
     at_step,
@@ -99,7 +103,11 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         forward, source_code(evidence), source_focus(evidence), evidence.setup.framework
     )
     # A log of probabilities picked from a softmax: the same values exact, first.
-    moved = log_softmax_moved(evidence.picked_softmax, origin.source) if not written else None
+    moved = None
+    if not written:
+        moved = log_softmax_moved(evidence.picked_softmax, origin.source) or logged_softmax_fix(
+            evidence.logged_softmax, origin.source
+        )
     return Diagnosis(
         category="backward_singularity",
         explanation=(

@@ -13,7 +13,11 @@ from gradient_doctor.core.knowledge.rewrites.activation import positive_activati
 from gradient_doctor.core.knowledge.rewrites.exp import logsumexp_over_lines, stable_logsumexp
 from gradient_doctor.core.knowledge.rewrites.guards import guard_fix
 from gradient_doctor.core.knowledge.rewrites.log_sigmoid import log_sigmoid
-from gradient_doctor.core.knowledge.rewrites.log_softmax import log_softmax, log_softmax_moved
+from gradient_doctor.core.knowledge.rewrites.log_softmax import (
+    log_softmax,
+    log_softmax_moved,
+    logged_softmax_fix,
+)
 from gradient_doctor.core.knowledge.rules.domain_rule import (
     BY_DESIGN_SHARE,
     Domain,
@@ -113,6 +117,7 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
             diagnosis = replace(diagnosis, fixes=(logsumexp, *diagnosis.fixes))
     exact = exact or log_softmax(code, op, source_focus(evidence)) or _log_input(code)
     exact = exact or log_softmax_moved(evidence.picked_softmax, evidence.origin.source)
+    exact = exact or logged_softmax_fix(evidence.logged_softmax, evidence.origin.source)
     if diagnosis is None or exact is None:
         return diagnosis
     # First: it computes the same value, finite everywhere; the guard changes it.
