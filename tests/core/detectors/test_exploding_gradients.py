@@ -150,3 +150,22 @@ def test_the_warning_gives_the_norms_measured_at_the_windows_ends_not_the_fit(ru
         0
     ]
     assert "from 2.8 at step 0 to " in warning.explanation, warning.explanation
+
+
+def test_a_warning_updated_past_its_first_window_says_when_it_was_first_seen(
+    layer_record, run, rng
+):
+    # Growing from step 10 for 60 steps: the warning is raised early, then updated with
+    # the fastest window, which starts later than the step the warning keeps.
+    records = [
+        layer_record(step, dense=math.exp(rng.gauss(0.0, 0.1)) * 1.3 ** max(0, step - 10))
+        for step in range(70)
+    ]
+    history = run(ExplodingGradientsDetector(), records)
+    (warning,) = history[-1]
+    start = int(warning.explanation.split(" at step ")[1].split(" ")[0])
+    assert start > warning.step  # the window described began after the warning's step
+    assert f"(first seen growing at step {warning.step})" in warning.explanation
+    # When first raised, the window it described began before its step: nothing to add.
+    (first,) = next(findings for findings in history if findings)
+    assert "first seen growing" not in first.explanation

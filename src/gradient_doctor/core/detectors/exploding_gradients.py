@@ -183,7 +183,7 @@ class ExplodingGradientsDetector(CountedFindings):
                 step=self._first_step,
                 phase=None,
                 origin=None,
-                explanation=explain(self._in_record_order()),
+                explanation=explain(self._in_record_order(), self._first_step),
                 fixes=exploding_fixes(
                     Evidence(step=None, phase=None, origin=None, setup=self._setup)
                 ),
@@ -218,8 +218,10 @@ class ExplodingGradientsDetector(CountedFindings):
         )
 
 
-def explain(explosions: tuple[Explosion, ...]) -> str:
-    """Name the exploding layers and describe the fastest growth.
+def explain(explosions: tuple[Explosion, ...], first_step: int | None = None) -> str:
+    """Name the exploding layers and describe the fastest growth; when that window
+    starts after `first_step`, the step the warning was first raised (the warning is
+    updated as records arrive, its step stays), say so.
 
     Example: "Gradient norms are growing exponentially in 3 layers (`dense`, `dense_1`
     and `dense_2`): in `dense_2` from 0.98 at step 205 to 700 at step 236 (x714, ~24% per
@@ -244,4 +246,6 @@ def explain(explosions: tuple[Explosion, ...]) -> str:
             f"Gradient norms are growing exponentially in {len(layers)} layers ({named}): "
             f"in `{worst.layer}` {growth}"
         )
+    if first_step is not None and first_step < worst.start:
+        subject += f" (first seen growing at step {first_step})"
     return f"{subject}. Left alone, the updates grow with them until the weights overflow."
