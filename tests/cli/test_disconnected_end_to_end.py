@@ -161,3 +161,16 @@ def test_a_discriminator_frozen_before_its_own_first_step_is_named_with_the_line
     assert fix["family"] == "unfreeze_model"
     assert fix["code"].startswith("discriminator.trainable = True")
     assert run.report["steps_watched"] == 12  # the combined model trains on
+
+
+def test_none_gradients_filled_in_with_zeros_are_found_at_the_numpy_line(doctor_run):
+    # The update gets zeros, not None: nothing warns, but the tape gave None.
+    script = "tests/scripts/zero_filled_numpy_roundtrip.py"
+    problem, disconnected = _disconnected(doctor_run(script))
+    assert problem["step"] == 0
+    assert len(disconnected["variables"]) == 4
+    assert disconnected["break"]["line"] == line_of(
+        script, "predictions = np.clip(model(x[index]).numpy(), -10, 10)"
+    )
+    assert "your code put tensors of its own in their place" in problem["explanation"]
+    assert "stay_in_tensorflow" in [f["family"] for f in problem["fixes"]]

@@ -97,6 +97,9 @@ class PathBreak:
         picks_rows: for a break at a pick (an argmax, a sample), whether the picked
             indices go on to a lookup (an embedding's gather, a one-hot: tokens), or
             are used otherwise (a router's index made a mask); None when not a pick.
+        filled_in: the user's code replaced the None gradients by tensors of its own
+            (`g if g is not None else tf.zeros_like(v)`) before the update, so nothing
+            warned.
     """
 
     kind: str
@@ -111,6 +114,7 @@ class PathBreak:
     model: str | None = None
     trained_at: SourceLine | None = None
     picks_rows: bool | None = None
+    filled_in: bool = False
 
 
 def cancelled_biases(

@@ -272,8 +272,12 @@ class Watcher(Adapter):
             self.session.record_path_breaks([frozen], all_missing=False)
         return True
 
-    def on_missing_gradients(self, variables, all_missing: bool, loss, tape_window) -> bool:
-        """Diagnose an update asked for with `None` gradients (once per group of variables).
+    def on_missing_gradients(
+        self, variables, all_missing: bool, loss, tape_window, filled: bool = False
+    ) -> bool:
+        """Diagnose an update asked for with `None` gradients (once per group of variables);
+        `filled`: the tape gave them None and the user's code filled in tensors of its own
+        (zeros), which the update applies.
 
         Returns:
             True when the update must be skipped: no variable has a gradient
@@ -300,6 +304,8 @@ class Watcher(Adapter):
         first_step = self.session.steps_watched
 
         def record(breaks) -> bool:
+            if filled:
+                breaks = [replace(found, filled_in=True) for found in breaks]
             return self.session.record_path_breaks(breaks, all_missing, step=first_step)
 
         try:

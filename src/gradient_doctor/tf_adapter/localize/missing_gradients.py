@@ -139,6 +139,12 @@ def breaks_in_replay(result: ReplayResult, variables, call: StepCall | None) -> 
     losses = update[2] if update is not None and update[2] else []
     loss, window = losses[-1] if losses else (None, None)
     start, end = window or (None, None)
+    # What ran after the loss was made cannot be on its path (the user's code filling the
+    # None gradients in with `tf.zeros_like(v)` reads the variables, and is no exit).
+    made = [
+        event.index for event in result.events if loss is not None and id(loss) in event.output_ids
+    ]
+    last = max(made) if made else None
     nodes = [
         Node(
             index=event.index,
@@ -157,10 +163,12 @@ def breaks_in_replay(result: ReplayResult, variables, call: StepCall | None) -> 
             ),
         )
         for event in result.events
-        if event.phase == "forward"
+        if event.phase == "forward" and (last is None or event.index <= last)
     ]
     handles = {variable_name(v): id(variable_handle(v)) for v in variables}
-    used = {i for event in result.events for i in event.input_ids}
+    used = {
+        i for event in result.events if last is None or event.index <= last for i in event.input_ids
+    }
     reads = {name: (key,) if key in used else () for name, key in handles.items()}
     produced = {i for event in result.events for i in event.output_ids}
     outside = {

@@ -92,6 +92,9 @@ def note_loss(target, tape_window=None, grads=None, sources=None) -> None:
     _local.loss = (target, tape_window)
     returned = tf.nest.flatten(grads) if grads is not None else []
     flat = [g for g in returned if g is not None]
+    # A call that gave every source None: no gradient of it can be matched to an update
+    # (`filled_in` reads it).
+    _local.all_none = tf.nest.flatten(sources) if returned and not flat and sources else None
     if flat:
         none_for = []
         if len(flat) < len(returned) and sources is not None:  # some None: which sources
@@ -112,6 +115,21 @@ def given_none(grads) -> list:
     return _local.gradient_calls[index][2] if index is not None else []
 
 
+def filled_in(grads, variables) -> list:
+    """The variables the update's `tape.gradient` call gave None that the update hands a
+    gradient anyway: the user's code filled the None in (`g if g is not None else
+    tf.zeros_like(v)`), so no error or warning says they are cut off. The call is the
+    one that returned any of `grads`, or, when none did, the latest call, when it gave
+    every source None. Read before `take_loss`, which forgets the calls."""
+    index = _call_that_returned(grads)
+    if index is not None:
+        cut = _local.gradient_calls[index][2]
+    else:
+        cut = getattr(_local, "all_none", None) or []
+    ids = {id(source) for source in cut}
+    return [v for g, v in zip(grads, variables, strict=False) if g is not None and id(v) in ids]
+
+
 def _call_that_returned(grads) -> int | None:
     """The index of the noted `tape.gradient` call that returned any of `grads`."""
     for index, (returned, _, _) in enumerate(getattr(_local, "gradient_calls", None) or []):
@@ -129,6 +147,7 @@ def take_loss(grads=()) -> tuple:
     recent target noted.
     """
     index = _call_that_returned(grads)
+    _local.all_none = None
     if index is not None:
         _, noted, _ = _local.gradient_calls.pop(index)
         _local.loss = None

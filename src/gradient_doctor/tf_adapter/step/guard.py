@@ -110,8 +110,9 @@ class Guard:
         # Where they run (which worker of a cluster holds which replica), or None.
         self.layout: replicas.Layout | None = None
         # Called as on_missing(variables, all_missing, loss, tape_window) when an
-        # update is asked for with some gradients None (once per trace in graphs);
-        # returns True when the update must be skipped.
+        # update is asked for with some gradients None (once per trace in graphs), and
+        # with `filled=True` for gradients the tape gave None that the user's code filled
+        # in; returns True when the update must be skipped.
         self.on_missing = on_missing
         self.zero_streaks = ZeroStreaks()
         # The optimizers whose updates were asked for (by id): a GAN has two.
@@ -285,8 +286,9 @@ class Guard:
         self.optimizers.add(id(optimizer))
         grads = list(grads)
         given_none = step_context.given_none(grads)
-        loss, tape_window = step_context.take_loss(grads)
         variables = updated_variables(optimizer, trainable_variables)
+        filled = step_context.filled_in(grads, variables)
+        loss, tape_window = step_context.take_loss(grads)
         missing = [v for g, v in zip(grads, variables) if g is None]
         if missing and self.on_missing is not None:
             if self.on_missing(missing, len(missing) == len(grads), loss, tape_window):
@@ -294,6 +296,9 @@ class Guard:
         dropped = _dropped_before_the_update(given_none, variables)
         if dropped and not missing and self.on_missing is not None:
             self.on_missing(dropped, False, loss, tape_window)
+        if filled and not missing and not dropped and self.on_missing is not None:
+            # Applied as the user's code filled them in (zeros): nothing is skipped.
+            self.on_missing(filled, False, loss, tape_window, filled=True)
         float_pairs = [
             (gradient_values(g), v)
             for g, v in zip(grads, variables)

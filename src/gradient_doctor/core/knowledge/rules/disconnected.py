@@ -47,6 +47,12 @@ _SOME_MISSING = (
 
 
 _ZERO_SILENT = "Keras gives no warning: the gradients exist, they are only zero."
+# The tape gave them None, and the user's code put zeros (or other tensors) in their place.
+_FILLED_IN = (
+    "The tape gave them None, and your code put tensors of its own in their place before "
+    "the update (`g if g is not None else tf.zeros_like(v)`), so nothing warns: they "
+    "silently never train."
+)
 _TORCH_ZERO_SILENT = "PyTorch gives no warning: the gradients exist, they are only zero."
 # What PyTorch does with them: `optimizer.step()` skips each parameter whose `.grad` is None.
 _TORCH_ALL_MISSING = (
@@ -92,6 +98,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         return Diagnosis("disconnected_gradients", account.story, (), account.fixes)
     if path_break.kind == ZERO_GRADIENT:
         framework_says = _TORCH_ZERO_SILENT if torch else _ZERO_SILENT
+    elif path_break.filled_in:
+        framework_says = _FILLED_IN
     elif torch:
         framework_says = _TORCH_ALL_MISSING if evidence.all_disconnected else _TORCH_SOME_MISSING
     else:
