@@ -14,7 +14,7 @@ y = x @ np.array([[1.0], [-2.0], [0.5], [0.0], [1.5]], dtype="float32")
 model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, "tanh"), keras.layers.Dense(1)])
 optimizer = keras.optimizers.SGD(0.05)
 
-for step in range(30):
+for _ in range(30):
     index = rng.integers(0, 256, size=32)
     with tf.GradientTape() as tape:
         predictions = np.clip(model(x[index]).numpy(), -10, 10)
