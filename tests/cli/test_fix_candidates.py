@@ -48,6 +48,12 @@ def test_an_out_path_holding_the_users_own_file_is_refused_with_another_name(tmp
         check_out(str(mine))
     message = str(refused.value)
     assert f"for example `--out {tmp_path / 'gradient-doctor.doctor.patch'}`" in message
+    # A script named by mistake: the suggestion is a patch's name, not another script's.
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    with pytest.raises(UsageError) as refused:
+        check_out(str(script))
+    assert f"for example `--out {tmp_path / 'train.doctor.patch'}`" in str(refused.value)
 
 
 def test_of_the_verified_patches_that_held_the_one_that_learned_clearly_best_is_written(capsys):

@@ -201,6 +201,10 @@ def _best(candidates: list[Candidate], held: dict[int, Rerun]) -> int:
     return chosen
 
 
+# The names a patch file takes; any other suffix is replaced by `.patch` in a suggestion.
+_PATCH_SUFFIXES = (".patch", ".diff")
+
+
 def check_out(out: str) -> None:
     """Refuse an output path that would overwrite a file that is not an earlier patch."""
     if os.path.isdir(out):
@@ -212,8 +216,9 @@ def check_out(out: str) -> None:
         with open(out, encoding="utf-8", errors="replace") as handle:
             earlier = handle.readline().startswith(PATCH_HEADER)
         if not earlier:
+            # A patch's name, whatever the refused file was (a script, notes, data).
             stem, suffix = os.path.splitext(out)
-            other = f"{stem}.doctor{suffix or '.patch'}"
+            other = f"{stem}.doctor{suffix if suffix in _PATCH_SUFFIXES else '.patch'}"
             raise UsageError(
                 f"`--out` would overwrite {out!r}, which is not a patch gradient-doctor "
                 f"wrote. Pass another path, for example `--out {other}`."
