@@ -188,9 +188,11 @@ def _best(candidates: list[Candidate], held: dict[int, Rerun]) -> int:
     copy did not end far behind another's run as long (`copies_behind`), said when one
     that came before it did."""
     behind = copies_behind(held)
-    chosen = next(index for index in held if index not in behind)
+    # (Each copy judged against its best rival: with losses that cross zero, judged by
+    # their falls, every one could trail another; then the diagnosis's order stands.)
+    chosen = next((index for index in held if index not in behind), min(held))
     for index in held:
-        if index < chosen:
+        if index < chosen and index in behind:
             rerun, best = held[index], held[behind[index]]
             _say(
                 f"{candidates[index].family} held too, but its copy's loss ended at "
