@@ -889,3 +889,16 @@ def test_a_loop_whose_except_exception_skips_bad_batches_does_not_swallow_the_st
         "sqrt",
     )
     assert problem["origin"]["line"] == line_of(f"{SCRIPTS}/{name}", "torch.sqrt(model(batch)")
+
+
+def test_the_reruns_copy_the_folder_as_the_run_started_from_it(torch_run):
+    # The run wrote checkpoint.pt; a copy holding it would resume at epoch 1, with the
+    # rate it restores (a lower rate's patch then changes nothing), and fail at step 8.
+    run, folder = torch_run("resumes_from_checkpoint.py")
+    assert (folder / "checkpoint.pt").exists()  # the run's own, left as it wrote it
+    problem = run.problem
+    assert (problem["category"], problem["step"]) == ("forward_domain", 24)
+    assert "the unchanged copy, run from the start, found forward_domain at step 24" in (run.stderr)
+    lower = next(f for f in problem["fixes"] if f["family"] == "lower_learning_rate")
+    assert lower["verified"] is True, lower["evidence"]
+    assert "trained 96 steps from the start, to the end of your script" in lower["evidence"]

@@ -25,6 +25,7 @@ from gradient_doctor.cli.patched_rerun import (
     rerun_patched,
     untried_patch,
 )
+from gradient_doctor.cli.scratch_copy import folder_listing
 from gradient_doctor.core.fix_trials import RESCALES_THE_LOSS
 from gradient_doctor.errors import UsageError
 
@@ -79,6 +80,9 @@ def fix_command(
             f"that holds the script, for example `cd {os.path.dirname(os.path.abspath(script))}`."
         )
     started = time.monotonic()
+    # What the folder held before the diagnosis ran the script in it: each rerun's copy
+    # leaves out what that run made (a checkpoint the script would resume from).
+    listing = folder_listing(os.getcwd())
     with tempfile.TemporaryDirectory(prefix="gradient-doctor-fix-") as scratch:
         options = ["--trial-steps", str(trial_steps), "--confirm", "never"]
         report, _ = doctor_report(relative, args, os.getcwd(), scratch, options, quiet=False)
@@ -113,7 +117,13 @@ def fix_command(
         if candidate.untried and baseline is None:
             _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
             baseline = rerun_patched(
-                relative, args, None, failed_at, steps_past, disconnected=disconnected
+                relative,
+                args,
+                None,
+                failed_at,
+                steps_past,
+                disconnected=disconnected,
+                listing=listing,
             )
             _say(f"the unchanged script: {baseline.why}")
         if candidate.untried and not baseline.judged:
@@ -135,6 +145,7 @@ def fix_command(
                 to_end_seconds,
                 reference,
                 disconnected=disconnected,
+                listing=listing,
             )
         else:
             rerun = rerun_patched(
@@ -145,6 +156,7 @@ def fix_command(
                 steps_past,
                 reference=reference,
                 disconnected=disconnected,
+                listing=listing,
             )
         _say(f"{candidate.family}: {rerun.why}")
         if rerun.blocked:  # every rerun would write the same file of yours

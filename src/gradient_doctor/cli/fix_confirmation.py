@@ -77,6 +77,7 @@ def confirm_fixes(
     mode: str = "auto",
     steps_past: int = 200,
     stopped: Callable[[], bool] = lambda: False,
+    listing: frozenset[str] | None = None,
 ) -> Report:
     """`report` with every verified fix run again as a patched copy, and judged by it.
 
@@ -90,6 +91,8 @@ def confirm_fixes(
         steps_past: how many steps past the failing step the copy must run healthy
             (a fix that only stalls training shows within that window).
         stopped: says when a signal asked the run to end: no rerun starts after it.
+        listing: the folder's contents before the run (`scratch_copy.folder_listing`):
+            a copy leaves out what the run made, and starts where the run started.
     """
     relative = relative_script(script)
     if mode == "never" or relative is None or not report.problems:
@@ -99,7 +102,7 @@ def confirm_fixes(
     timeout = max(3 * run_seconds, 60.0)
     reference = loss_points(series_to_dict(series) for series in report.series)
     problems = tuple(
-        _confirmed(problem, relative, args, timeout, steps_past, stopped, reference)
+        _confirmed(problem, relative, args, timeout, steps_past, stopped, reference, listing)
         for problem in report.problems
     )
     return dataclasses.replace(report, problems=problems)
@@ -113,6 +116,7 @@ def _confirmed(
     steps_past: int,
     stopped: Callable[[], bool],
     reference: Sequence[tuple[int, float]] = (),
+    listing: frozenset[str] | None = None,
 ) -> Finding:
     """Each verified patch rerun from the start (its loss held against the original's,
     `reference`, before the original failed); and each patch no trial inside the run
@@ -123,6 +127,7 @@ def _confirmed(
     if problem.worker is not None:  # one worker of a cluster cannot train again alone
         return problem
     reruns = _Reruns(script, args, problem.step or 0, steps_past, timeout, stopped, reference)
+    reruns.listing = listing
     reruns.learn_more = problem.category in LEARNING_FAILURES
     if problem.disconnected is not None:
         reruns.disconnected = frozenset(problem.disconnected.variables)
@@ -305,6 +310,8 @@ class _Reruns:
         # The variables of a broken gradient path: a patched copy that mended it holds
         # whatever other path it found broken (`patched_rerun._broken_elsewhere`).
         self.disconnected: frozenset[str] = frozenset()
+        # The folder's contents before the run: what the run made is left out of a copy.
+        self.listing: frozenset[str] | None = None
         self._baseline: Rerun | None = None
         self._stopped: Rerun | None = None
 
@@ -346,6 +353,7 @@ class _Reruns:
             reference,
             learn_more=self.learn_more and patch is not None,
             disconnected=self.disconnected,
+            listing=self.listing,
         )
         if rerun.interrupted and self._signalled():
             # The signal that stopped the run stopped its copy too, not its time.

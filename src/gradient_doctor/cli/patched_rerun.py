@@ -92,6 +92,7 @@ def rerun_patched(
     reference: Sequence[tuple[int, float]] = (),
     learn_more: bool = False,
     disconnected: frozenset[str] = frozenset(),
+    listing: frozenset[str] | None = None,
 ) -> Rerun:
     """Copy the working folder, apply `patch`, run the copy of `script` under the doctor
     (no trials) from the start to `steps_past` steps past `failed_at` (None: to the
@@ -109,9 +110,12 @@ def rerun_patched(
     broken gradient path: the copy then goes on past a path broken elsewhere (another
     problem of the run, which this patch is not for: `--keep-going`), and holds when
     every one of them got a gradient and it trained well.
+    `listing`: the folder's contents before the run began (`folder_listing`): what the
+    run made since (a checkpoint the script resumes from when present) is left out of
+    the copy, which then starts where the run started.
     """
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}rerun-") as scratch:
-        copy = copy_folder(os.getcwd(), os.path.join(scratch, "copy"))
+        copy = copy_folder(os.getcwd(), os.path.join(scratch, "copy"), listing)
         try:
             for path, text in apply_unified_diff(patch or "", os.getcwd()).items():
                 target = os.path.join(copy.root, path)

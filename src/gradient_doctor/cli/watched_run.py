@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import runpy
 import time
 from dataclasses import replace
@@ -9,6 +10,7 @@ from dataclasses import replace
 from gradient_doctor.cli.fix_confirmation import confirm_fixes, confirmation_pending
 from gradient_doctor.cli.interrupts import RunInterrupts, signal_name
 from gradient_doctor.cli.own_warnings import plain_own_warnings
+from gradient_doctor.cli.scratch_copy import folder_listing
 from gradient_doctor.cli.script_runner import ScriptOutcome, run_script
 
 EXIT_HEALTHY, EXIT_PROBLEM = 0, 1
@@ -69,6 +71,9 @@ def watched_run(
             pending=confirmation_pending(confirm, trial_steps),
         )
         watcher, crash_dump = adapter.watcher, adapter.crash_dump
+        # What the folder held before the script ran: a rerun's copy leaves out what the
+        # run makes (a checkpoint the script would resume from), to start where it did.
+        listing = folder_listing(os.getcwd()) if confirm != "never" and trial_steps > 0 else None
         # A signal stops the script, never the diagnosis of a step.
         interrupts.protect(*adapter.protected)
         watcher.install()
@@ -101,6 +106,7 @@ def watched_run(
                 confirm,
                 trial_steps,
                 stopped=lambda: interrupts.signum is not None,
+                listing=listing,
             )
             # The reruns that ended before the signal judged; one it stopped judges
             # nothing (`fix_confirmation`), and none starts after it.
