@@ -226,8 +226,9 @@ EXPECTED_WARNINGS = {
             None,
             (
                 "The gradient norm of layer `dense_3` is growing exponentially: from "
-                "2.4e+10 at step 2961 to 2.2e+13 at step 2990 (x900, ~27% per step). "
-                "Left alone, the updates grow with them until the weights overflow."
+                "2.4e+10 at step 2961 to 2.2e+13 at step 2990 (x900, ~27% per step) "
+                "(first seen growing at step 2868). Left alone, the updates grow with them "
+                "until the weights overflow."
             ),
             (
                 "lower_learning_rate",
@@ -302,8 +303,9 @@ EXPECTED_WARNINGS = {
             None,
             (
                 "The gradient norm of layer `dense_3` is growing exponentially: from "
-                "2.4e+10 at step 2961 to 2.2e+13 at step 2990 (x900, ~27% per step). "
-                "Left alone, the updates grow with them until the weights overflow."
+                "2.4e+10 at step 2961 to 2.2e+13 at step 2990 (x900, ~27% per step) "
+                "(first seen growing at step 2868). Left alone, the updates grow with them "
+                "until the weights overflow."
             ),
             (
                 "lower_learning_rate",

@@ -147,6 +147,9 @@ FIX_FAMILIES = (
     # Added: the options an index picks (a router's experts, a gate's branches) weighted
     # by the softmax of the scores instead.
     "soft_choice",
+    # Added: the log of one plus data that holds exact zeros (counts, amounts) in place
+    # of its log, which a clamp would send to -16.1 for each of them.
+    "log1p",
 )
 
 

@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from gradient_doctor.core.knowledge import diagnose
 
 FORWARD_NOT_FIXES = ["gradient_clipping", "lower_learning_rate", "larger_batch"]
@@ -205,3 +207,23 @@ def test_a_log_of_a_relu_heads_y_pred_is_no_probability(make_evidence, make_stat
     # A sigmoid upstream: a probability, whatever else is there.
     sigmoid = replace(evidence, feeding_ops=frozenset({"Relu", "Sigmoid"}))
     assert "clip_input_domain" in families(diagnose(sigmoid))
+
+
+def test_a_log_of_data_many_of_whose_values_are_zero_gets_log1p_first(
+    make_evidence, make_stats, families
+):
+    # Targets taken to the log scale in a train_step, 82 of 1024 of them 0 (counts): a
+    # clamp would make each log(1e-7) = -16.1, far below the rest.
+    code = "y_log = tf.math.log(y)"
+    zeros = (make_stats(min=0.0, max=40.0, zeros=82, size=1024),)
+    evidence = log_evidence(make_evidence, make_stats, code, inputs=zeros, weights_upstream=False)
+    diagnosis = diagnose(evidence)
+    assert families(diagnosis)[0] == "log1p"
+    assert diagnosis.fixes[0].rewrite == ("y_log = tf.math.log1p(y)",)
+    (guard,) = [fix for fix in diagnosis.fixes if fix.family == "safe_log"]
+    assert guard.clamped_share == pytest.approx(82 / 1024)
+    assert "82 of its 1024 values are exact zeros of your data" in diagnosis.explanation
+    # A few zeros (1%) are no design: the guard alone, as before.
+    few = (make_stats(min=0.0, max=40.0, zeros=10, size=1024),)
+    evidence = log_evidence(make_evidence, make_stats, code, inputs=few, weights_upstream=False)
+    assert "log1p" not in families(diagnose(evidence))

@@ -25,7 +25,7 @@ from gradient_doctor.core.knowledge.rules.domain_rule import (
     risky_siblings,
 )
 from gradient_doctor.core.knowledge.source.call_names import call_names
-from gradient_doctor.core.knowledge.source.calls import find_call
+from gradient_doctor.core.knowledge.source.calls import find_call, replace_span
 from gradient_doctor.core.knowledge.source.spelling import namespace
 
 _TITLE = "Keep the logarithm's argument inside its domain"
@@ -110,6 +110,8 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
     diagnosis = diagnose_domain(evidence, domain, extra, siblings)
     if activation is not None and activation is not generic and diagnosis is not None:
         diagnosis = _relu_made_most(diagnosis, evidence, domain, activation)
+    if diagnosis is not None and op == "Log" and evidence.weights_upstream is False:
+        diagnosis = _zeros_of_the_data(diagnosis, evidence, domain, code)
     if diagnosis is not None and evidence.zeros_began is not None:
         diagnosis = _underflowed(diagnosis, evidence.zeros_began, evidence.setup.framework)
         logsumexp = _logsumexp_of_underflow(evidence)
@@ -234,6 +236,42 @@ def _relu_made_most(
         explanation=explanation,
         fixes=(activation, *(replace(g, clamped_share=share) for g in guards), *others),
     )
+
+
+def _zeros_of_the_data(
+    diagnosis: Diagnosis, evidence: Evidence, domain: Domain, code: str
+) -> Diagnosis:
+    """A log of the data itself (no weight in between: targets or features taken to the
+    log scale) with more than `BY_DESIGN_SHARE` of its values exact zeros: a count or an
+    amount that is 0 by nature. A clamp would set each to log(1e-7), -16.1, far below
+    the rest (the guard is kept, with the share it clamps); `log1p`, the log of one
+    plus the value, is the usual transform of such data, 0 at 0, and comes first."""
+    inputs = evidence.origin.inputs
+    stats = inputs[domain.argument] if domain.argument < len(inputs) else None
+    size = stats.size if stats is not None else None
+    if not size or not stats.zeros or stats.zeros / size <= BY_DESIGN_SHARE:
+        return diagnosis
+    share = stats.zeros / size
+    fixes = tuple(
+        replace(f, clamped_share=share) if f.family == domain.family else f for f in diagnosis.fixes
+    )
+    explanation = (
+        f"{diagnosis.explanation} {stats.zeros} of its {size} values are exact zeros of your "
+        "data: a clamp would set each to log(1e-7) = -16.1, far below the rest."
+    )
+    call = find_call(code, ("log",), source_focus(evidence))
+    if call is None:
+        return replace(diagnosis, explanation=explanation, fixes=fixes)
+    renamed = f"{call.prefix}log1p{call.text[len(call.prefix) + len(call.name) :]}"
+    line = replace_span(code, call.start, call.end, renamed)
+    log1p = Fix(
+        "log1p",
+        "Take log1p of the data (the log of one plus it, 0 at 0): the usual log scale of "
+        "counts and amounts that can be 0",
+        line,
+        rewrite=(line,),
+    )
+    return replace(diagnosis, explanation=explanation, fixes=(log1p, *fixes))
 
 
 def _may_be_probability(evidence: Evidence) -> bool:
