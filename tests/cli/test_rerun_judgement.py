@@ -445,6 +445,10 @@ def test_a_copy_that_learned_far_slower_than_the_run_before_its_failure_did_not_
     assert _judged(_copy_report(480, close), 325, "the patched copy", reference=original).held
     # No reference (a patch that rescales the loss) or a signed loss: not compared.
     assert _judged(_copy_report(480, slow), 325, "the patched copy").held
+    # A run that failed at step 4: one step before it says nothing of a pace.
+    early = [(0, 0.7), (1, 0.05), (2, 0.002), (3, 0.000178)]
+    lower = [0.69, 0.4, 0.1, 0.013] + [0.001] * 100
+    assert _judged(_copy_report(104, lower), 4, "the patched copy", reference=early).held
     signed = [(step, loss - 0.1) for step, loss in original]
     assert _judged(
         _copy_report(480, [v - 0.1 for v in slow]), 325, "the patched copy", reference=signed
