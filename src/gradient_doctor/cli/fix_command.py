@@ -27,15 +27,17 @@ from gradient_doctor.cli.patched_rerun import (
 )
 from gradient_doctor.cli.scratch_copy import folder_listing
 from gradient_doctor.core.fix_trials import RESCALES_THE_LOSS
+from gradient_doctor.core.trial_start import UPDATE_REMEDIES
 from gradient_doctor.errors import UsageError
 
 EXIT_FIXED, EXIT_NOT_FIXED = 0, 1
 # Steps past the original failure the patched rerun must stay healthy for.
 DEFAULT_STEPS_PAST = 200
 # At most this many patches are rerun, best first (the verified ones, then the untried
-# fixes', then the expected not-fixes'). Once a patch held, the others listed alike
+# fixes', then the expected not-fixes'). Once a remedy on the updates held (a lower rate,
+# clipping: they can hold finite while training crawls), the others listed alike
 # (verified, or untried) are rerun too, and the one whose copy learned clearly best is
-# written.
+# written; a patch of the computation that held is written at once.
 MAX_CANDIDATES = 5
 PATCH_HEADER = "# gradient-doctor fix"
 
@@ -112,8 +114,11 @@ def fix_command(
     disconnected = frozenset((problem.get("disconnected") or {}).get("variables") or ())
     held: dict[int, Rerun] = {}
     for index, candidate in enumerate(candidates[:MAX_CANDIDATES]):
-        if held and candidate.group != candidates[min(held)].group:
-            break  # a patch held: its rivals are those listed alike (verified, untried)
+        first = candidates[min(held)] if held else None
+        if first is not None and (
+            candidate.group != first.group or first.family not in UPDATE_REMEDIES
+        ):
+            break  # a patch held: rivals only of a remedy on the updates, listed alike
         if candidate.untried and baseline is None:
             _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
             baseline = rerun_patched(
