@@ -639,3 +639,21 @@ def test_a_copy_the_runs_own_signal_stopped_judges_nothing(monkeypatch):
     # Stopped by its own time limit, with no signal to the run: as the copy said.
     reruns = fix_confirmation._Reruns("t.py", [], 5, 200, 60.0, lambda: False)
     assert reruns._rerun("safe_log", "--- a/t.py\n", 200).held
+
+
+def test_only_a_remedy_on_the_updates_trails_a_copy_that_learned_twice_as_well():
+    from gradient_doctor.cli.fix_confirmation import copies_behind
+
+    # A lower rate (a remedy on the updates, key 0) ended at 167 where clipping reached 35.
+    held = {
+        0: Rerun(True, 160, "held", first_loss=1100.0, final_loss=167.0),
+        1: Rerun(True, 160, "held", first_loss=1100.0, final_loss=35.0),
+    }
+    assert copies_behind(held, crawls={0, 1}) == {0: 1}
+    # Float32 variables under a float16 policy (key 0, the fix of the cause) at 2.1 where
+    # clipping each value reached 0.48: 4.4x, not the 10x another fix must trail by.
+    held = {
+        0: Rerun(True, 128, "held", first_loss=2389.0, final_loss=2.1),
+        1: Rerun(True, 128, "held", first_loss=2389.0, final_loss=0.48),
+    }
+    assert copies_behind(held, crawls={1}) == {}

@@ -204,7 +204,7 @@ def _best(candidates: list[Candidate], held: dict[int, Rerun]) -> int:
     """The candidate whose held copy to write: the first in the diagnosis's order whose
     copy did not end far behind another's run as long (`copies_behind`), said when one
     that came before it did."""
-    behind = copies_behind(held)
+    behind = copies_behind(held, {i for i in held if candidates[i].family in UPDATE_REMEDIES})
     # (Each copy judged against its best rival: with losses that cross zero, judged by
     # their falls, every one could trail another; then the diagnosis's order stands.)
     chosen = next((index for index in held if index not in behind), min(held))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from gradient_doctor.cli.patched_rerun import (
     LEARNING_FAILURES,
@@ -24,6 +24,7 @@ from gradient_doctor.cli.patched_rerun import (
 )
 from gradient_doctor.core.findings import Finding, Fix, NotFix
 from gradient_doctor.core.fix_trials import (
+    BEHIND_RANKED,
     DRIFTS,
     RESCALES_THE_LOSS,
     SLOWS_ONLY,
@@ -135,7 +136,10 @@ def _confirmed(
     held: dict[int, Rerun] = {}  # index in `fixes` -> the rerun that confirmed it
     for fix in problem.fixes:
         untried = untried_patch(fix.verified, fix.evidence)
-        if fix.patch and (fix.verified is True or untried) and reruns.left:
+        # A clamp that held its trial as a rewritten computation: its copy can still
+        # show it failing (then it is no fix at all); held, it stays unverified.
+        clamped = fix.verified is None and fix.clamped_share is not None and not untried
+        if fix.patch and (fix.verified is True or untried or clamped) and reruns.left:
             to_end = runs_to_the_end(problem.category, fix.family)
             rerun, baseline = reruns.run(fix.family, fix.patch, untried, to_end)
             gentler = None
@@ -150,6 +154,8 @@ def _confirmed(
             elif untried:
                 fix = _rerun_only(fix, rerun.held, rerun.why, baseline)
                 fix = _may_only_delay(fix, problem, rerun)
+            elif clamped and rerun.held:
+                fix = dataclasses.replace(fix, evidence=f"{fix.evidence}; its copy held too")
             else:
                 fix = _may_only_delay(_judged(fix, rerun.held, rerun.why), problem, rerun)
             if gentler:
@@ -198,7 +204,9 @@ def _behind_the_best(fixes: list[Fix], held: dict[int, Rerun]) -> tuple[list[Fix
             f"{held[index].first_loss:.4g} at its first step), where {fixes[best].family}'s "
             f"copy, run as long, ended at {held[best].final_loss:.4g}"
         )
-        for index, best in copies_behind(held).items()
+        for index, best in copies_behind(
+            held, {i for i, fix in enumerate(fixes) if fix.family in UPDATE_REMEDIES}
+        ).items()
     }
     told = [
         dataclasses.replace(fix, evidence=f"{fix.evidence}{behind[i]}") if i in behind else fix
@@ -207,25 +215,29 @@ def _behind_the_best(fixes: list[Fix], held: dict[int, Rerun]) -> tuple[list[Fix
     return told, {id(fix) for i, fix in enumerate(told) if i in behind}
 
 
-# A held copy whose loss ended more than this many times the best held copy's, run as
-# long, trails it: a lower rate's copy of a regression ended at 145, where clipping's
-# reached 35 and always predicting the mean scores 129 (the lower rate learned nothing
-# past the mean).
+# A held copy of a remedy on the updates (a lower rate, clipping: they can hold finite
+# while training crawls) whose loss ended more than this many times the best held copy's,
+# run as long, trails it: a lower rate's copy of a regression ended at 167, where
+# clipping's reached 35 and always predicting the mean scores 129. Any other copy
+# trails only `BEHIND_RANKED` times behind (float32 variables under a float16 policy,
+# the fix of the cause, ended at 2.1 from 2389 where clipping each value reached 0.48).
 COPY_BEHIND = 2.0
 
 
-def copies_behind(held: Mapping[int, Rerun]) -> dict[int, int]:
+def copies_behind(held: Mapping[int, Rerun], crawls: Collection[int] = ()) -> dict[int, int]:
     """Each held copy that ended far behind the best held copy of the same length, with
-    that best one's key.
+    that best one's key; `crawls`: the keys of remedies on the updates.
 
     Far behind: with both losses above zero, a final loss more than `COPY_BEHIND` times
-    the best's; else (a loss that crosses zero, a Gaussian's negative log-likelihood) a
-    fall from the first loss less than a `COPY_BEHIND`th of the best's fall (clipping
-    that left a copy's loss at 100 where a lower rate trained it from 10.2 to -0.07).
+    the best's for one of `crawls`, `BEHIND_RANKED` times for the others; else (a loss
+    that crosses zero, a Gaussian's negative log-likelihood) a fall from the first loss
+    less than that fraction of the best's fall (clipping that left a copy's loss at 100
+    where a lower rate trained it from 10.2 to -0.07).
     """
     ended = {i: r for i, r in held.items() if r.final_loss is not None and r.first_loss is not None}
     behind: dict[int, int] = {}
     for index, rerun in ended.items():
+        ratio = COPY_BEHIND if index in crawls else BEHIND_RANKED
         rivals = [
             (r.final_loss, i) for i, r in ended.items() if i != index and r.steps == rerun.steps
         ]
@@ -234,13 +246,13 @@ def copies_behind(held: Mapping[int, Rerun]) -> dict[int, int]:
         best_loss, best = min(rivals)
         best_rerun = ended[best]
         if min(rerun.final_loss, best_loss) > 0:
-            far = rerun.final_loss > COPY_BEHIND * best_loss
+            far = rerun.final_loss > ratio * best_loss
         else:
             fell, best_fell = (
                 rerun.first_loss - rerun.final_loss,
                 best_rerun.first_loss - best_loss,
             )
-            far = best_fell > 0 and fell < best_fell / COPY_BEHIND
+            far = best_fell > 0 and fell < best_fell / ratio
         if far:
             behind[index] = best
     return behind
