@@ -2,6 +2,8 @@
 dated to where the loss rose, the layer whose weights ran away named with its growth,
 and the learning rate lowered on the optimizer's own line until a patched copy learned."""
 
+import re
+
 import pytest
 
 from tests.conftest import line_of, run_doctor
@@ -35,7 +37,9 @@ def test_a_torch_rnn_diverging_at_a_high_rate_is_a_problem_at_the_optimizers_lin
     assert run.exit_code == 1, run.stderr[-3000:]
     problem = run.problem
     assert problem["category"] == "loss_diverged", problem["explanation"]
-    assert "the weights of `head` grew from" in problem["explanation"]
+    # Which of the two grew most depends on the processor's float rounding (an AVX-512
+    # machine and an AVX2 one part ways within the run): either is the run's story.
+    assert re.search(r"the weights of `(head|rnn)` grew from", problem["explanation"])
     fix = problem["fixes"][0]
     assert fix["family"] == "lower_learning_rate"
     line = line_of(TORCH_RNN, "opt = torch.optim.SGD(")

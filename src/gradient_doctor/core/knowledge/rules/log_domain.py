@@ -238,6 +238,11 @@ def _relu_made_most(
     )
 
 
+# The fewest values of the data whose share of zeros says they are zero by nature (a
+# batch of targets, 82 zeros of 1024), not one element's few (1 zero of 8 counts).
+_DATA_SHARE_VALUES = 64
+
+
 def _zeros_of_the_data(
     diagnosis: Diagnosis, evidence: Evidence, domain: Domain, code: str
 ) -> Diagnosis:
@@ -249,7 +254,9 @@ def _zeros_of_the_data(
     inputs = evidence.origin.inputs
     stats = inputs[domain.argument] if domain.argument < len(inputs) else None
     size = stats.size if stats is not None else None
-    if not size or not stats.zeros or stats.zeros / size <= BY_DESIGN_SHARE:
+    if not size or size < _DATA_SHARE_VALUES or not stats.zeros:
+        return diagnosis  # one element of a pipeline (1 zero of 8 counts) tells no share
+    if stats.zeros / size <= BY_DESIGN_SHARE:
         return diagnosis
     share = stats.zeros / size
     fixes = tuple(
