@@ -84,11 +84,14 @@ def test_a_log_of_probabilities_read_elsewhere_too_becomes_log_softmax_where_it_
     )
     origin = replace(evidence.origin, source=SourceLine("agent.py", 5, lines[4]))
     evidence = replace(evidence, origin=origin, logged_softmax=softmax)
-    first = diagnose(evidence).fixes[0]
+    fixes = diagnose(evidence).fixes
+    first = fixes[0]
     assert first.family == "library_function"
     assert first.rewrite == (
         "entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()",
     )
+    # No loss here to hand logits to: the generic from_logits advice is left out.
+    assert "from_logits" not in [fix.family for fix in fixes]
     assert first.edits == ()
     # `logits` assigned again between the two lines: the renamed call would read another
     # value, so the log is left to the other fixes.

@@ -118,12 +118,19 @@ def diagnose(evidence: Evidence) -> Diagnosis | None:
         if logsumexp is not None:  # the same value, finite: before every clamp
             diagnosis = replace(diagnosis, fixes=(logsumexp, *diagnosis.fixes))
     exact = exact or log_softmax(code, op, source_focus(evidence)) or _log_input(code)
-    exact = exact or log_softmax_moved(evidence.picked_softmax, evidence.origin.source)
-    exact = exact or logged_softmax_fix(evidence.logged_softmax, evidence.origin.source)
+    softmax = log_softmax_moved(evidence.picked_softmax, evidence.origin.source) or (
+        logged_softmax_fix(evidence.logged_softmax, evidence.origin.source)
+    )
+    exact = exact or softmax
     if diagnosis is None or exact is None:
         return diagnosis
+    fixes = diagnosis.fixes
+    if exact is softmax:  # the log of that softmax rewritten: no loss to hand logits to
+        fixes = tuple(
+            fix for fix in fixes if fix.family != "from_logits" or fix.edits or fix.rewrite
+        )
     # First: it computes the same value, finite everywhere; the guard changes it.
-    return replace(diagnosis, fixes=(exact, *diagnosis.fixes))
+    return replace(diagnosis, fixes=(exact, *fixes))
 
 
 # A library loss that takes the log of its input unless told its input is a log already
