@@ -9,6 +9,7 @@ with nothing wrong.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -112,6 +113,9 @@ def fix_command(
     # The variables of a broken gradient path: a copy that mended it holds whatever
     # other path it found broken (as `run`'s confirmation judges it).
     disconnected = frozenset((problem.get("disconnected") or {}).get("variables") or ())
+    rerun_copy = functools.partial(
+        rerun_patched, relative, args, disconnected=disconnected, listing=listing
+    )
     held: dict[int, Rerun] = {}
     for index, candidate in enumerate(candidates[:MAX_CANDIDATES]):
         first = candidates[min(held)] if held else None
@@ -121,15 +125,7 @@ def fix_command(
             break  # a patch held: rivals only of a remedy on the updates, listed alike
         if candidate.untried and baseline is None:
             _say("the unchanged script: rerunning a copy from the start (no trial ran its patch)")
-            baseline = rerun_patched(
-                relative,
-                args,
-                None,
-                failed_at,
-                steps_past,
-                disconnected=disconnected,
-                listing=listing,
-            )
+            baseline = rerun_copy(None, failed_at, steps_past)
             _say(f"the unchanged script: {baseline.why}")
         if candidate.untried and not baseline.judged:
             _say(f"{candidate.family}: not rerun: {baseline.why}, so a rerun cannot tell")
@@ -141,28 +137,9 @@ def fix_command(
         # Held against the run's loss, unless the patch computes it in other units.
         reference = () if candidate.family in RESCALES_THE_LOSS else losses
         if runs_to_the_end(problem["category"], candidate.family):
-            rerun = rerun_patched(
-                relative,
-                args,
-                candidate.patch,
-                failed_at,
-                None,
-                to_end_seconds,
-                reference,
-                disconnected=disconnected,
-                listing=listing,
-            )
+            rerun = rerun_copy(candidate.patch, failed_at, None, to_end_seconds, reference)
         else:
-            rerun = rerun_patched(
-                relative,
-                args,
-                candidate.patch,
-                failed_at,
-                steps_past,
-                reference=reference,
-                disconnected=disconnected,
-                listing=listing,
-            )
+            rerun = rerun_copy(candidate.patch, failed_at, steps_past, reference=reference)
         _say(f"{candidate.family}: {rerun.why}")
         if rerun.blocked:  # every rerun would write the same file of yours
             break

@@ -121,11 +121,15 @@ def filled_in(grads, variables) -> list:
     tf.zeros_like(v)`), so no error or warning says they are cut off. The call is the
     one that returned any of `grads`, or, when none did, the latest call, when it gave
     every source None. Read before `take_loss`, which forgets the calls."""
+    calls = getattr(_local, "gradient_calls", None) or []
+    all_none = getattr(_local, "all_none", None)
+    if not all_none and not any(none_for for _, _, none_for in calls):
+        return []  # every noted call gave every source a gradient: the usual update
     index = _call_that_returned(grads)
     if index is not None:
         cut = _local.gradient_calls[index][2]
     else:
-        cut = getattr(_local, "all_none", None) or []
+        cut = all_none or []
     ids = {id(source) for source in cut}
     return [v for g, v in zip(grads, variables, strict=False) if g is not None and id(v) in ids]
 

@@ -78,16 +78,10 @@ def log_softmax_moved(softmax: OpCall | None, log_at: SourceLine | None) -> Fix 
             the way (`Evidence.picked_softmax`): what else read it would read logs now.
         log_at: the log's line.
     """
-    if softmax is None or log_at is None or softmax.source is None:
+    found = _two_lines(softmax, log_at)
+    if found is None:
         return None
-    softmax_at = softmax.source
-    if softmax_at.file != log_at.file or softmax_at.line == log_at.line:
-        return None
-    softmax_code, log_code = (softmax_at.code or "").strip(), (log_at.code or "").strip()
-    call = find_call(softmax_code, ("softmax",), softmax_at.span)
-    log = find_call(log_code, ("log",), log_at.span)
-    if call is None or log is None or len(log.args) != 1 or log.kwargs:
-        return None
+    softmax_at, softmax_code, log_code, call, log = found
     renamed = f"{call.prefix}log_{call.text[len(call.prefix) :]}"
     new_softmax = replace_span(softmax_code, call.start, call.end, renamed)
     argument = log.args[0].strip()
@@ -131,18 +125,12 @@ def log_of_softmax(
         log_at: the log's line.
         between: the file's lines after the softmax's line and before the log's.
     """
-    if softmax is None or log_at is None or softmax.source is None:
+    found = _two_lines(softmax, log_at)
+    if found is None or not found[0].line < log_at.line:
         return None
-    softmax_at = softmax.source
-    if softmax_at.file != log_at.file or not softmax_at.line < log_at.line:
-        return None
-    softmax_code, log_code = (softmax_at.code or "").strip(), (log_at.code or "").strip()
-    call = find_call(softmax_code, ("softmax",), softmax_at.span)
-    log = find_call(log_code, ("log",), log_at.span)
+    _, softmax_code, log_code, call, log = found
     held = assigned_name(softmax_code)
-    if call is None or log is None or held is None or len(log.args) != 1 or log.kwargs:
-        return None
-    if log.args[0].strip() != held:
+    if held is None or log.args[0].strip() != held:
         return None
     read = {held, *re.findall(r"[A-Za-z_]\w*", call.text[len(call.prefix) :])}
     for line in between:
@@ -154,6 +142,22 @@ def log_of_softmax(
     if not parses(renamed, "eval") or (parses(log_code) and not parses(rewritten)):
         return None
     return Fix("library_function", IN_PLACE_TITLE, rewritten, rewrite=(rewritten,))
+
+
+def _two_lines(softmax: OpCall | None, log_at: SourceLine | None):
+    """(the softmax's line, its code, the log's code, the softmax call, the log call) for
+    a softmax and a log of one argument on two lines of one file; else None."""
+    if softmax is None or log_at is None or softmax.source is None:
+        return None
+    softmax_at = softmax.source
+    if softmax_at.file != log_at.file or softmax_at.line == log_at.line:
+        return None
+    softmax_code, log_code = (softmax_at.code or "").strip(), (log_at.code or "").strip()
+    call = find_call(softmax_code, ("softmax",), softmax_at.span)
+    log = find_call(log_code, ("log",), log_at.span)
+    if call is None or log is None or len(log.args) != 1 or log.kwargs:
+        return None
+    return softmax_at, softmax_code, log_code, call, log
 
 
 def logged_softmax_fix(softmax: OpCall | None, log_at: SourceLine | None) -> Fix | None:

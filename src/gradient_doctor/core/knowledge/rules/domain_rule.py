@@ -304,11 +304,19 @@ def below_domain_share(origin: Origin, domain: Domain, value: float | None) -> f
         return None
     if value is None or value >= 0 or rounding_note(abs(value)):
         return None
+    return output_share(origin, "nan")
+
+
+def output_share(origin: Origin, count: str) -> float | None:
+    """The share of the op's first output that its `count` ("nan", "inf") holds; None
+    with no output, or too few values for a share to tell (`MIN_VALUES_FOR_SHARE`)."""
+    if not origin.outputs:
+        return None
     output = origin.outputs[0]
     size = output.size or (
         math.prod(output.shape) if all(d is not None for d in output.shape) else 0
     )
-    return output.nan / size if size >= MIN_VALUES_FOR_SHARE else None
+    return getattr(output, count) / size if size >= MIN_VALUES_FOR_SHARE else None
 
 
 def unconstrained_note(origin: Origin, step: int | None, share: float, signed: bool = True) -> str:

@@ -31,9 +31,9 @@ from gradient_doctor.core.knowledge.rewrites.exp import (
 )
 from gradient_doctor.core.knowledge.rules.domain_rule import (
     BY_DESIGN_SHARE,
-    MIN_VALUES_FOR_SHARE,
     Domain,
     diagnose_domain,
+    output_share,
 )
 from gradient_doctor.core.knowledge.source.call_names import call_names
 from gradient_doctor.core.knowledge.wording import explain_input, format_number, from_data_note
@@ -205,25 +205,13 @@ def _fixes(evidence: Evidence, code: str) -> tuple[Fix, ...]:
         clip = clip_exp_input(code, origin.op, limits_of(origin), focus, framework_of(evidence))
         if clip is not None:
             clip = _with_risky_twins(clip, evidence)
-            share = _overflowed_share(origin)
+            # Each value that overflowed the clip holds at the bound, where its gradient is
+            # 0: all of a hand-written InfoNCE's positive pairs, whose attraction it ends.
+            share = output_share(origin, "inf")
             if share is not None and share > BY_DESIGN_SHARE:
                 clip = replace(clip, clamped_share=share)
         fixes.append(clip)
     return tuple(fix for fix in fixes if fix is not None)
-
-
-def _overflowed_share(origin: Origin) -> float | None:
-    """The share of the exp's values that overflowed at the failing step (each one its
-    clip holds at the bound, where its gradient is 0: all of a hand-written InfoNCE's
-    positive pairs, whose attraction the clip then removes); None when the output holds
-    too few values for a share to tell (`MIN_VALUES_FOR_SHARE`)."""
-    if not origin.outputs:
-        return None
-    output = origin.outputs[0]
-    size = output.size or (
-        math.prod(output.shape) if all(d is not None for d in output.shape) else 0
-    )
-    return output.inf / size if size >= MIN_VALUES_FOR_SHARE else None
 
 
 def _with_risky_twins(clip: Fix, evidence: Evidence) -> Fix:

@@ -226,16 +226,14 @@ def _relu_made_most(
     relu's line rewritten comes first: the value is meant to be positive, and a clamp
     at the log would set most of it to the same constant (the guard is kept, with the
     share it clamps)."""
-    inputs = evidence.origin.inputs
-    stats = inputs[domain.argument] if domain.argument < len(inputs) else None
-    size = stats.size if stats is not None else None
-    if not size or not stats.zeros or stats.zeros / size <= BY_DESIGN_SHARE:
+    zeros = _zeros_by_design(evidence, domain)
+    if zeros is None:
         return diagnosis
-    share = stats.zeros / size
+    share = zeros[0] / zeros[1]
     guards = [f for f in diagnosis.fixes if f.family == domain.family]
     others = [f for f in diagnosis.fixes if f is not activation and f.family != domain.family]
     explanation = (
-        f"{diagnosis.explanation} {stats.zeros} of its {size} values are exact zeros a "
+        f"{diagnosis.explanation} {zeros[0]} of its {zeros[1]} values are exact zeros a "
         "relu made: the value is meant to be positive, and the relu is what lets it be 0."
     )
     return replace(
@@ -243,6 +241,17 @@ def _relu_made_most(
         explanation=explanation,
         fixes=(activation, *(replace(g, clamped_share=share) for g in guards), *others),
     )
+
+
+def _zeros_by_design(evidence: Evidence, domain: Domain, least: int = 1) -> tuple[int, int] | None:
+    """(exact zeros, values) of the log's input when more than `BY_DESIGN_SHARE` of its
+    `least` or more values are exact zeros; else None."""
+    inputs = evidence.origin.inputs
+    stats = inputs[domain.argument] if domain.argument < len(inputs) else None
+    size = stats.size if stats is not None else None
+    if not size or size < least or not stats.zeros or stats.zeros / size <= BY_DESIGN_SHARE:
+        return None
+    return stats.zeros, size
 
 
 # The fewest values of the data whose share of zeros says they are zero by nature (a
@@ -258,20 +267,17 @@ def _zeros_of_the_data(
     amount that is 0 by nature. A clamp would set each to log(1e-7), -16.1, far below
     the rest (the guard is kept, with the share it clamps); `log1p`, the log of one
     plus the value, is the usual transform of such data, 0 at 0, and comes first."""
-    inputs = evidence.origin.inputs
-    stats = inputs[domain.argument] if domain.argument < len(inputs) else None
-    size = stats.size if stats is not None else None
-    if not size or size < _DATA_SHARE_VALUES or not stats.zeros:
-        return diagnosis  # one element of a pipeline (1 zero of 8 counts) tells no share
-    if stats.zeros / size <= BY_DESIGN_SHARE:
+    # One element of a pipeline (1 zero of 8 counts) tells no share.
+    zeros = _zeros_by_design(evidence, domain, least=_DATA_SHARE_VALUES)
+    if zeros is None:
         return diagnosis
-    share = stats.zeros / size
+    share = zeros[0] / zeros[1]
     fixes = tuple(
         replace(f, clamped_share=share) if f.family == domain.family else f for f in diagnosis.fixes
     )
     explanation = (
-        f"{diagnosis.explanation} {stats.zeros} of its {size} values are exact zeros of your "
-        "data: a clamp would set each to log(1e-7) = -16.1, far below the rest."
+        f"{diagnosis.explanation} {zeros[0]} of its {zeros[1]} values are exact zeros of "
+        "your data: a clamp would set each to log(1e-7) = -16.1, far below the rest."
     )
     call = find_call(code, ("log",), source_focus(evidence))
     if call is None:
